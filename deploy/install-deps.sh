@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs KVStream's build and test dependencies from Debian 12 packages.
+# Idempotent; skips apt when every package is already installed.
+set -euo pipefail
+PACKAGES=(
+  build-essential cmake pkg-config
+  liburing-dev libabsl-dev libspdlog-dev libfmt-dev libxxhash-dev
+  catch2 libyaml-cpp-dev libcli11-dev
+)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+echo "install-deps: installing ${missing[*]}"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

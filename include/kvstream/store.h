@@ -1,0 +1,93 @@
+// kvstream::Store: the storage core. Owns the tiers, the index, the step pool with its router
+// (M1, M4) and the write stager (M2, M3), all driven by one I/O completion thread.
+//
+// Thread safety: every method may be called from any thread. Callbacks run on the store's I/O
+// thread; they must be quick and must not call Retrieve, Persist, Flush or the destructor.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kvstream/config.h"
+#include "kvstream/types.h"
+
+namespace kvstream {
+
+class Engine;
+
+struct LookupResult {
+  bool present = false;
+  uint64_t size = 0;
+  uint32_t tier_mask = 0;  // tiers holding a durable replica
+};
+
+struct EvictRequest {
+  std::string key;        // non-empty: evict this key (from `tier`, or from every tier)
+  std::string tier;       // empty: every tier
+  uint64_t bytes = 0;     // with an empty key and bytes > 0: evict LRU chunks until this many bytes are freed per tier
+  bool all = false;       // with an empty key: evict everything (from `tier`, or every tier)
+};
+
+struct EvictResult {
+  uint64_t replicas = 0;
+  uint64_t bytes = 0;
+};
+
+class Store {
+ public:
+  // Opens (creating if needed) every tier directory, takes an exclusive lock on it, probes O_DIRECT,
+  // removes temporaries and invalid chunk files, rebuilds the index and starts the I/O thread.
+  static absl::StatusOr<std::unique_ptr<Store>> Open(const StoreConfig& config);
+
+  // Stops accepting work, writes every staged chunk, waits for in-flight I/O and closes the tiers.
+  ~Store();
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  // Reads every chunk of `batch` (one step) from the pool shared with all concurrent retrievals.
+  // `on_chunk` (optional) fires per chunk as it completes; `on_done` fires once, after the last one.
+  // The destination buffers must stay valid until on_done.
+  void RetrieveAsync(std::vector<ChunkRead> batch, ChunkCallback on_chunk,
+                     std::function<void(StepRecord)> on_done);
+
+  // Blocking form: returns the step record; `results` (optional) gets one result per chunk, in
+  // batch order.
+  StepRecord Retrieve(std::vector<ChunkRead> batch, std::vector<ChunkResult>* results = nullptr,
+                      ChunkCallback on_chunk = nullptr);
+
+  // Copies `data` into staging and returns; the chunk is written to its tiers later (M2, M3).
+  // Blocks while staging is full. InvalidArgument for a bad key or a chunk larger than staging.
+  absl::Status Persist(std::string_view key, const void* data, size_t size,
+                       PersistCallback on_durable = nullptr);
+  // As Persist, but returns ResourceExhausted instead of blocking when staging is full.
+  absl::Status TryPersist(std::string_view key, const void* data, size_t size,
+                          PersistCallback on_durable = nullptr);
+  // Waits until every chunk staged before the call is durable or failed.
+  void Flush();
+
+  std::vector<LookupResult> Lookup(const std::vector<std::string>& keys) const;
+  // Number of leading keys present (the reusable prefix of a request).
+  size_t PrefixHits(const std::vector<std::string>& keys) const;
+
+  absl::StatusOr<EvictResult> Evict(const EvictRequest& request);
+
+  StoreStats Stats() const;
+  // The most recent step records, oldest first (at most `max` of them).
+  std::vector<StepRecord> RecentSteps(size_t max) const;
+  const StoreConfig& config() const;
+
+  // For tests and embedders that supply their own tiers.
+  explicit Store(std::unique_ptr<Engine> engine);
+  Engine& engine() { return *engine_; }
+
+ private:
+  std::unique_ptr<Engine> engine_;
+};
+
+}  // namespace kvstream

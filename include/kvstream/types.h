@@ -1,0 +1,109 @@
+// Values exchanged with a KVStream store: retrieval requests and results, persist results,
+// step records and statistics.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace kvstream {
+
+inline constexpr size_t kMaxKeyLength = 1024;
+inline constexpr size_t kMaxTiers = 32;
+
+// One chunk to read. The store writes the payload to dst[0, size) where size is the chunk's
+// stored size; dst_capacity must be at least that. Reads go straight into dst by O_DIRECT when
+// dst is aligned to the tier's memory alignment; otherwise through a bounce buffer.
+struct ChunkRead {
+  std::string key;
+  void* dst = nullptr;
+  size_t dst_capacity = 0;
+};
+
+struct ChunkResult {
+  size_t index = 0;        // position in the batch
+  absl::Status status;     // OK, NotFound (miss), OutOfRange (dst too small), DataLoss/Unavailable
+  uint64_t size = 0;       // payload bytes written to dst when OK
+  uint32_t tier_mask = 0;  // tiers that served at least one block
+};
+
+// Called once per chunk, on the store's I/O thread, as soon as that chunk is complete.
+// It must be quick and must not call back into the store's blocking methods.
+using ChunkCallback = std::function<void(const ChunkResult&)>;
+
+struct TierStepStats {
+  std::string tier;
+  uint64_t blocks = 0;
+  uint64_t bytes = 0;
+  double busy_seconds = 0;     // time with at least one of this step's reads in flight on the tier
+  double bandwidth_bps = 0;    // bytes / busy_seconds in this step, or the tier's reference if idle
+  bool eligible = false;       // held at least one chunk of the step: counted in the bound
+};
+
+// What one retrieval (one step) did, and how far it was from the aggregate-bandwidth bound.
+struct StepRecord {
+  uint64_t id = 0;
+  int64_t start_unix_ns = 0;
+  uint32_t chunks = 0;
+  uint32_t hits = 0;
+  uint32_t misses = 0;
+  uint32_t failed = 0;
+  uint64_t bytes = 0;             // D: payload bytes served
+  double wall_seconds = 0;        // first placement to last chunk
+  double bound_seconds = 0;       // D / sum of eligible tiers' bandwidths
+  double gap = 0;                 // wall / bound - 1
+  std::string routing;            // the policy that ran it
+  std::string batching;
+  std::vector<TierStepStats> tiers;
+};
+
+struct PersistResult {
+  absl::Status status;     // OK when at least one replica is durable
+  uint32_t tier_mask = 0;  // tiers whose replica is durable
+};
+using PersistCallback = std::function<void(const std::string& key, const PersistResult&)>;
+
+struct TierStats {
+  std::string name;
+  std::string path;
+  bool direct_io = false;       // false: buffered fallback (e.g. tmpfs)
+  uint32_t mem_alignment = 0;
+  uint32_t offset_alignment = 0;
+  bool fixed_buffers = false;   // registered buffers in use
+  uint32_t queue_depth = 0;
+  uint64_t capacity_bytes = 0;
+  uint64_t used_bytes = 0;
+  uint64_t chunks = 0;
+  uint64_t bytes_read = 0;
+  uint64_t blocks_read = 0;
+  uint64_t bytes_written = 0;
+  uint64_t replicas_written = 0;
+  uint64_t read_errors = 0;
+  uint64_t checksum_failures = 0;
+  uint64_t write_errors = 0;
+  uint64_t evictions = 0;
+  uint64_t bounce_reads = 0;
+  uint64_t resubmits = 0;       // short reads and -EAGAIN
+  double reference_bandwidth_bps = 0;  // moving average of achieved step bandwidth
+};
+
+struct StoreStats {
+  std::vector<TierStats> tiers;
+  uint64_t chunks = 0;             // distinct keys held by at least one tier
+  uint64_t staged_bytes = 0;
+  uint64_t staged_chunks = 0;
+  uint64_t staging_limit_bytes = 0;
+  uint64_t steps = 0;
+  uint64_t retrieve_hits = 0;
+  uint64_t retrieve_misses = 0;
+  uint64_t retrieve_failures = 0;
+  uint64_t persists = 0;
+  uint64_t persist_failures = 0;
+  uint64_t writes_under_pressure = 0;  // write ops issued while reads were pending
+};
+
+}  // namespace kvstream

@@ -1,0 +1,118 @@
+#include "index.h"
+
+namespace kvstream {
+namespace {
+// Debian builds Abseil with its own string_view type.
+absl::string_view Key(std::string_view s) { return {s.data(), s.size()}; }
+}  // namespace
+
+Index::Index(std::vector<uint64_t> capacities)
+    : capacity_(std::move(capacities)),
+      used_(capacity_.size(), 0),
+      reserved_(capacity_.size(), 0),
+      lru_(capacity_.size()) {}
+
+IndexEntry* Index::Find(std::string_view key) {
+  auto it = entries_.find(Key(key));
+  return it == entries_.end() ? nullptr : &it->second;
+}
+
+const IndexEntry* Index::Find(std::string_view key) const {
+  auto it = entries_.find(Key(key));
+  return it == entries_.end() ? nullptr : &it->second;
+}
+
+const IndexEntry* Index::FindLive(std::string_view key) const {
+  const IndexEntry* e = Find(key);
+  return e != nullptr && e->tiers != 0 ? e : nullptr;
+}
+
+void Index::Unpin(std::string_view key) {
+  auto it = entries_.find(Key(key));
+  if (it == entries_.end() || it->second.read_pins == 0) return;
+  if (--it->second.read_pins == 0 && it->second.tiers == 0) entries_.erase(it);
+}
+
+void Index::Unlink(IndexEntry* e, int tier) {
+  lru_[tier].erase(e->lru[tier]);
+  e->tiers &= ~(1u << tier);
+  used_[tier] -= e->meta->file_size();
+  if (e->tiers == 0) --live_;
+}
+
+std::vector<Victim> Index::AddReplica(int tier, std::shared_ptr<const ChunkMeta> meta) {
+  std::vector<Victim> stale;
+  auto [it, inserted] = entries_.try_emplace(meta->key);
+  IndexEntry& e = it->second;
+  if (inserted) {
+    e.stem = FileStem(meta->key);
+  } else if (e.meta->payload_checksum != meta->payload_checksum ||
+             e.meta->payload_size != meta->payload_size) {
+    for (int k = 0; k < tier_count(); ++k) {
+      if (!(e.tiers & (1u << k))) continue;
+      if (k != tier) stale.push_back({meta->key, e.stem, k, e.meta->file_size()});
+      Unlink(&e, k);  // the new file replaced the old one on `tier` itself
+    }
+  }
+  if (e.tiers & (1u << tier)) {  // same version again
+    Touch(&e);
+    return stale;
+  }
+  e.meta = std::move(meta);
+  if (e.tiers == 0) ++live_;
+  e.tiers |= 1u << tier;
+  e.lru[tier] = lru_[tier].insert(lru_[tier].end(), &e);
+  used_[tier] += e.meta->file_size();
+  return stale;
+}
+
+bool Index::RemoveReplica(std::string_view key, int tier, Victim* victim) {
+  auto it = entries_.find(Key(key));
+  if (it == entries_.end() || !(it->second.tiers & (1u << tier))) return false;
+  IndexEntry& e = it->second;
+  if (victim) *victim = {e.meta->key, e.stem, tier, e.meta->file_size()};
+  Unlink(&e, tier);
+  if (e.tiers == 0 && e.read_pins == 0) entries_.erase(it);
+  return true;
+}
+
+void Index::Touch(IndexEntry* e) {
+  for (int k = 0; k < tier_count(); ++k) {
+    if (e->tiers & (1u << k)) lru_[k].splice(lru_[k].end(), lru_[k], e->lru[k]);
+  }
+}
+
+bool Index::MakeRoom(int tier, uint64_t bytes, std::vector<Victim>* victims) {
+  const uint64_t cap = capacity_[tier];
+  if (bytes > cap) return false;
+  uint64_t freeable = 0;
+  const uint64_t need = used_[tier] + reserved_[tier] + bytes;
+  if (need <= cap) return true;
+  std::vector<IndexEntry*> chosen;
+  for (IndexEntry* e : lru_[tier]) {
+    if (need - freeable <= cap) break;
+    if (e->read_pins > 0) continue;
+    chosen.push_back(e);
+    freeable += e->meta->file_size();
+  }
+  if (need - freeable > cap) return false;
+  for (IndexEntry* e : chosen) {
+    Victim v;
+    RemoveReplica(std::string(e->meta->key), tier, &v);
+    victims->push_back(std::move(v));
+  }
+  return true;
+}
+
+void Index::EvictLru(int tier, uint64_t bytes, std::vector<Victim>* victims) {
+  uint64_t freed = 0;
+  while (freed < bytes && !lru_[tier].empty()) {
+    IndexEntry* e = lru_[tier].front();
+    Victim v;
+    RemoveReplica(std::string(e->meta->key), tier, &v);
+    freed += v.bytes;
+    victims->push_back(std::move(v));
+  }
+}
+
+}  // namespace kvstream

@@ -1,0 +1,87 @@
+// Index: key -> chunk metadata, the tiers holding a durable replica, and each tier's LRU order
+// and used bytes. Rebuilt at start from the tiers' headers. Not thread-safe: the engine guards it.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/node_hash_map.h"
+#include "chunk_format.h"
+#include "kvstream/types.h"
+
+namespace kvstream {
+
+struct IndexEntry {
+  std::shared_ptr<const ChunkMeta> meta;  // replaced, never mutated: readers keep their version
+  std::string stem;
+  uint32_t tiers = 0;       // bit k: tier k holds a durable replica
+  uint32_t read_pins = 0;   // steps reading it; capacity eviction skips pinned entries
+  std::array<std::list<IndexEntry*>::iterator, kMaxTiers> lru{};
+};
+
+// A replica taken out of the index whose file must now be removed.
+struct Victim {
+  std::string key;
+  std::string stem;
+  int tier;
+  uint64_t bytes;
+};
+
+class Index {
+ public:
+  explicit Index(std::vector<uint64_t> capacities);
+
+  IndexEntry* Find(std::string_view key);
+  const IndexEntry* Find(std::string_view key) const;
+
+  // Records a durable replica on `tier`. If the entry held a different version (another
+  // checksum or size), that version's replicas on other tiers are removed and returned: their
+  // files are stale.
+  std::vector<Victim> AddReplica(int tier, std::shared_ptr<const ChunkMeta> meta);
+  // Removes `tier` from the entry (and the entry once no tier holds it). Returns false if absent.
+  bool RemoveReplica(std::string_view key, int tier, Victim* victim = nullptr);
+
+  // Marks the entry most recently used on every tier holding it.
+  void Touch(IndexEntry* entry);
+
+  // A step reading the entry pins it against capacity eviction. An entry whose last replica is
+  // removed while pinned stays (with tiers == 0, invisible to lookups) until unpinned.
+  void Pin(IndexEntry* entry) { ++entry->read_pins; }
+  void Unpin(std::string_view key);
+  // Entry with at least one replica, or null.
+  const IndexEntry* FindLive(std::string_view key) const;
+
+  // Space for writes in progress, counted against capacity until committed or released.
+  void Reserve(int tier, uint64_t bytes) { reserved_[tier] += bytes; }
+  void Release(int tier, uint64_t bytes) { reserved_[tier] -= bytes; }
+
+  // Evicts least recently used, unpinned replicas on `tier` until used + reserved + `bytes`
+  // fits the capacity. Returns false (evicting nothing) if it cannot fit.
+  bool MakeRoom(int tier, uint64_t bytes, std::vector<Victim>* victims);
+  // Evicts least recently used replicas on `tier` until `bytes` were freed (all when bytes is
+  // UINT64_MAX). Pinned entries are evicted too: their in-flight reads fail over or fail.
+  void EvictLru(int tier, uint64_t bytes, std::vector<Victim>* victims);
+
+  uint64_t used(int tier) const { return used_[tier]; }
+  uint64_t reserved(int tier) const { return reserved_[tier]; }
+  uint64_t capacity(int tier) const { return capacity_[tier]; }
+  uint64_t replicas(int tier) const { return lru_[tier].size(); }
+  uint64_t size() const { return live_; }  // keys with at least one replica
+  int tier_count() const { return static_cast<int>(capacity_.size()); }
+
+ private:
+  void Unlink(IndexEntry* e, int tier);
+  std::vector<uint64_t> capacity_;
+  std::vector<uint64_t> used_;
+  std::vector<uint64_t> reserved_;
+  std::vector<std::list<IndexEntry*>> lru_;  // front = least recently used
+  absl::node_hash_map<std::string, IndexEntry> entries_;
+  uint64_t live_ = 0;
+};
+
+}  // namespace kvstream

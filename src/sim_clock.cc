@@ -1,0 +1,78 @@
+#include "sim_clock.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace kvstream {
+
+int64_t SimClock::NowNs() {
+  std::lock_guard lock(mu_);
+  return now_ns_;
+}
+
+bool SimClock::CanAdvanceLocked(int64_t* next) {
+  if (paused_) return false;
+  int64_t best = -1;
+  for (Source* s : sources_) {
+    const int64_t t = s->NextEventNs();
+    if (t >= 0 && (best < 0 || t < best)) best = t;
+  }
+  *next = best;
+  return best >= 0;
+}
+
+void SimClock::Wait(int64_t timeout_ns) {
+  std::unique_lock lock(mu_);
+  int64_t next = -1;
+  while (!wake_ && !CanAdvanceLocked(&next)) {
+    waiting_ = true;
+    cv_.notify_all();
+    // Nothing due in virtual time: wait in real time for a wake or a resume.
+    cv_.wait_for(lock, std::chrono::milliseconds(50));
+    waiting_ = false;
+    if (!wake_ && !paused_ && !CanAdvanceLocked(&next)) {
+      if (timeout_ns > 0) break;  // idle loop: let it run its housekeeping
+    }
+  }
+  waiting_ = false;
+  if (wake_) {
+    wake_ = false;
+    return;
+  }
+  if (next >= 0) now_ns_ = std::max(now_ns_, next);
+}
+
+void SimClock::Wake() {
+  std::lock_guard lock(mu_);
+  wake_ = true;
+  cv_.notify_all();
+}
+
+void SimClock::AddSource(Source* source) {
+  std::lock_guard lock(mu_);
+  sources_.push_back(source);
+}
+
+void SimClock::RemoveSource(Source* source) {
+  std::lock_guard lock(mu_);
+  sources_.erase(std::remove(sources_.begin(), sources_.end(), source), sources_.end());
+}
+
+void SimClock::Pause() {
+  std::lock_guard lock(mu_);
+  paused_ = true;
+}
+
+void SimClock::Resume() {
+  std::lock_guard lock(mu_);
+  paused_ = false;
+  cv_.notify_all();
+}
+
+void SimClock::WaitUntilQuiescent() {
+  std::unique_lock lock(mu_);
+  int64_t next;
+  cv_.wait(lock, [&] { return waiting_ && !wake_ && !CanAdvanceLocked(&next); });
+}
+
+}  // namespace kvstream

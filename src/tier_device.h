@@ -1,0 +1,91 @@
+// TierDevice: the storage behind one tier, as seen by the engine. Control operations (scan, open,
+// commit, remove) are synchronous; data operations are queued, submitted in batches and reaped
+// without blocking (fio's queue/commit split). FileDevice implements it on a directory with
+// io_uring; SimDevice implements it in memory with a virtual clock and injected faults.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "chunk_format.h"
+
+namespace kvstream {
+
+enum class IoKind : uint8_t { kRead, kWrite, kSync };
+
+// A handle to an open chunk file of a device (a file descriptor for FileDevice).
+using FileHandle = int32_t;
+
+struct IoOp {
+  uint64_t tag = 0;  // returned in the completion
+  IoKind kind = IoKind::kRead;
+  FileHandle file = -1;
+  uint64_t offset = 0;
+  uint32_t length = 0;
+  void* buffer = nullptr;  // destination of reads, source of writes
+};
+
+struct IoCompletion {
+  uint64_t tag = 0;
+  int32_t result = 0;  // bytes transferred (all of op.length) or -errno
+};
+
+struct DeviceProperties {
+  bool direct_io = false;
+  uint32_t mem_alignment = 1;     // required alignment of buffers for reads/writes
+  uint32_t offset_alignment = 1;  // required alignment of file offsets and lengths
+  bool fixed_buffers = false;
+};
+
+struct ScannedChunk {
+  ChunkMeta meta;
+  uint64_t file_size = 0;
+};
+
+struct ScanReport {
+  std::vector<ScannedChunk> chunks;
+  uint64_t removed_temporaries = 0;
+  uint64_t removed_invalid = 0;
+};
+
+class TierDevice {
+ public:
+  virtual ~TierDevice() = default;
+
+  virtual const DeviceProperties& properties() const = 0;
+
+  // Lists valid chunk files (headers only). Removes temporaries and files whose header is invalid
+  // or whose size does not match their header.
+  virtual absl::StatusOr<ScanReport> Scan() = 0;
+
+  // Returns a handle for reading the committed chunk file of `stem` (NotFound if there is none).
+  // Handles are cached by the device. REQUIRES: the handle is used by Queue before the next
+  // OpenChunk call (which may close idle handles); a queued op keeps it open until it completes.
+  virtual absl::StatusOr<FileHandle> OpenChunk(const std::string& stem) = 0;
+
+  // Creates a temporary file for writing a new replica of `stem`.
+  virtual absl::StatusOr<FileHandle> CreateTemp(const std::string& stem) = 0;
+  // Renames the temporary into place (atomically replacing an older file) and closes it. With
+  // `sync_directory`, the directory is synced too so the rename survives power loss.
+  virtual absl::Status CommitTemp(FileHandle temp, const std::string& stem, bool sync_directory) = 0;
+  // Closes and unlinks a temporary.
+  virtual void AbortTemp(FileHandle temp) = 0;
+
+  virtual absl::Status RemoveChunk(const std::string& stem) = 0;
+
+  // Data path. Queue returns false when the device has no free slot (the caller bounds in-flight
+  // ops by its queue depths, so this is a programming error). Short transfers and -EAGAIN are
+  // retried inside the device; a completion always covers the whole op or reports an error.
+  virtual bool Queue(const IoOp& op) = 0;
+  virtual void Submit() = 0;
+  // Appends completions that are ready, without blocking.
+  virtual void Reap(std::vector<IoCompletion>* out) = 0;
+
+  // Counters the device keeps itself.
+  virtual uint64_t resubmits() const = 0;
+};
+
+}  // namespace kvstream
