@@ -14,9 +14,12 @@
 namespace kvstream {
 
 uint32_t DefaultQueueDepth(uint32_t block_size) {
-  constexpr uint64_t kBandwidthDelayBytes = 8ull << 20;  // ~4 GB/s x 2 ms
+  // Every block in flight when a step's pool runs dry is a tail the other tiers cannot help
+  // with, so the depth is the smallest that keeps a device busy: about 2 MiB in flight (2 GB/s x
+  // 1 ms), at least 2 requests so a new one is queued while the previous completes.
+  constexpr uint64_t kBandwidthDelayBytes = 2ull << 20;
   const uint64_t depth = (kBandwidthDelayBytes + block_size - 1) / block_size;
-  return static_cast<uint32_t>(std::clamp<uint64_t>(depth, 4, 128));
+  return static_cast<uint32_t>(std::clamp<uint64_t>(depth, 2, 128));
 }
 
 absl::StatusOr<StoreConfig> ValidateConfig(StoreConfig c) {

@@ -65,8 +65,9 @@ struct StoreConfig {
   FsyncPolicy fsync = FsyncPolicy::kNone;
 };
 
-// Queue depth so that in-flight bytes cover bandwidth x latency of a fast NVMe (about 8 MiB),
-// at least 4 and at most 128 requests.
+// Reads in flight per tier: enough to cover bandwidth x latency (about 2 MiB), at least 2 and at
+// most 128. Deeper queues do not read faster once a device is busy, and every block in flight on
+// a slow tier when the step's pool runs dry lengthens the step (DESIGN.md section 2, the tail).
 uint32_t DefaultQueueDepth(uint32_t block_size);
 
 // Checks ranges and names; fills queue_depth = 0 with the default. Returns the completed config.

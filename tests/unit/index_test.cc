@@ -1,0 +1,91 @@
+#include "index.h"
+
+#include <catch2/catch.hpp>
+
+namespace kvstream {
+namespace {
+
+std::shared_ptr<const ChunkMeta> Meta(const std::string& key, uint64_t size, uint64_t checksum = 1) {
+  auto m = std::make_shared<ChunkMeta>();
+  m->key = key;
+  m->payload_size = size;
+  m->payload_checksum = checksum;
+  m->segment_size = 4096;
+  m->segment_checksums.assign(SegmentCount(size, 4096), 0);
+  return m;
+}
+
+TEST_CASE("replicas are tracked per tier with used bytes") {
+  Index idx({1 << 20, 1 << 20});
+  idx.AddReplica(0, Meta("a", 8192));
+  idx.AddReplica(1, Meta("a", 8192));
+  CHECK(idx.Find("a")->tiers == 3u);
+  CHECK(idx.used(0) == 4096 + 8192);
+  CHECK(idx.size() == 1);
+  CHECK(idx.RemoveReplica("a", 0));
+  CHECK(idx.Find("a")->tiers == 2u);
+  CHECK(idx.used(0) == 0);
+  CHECK(idx.RemoveReplica("a", 1));
+  CHECK(idx.Find("a") == nullptr);
+  CHECK(idx.size() == 0);
+}
+
+TEST_CASE("MakeRoom evicts the least recently used unpinned replicas of that tier only") {
+  const uint64_t file = 4096 + 8192;
+  Index idx({3 * file, 3 * file});
+  for (const char* k : {"a", "b", "c"}) {
+    idx.AddReplica(0, Meta(k, 8192));
+    idx.AddReplica(1, Meta(k, 8192));
+  }
+  idx.Touch(idx.Find("a"));   // LRU order now b, c, a
+  idx.Pin(idx.Find("b"));     // b is being read
+  std::vector<Victim> victims;
+  REQUIRE(idx.MakeRoom(0, file, &victims));
+  REQUIRE(victims.size() == 1);
+  CHECK(victims[0].key == "c");
+  CHECK(victims[0].tier == 0);
+  CHECK(idx.Find("c")->tiers == 2u);  // still on tier 1
+  CHECK(idx.used(0) == 2 * file);
+  victims.clear();
+  idx.Reserve(0, file);
+  CHECK_FALSE(idx.MakeRoom(0, 2 * file, &victims));  // only "a" is evictable: not enough
+  CHECK(victims.empty());
+  CHECK_FALSE(idx.MakeRoom(0, 4 * file, &victims));  // larger than the tier
+}
+
+TEST_CASE("a new version of a key replaces the old replicas") {
+  Index idx({1 << 20, 1 << 20});
+  idx.AddReplica(0, Meta("a", 8192, 1));
+  idx.AddReplica(1, Meta("a", 8192, 1));
+  auto stale = idx.AddReplica(0, Meta("a", 8192, 2));
+  REQUIRE(stale.size() == 1);
+  CHECK(stale[0].tier == 1);
+  CHECK(idx.Find("a")->tiers == 1u);
+  CHECK(idx.Find("a")->meta->payload_checksum == 2);
+  CHECK(idx.used(0) == 4096 + 8192);
+  CHECK(idx.used(1) == 0);
+}
+
+TEST_CASE("a pinned entry outlives its last replica until unpinned") {
+  Index idx({1 << 20});
+  idx.AddReplica(0, Meta("a", 4096));
+  idx.Pin(idx.Find("a"));
+  idx.RemoveReplica("a", 0);
+  CHECK(idx.FindLive("a") == nullptr);
+  CHECK(idx.Find("a") != nullptr);
+  idx.Unpin("a");
+  CHECK(idx.Find("a") == nullptr);
+}
+
+TEST_CASE("EvictLru frees at least the requested bytes oldest first") {
+  Index idx({1 << 20});
+  for (const char* k : {"a", "b", "c"}) idx.AddReplica(0, Meta(k, 4096));
+  std::vector<Victim> victims;
+  idx.EvictLru(0, 8193, &victims);
+  REQUIRE(victims.size() == 2);
+  CHECK(victims[0].key == "a");
+  CHECK(victims[1].key == "b");
+}
+
+}  // namespace
+}  // namespace kvstream
