@@ -45,8 +45,9 @@ struct Engine::Tier {
     BlockRef ref;
     uint8_t* dst = nullptr;      // where the payload belongs
     uint32_t length = 0;         // payload bytes of the block
-    AlignedBuffer bounce;        // used when dst cannot take an aligned read
+    uint8_t* bounce = nullptr;   // used when dst cannot take an aligned read
     size_t bounce_capacity = 0;
+    AlignedBuffer oversized;     // bounce for blocks larger than block_size (older chunks)
     bool via_bounce = false;
   };
   struct WriteSlot {
@@ -55,6 +56,7 @@ struct Engine::Tier {
   };
 
   std::string name;
+  AlignedBuffer bounce_pool;  // read_depth x block_size; destroyed after the device
   std::unique_ptr<TierDevice> device;
   uint32_t read_depth = 0;
   uint32_t write_depth = 0;
@@ -133,6 +135,19 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(StoreConfig config,
     tier->write_depth = tc.write_queue_depth;
     tier->read_slots.resize(tier->read_depth);
     for (uint32_t i = tier->read_depth; i > 0; --i) tier->free_reads.push_back(i - 1);
+    // Bounce buffers, preallocated and registered for fixed-buffer reads where the device can.
+    const size_t block = engine->config_.block_size;
+    tier->bounce_pool = AllocateAligned(block * tier->read_depth);
+    if (!tier->bounce_pool) return absl::ResourceExhaustedError("cannot allocate bounce buffers");
+    for (uint32_t i = 0; i < tier->read_depth; ++i) {
+      tier->read_slots[i].bounce = tier->bounce_pool.get() + i * block;
+      tier->read_slots[i].bounce_capacity = block;
+    }
+    if (tier->device->properties().fixed_buffers) {
+      auto region = tier->device->RegisterRegion(tier->bounce_pool.get(), block * tier->read_depth);
+      if (!region.ok()) spdlog::info("tier {}: bounce buffers not registered: {}", tc.name,
+                                     std::string(region.status().message()));
+    }
     tier->write_slots.resize(tier->write_depth);
     for (uint32_t i = tier->write_depth; i > 0; --i) tier->free_writes.push_back(i - 1);
     capacities.push_back(tc.capacity_bytes);
@@ -344,6 +359,40 @@ absl::StatusOr<EvictResult> Engine::Evict(const EvictRequest& request) {
   return result;
 }
 
+absl::Status Engine::RegisterMemory(void* base, size_t size) {
+  if (base == nullptr || size == 0) return absl::InvalidArgumentError("empty region");
+  absl::Status status;
+  RunOnLoop([&] {
+    std::vector<int> ids(tiers_.size(), -1);
+    int registered = 0;
+    for (size_t t = 0; t < tiers_.size(); ++t) {
+      absl::StatusOr<int> id = tiers_[t]->device->RegisterRegion(base, size);
+      if (id.ok()) {
+        ids[t] = *id;
+        ++registered;
+      } else if (status.ok()) {
+        status = id.status();
+      }
+    }
+    if (registered > 0) {
+      status = absl::OkStatus();  // tiers that refused use plain buffers
+      regions_[base] = std::move(ids);
+    }
+  });
+  return status;
+}
+
+void Engine::UnregisterMemory(void* base) {
+  RunOnLoop([&] {
+    auto it = regions_.find(base);
+    if (it == regions_.end()) return;
+    for (size_t t = 0; t < tiers_.size(); ++t) {
+      if (it->second[t] >= 0) tiers_[t]->device->UnregisterRegion(it->second[t]);
+    }
+    regions_.erase(it);
+  });
+}
+
 StoreStats Engine::Stats() const {
   std::lock_guard lock(mu_);
   StoreStats s = totals_;
@@ -375,6 +424,7 @@ StoreStats Engine::Stats() const {
     ts.evictions = tier.evictions;
     ts.bounce_reads = tier.bounce_reads;
     ts.resubmits = tier.device->resubmits();
+    ts.fixed_ops = tier.device->fixed_ops();
     ts.reference_bandwidth_bps = tier.reference_bps;
     s.tiers.push_back(std::move(ts));
   }
@@ -516,15 +566,16 @@ void Engine::IssueRead(int t, BlockRef ref) {
   const uint32_t read_length = static_cast<uint32_t>(AlignUp(slot.length, props.offset_alignment));
   slot.via_bounce = reinterpret_cast<uintptr_t>(slot.dst) % props.mem_alignment != 0 ||
                     start + read_length > step->reads[blk.chunk].dst_capacity;
-  if (slot.via_bounce && slot.bounce_capacity < read_length) {
-    slot.bounce = AllocateAligned(read_length);
-    slot.bounce_capacity = read_length;
+  uint8_t* bounce = slot.bounce;
+  if (slot.via_bounce && read_length > slot.bounce_capacity) {
+    slot.oversized = AllocateAligned(read_length);
+    bounce = slot.oversized.get();
   }
   if (slot.via_bounce) ++tier.bounce_reads;
   Step::PerTier& pt = step->per_tier[t];
   if (pt.in_flight++ == 0) pt.busy_since = reactor_->NowNs();
   tier.device->Queue({MakeTag(false, t, index), IoKind::kRead, *file, meta.header_size() + start,
-                      read_length, slot.via_bounce ? slot.bounce.get() : slot.dst});
+                      read_length, slot.via_bounce ? bounce : slot.dst});
 }
 
 void Engine::HandleRead(int t, uint32_t index, int32_t result) {
@@ -543,7 +594,10 @@ void Engine::HandleRead(int t, uint32_t index, int32_t result) {
     BlockFailed(t, step, ref, absl::StrCat("read error on tier ", tier.name, ": ", std::strerror(-result)), true);
     return;
   }
-  if (slot.via_bounce) std::memcpy(slot.dst, slot.bounce.get(), slot.length);
+  if (slot.via_bounce) {
+    std::memcpy(slot.dst, slot.oversized ? slot.oversized.get() : slot.bounce, slot.length);
+    slot.oversized.reset();
+  }
   const ChunkMeta& meta = *step->metas[chunk];
   if (config_.verify_checksums && Checksum(slot.dst, slot.length) != meta.segment_checksums[blk.segment]) {
     ++tier.checksum_failures;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -45,6 +46,8 @@ class Engine {
   std::vector<LookupResult> Lookup(const std::vector<std::string>& keys) const;
   size_t PrefixHits(const std::vector<std::string>& keys) const;
   absl::StatusOr<EvictResult> Evict(const EvictRequest& request);
+  absl::Status RegisterMemory(void* base, size_t size);
+  void UnregisterMemory(void* base);
   StoreStats Stats() const;
   std::vector<StepRecord> RecentSteps(size_t max) const;
   const StoreConfig& config() const { return config_; }
@@ -104,6 +107,7 @@ class Engine {
   // Loop-thread state.
   std::vector<std::unique_ptr<Step>> steps_;
   std::deque<std::unique_ptr<WriteJob>> jobs_;
+  std::map<void*, std::vector<int>> regions_;  // registered memory -> region id per tier
   std::atomic<uint64_t> staged_bytes_seen_{0};  // staged_bytes_ as the loop last read it
 };
 

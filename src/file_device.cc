@@ -138,7 +138,51 @@ absl::Status FileDevice::Init() {
     props_.offset_alignment = 1;
   }
   if (absl::Status s = InitRing(read_ring_, options_.read_depth); !s.ok()) return s;
-  return InitRing(write_ring_, options_.write_depth);
+  if (absl::Status s = InitRing(write_ring_, options_.write_depth); !s.ok()) return s;
+  // A sparse table of registered buffers, filled by RegisterRegion. Kernels or limits that refuse
+  // it leave fixed buffers off; plain buffers work everywhere.
+  if (io_uring_register_buffers_sparse(&read_ring_.ring, kMaxRegions) == 0 &&
+      io_uring_register_buffers_sparse(&write_ring_.ring, kMaxRegions) == 0) {
+    props_.fixed_buffers = true;
+    regions_.resize(kMaxRegions);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> FileDevice::RegisterRegion(void* base, size_t size) {
+  if (!props_.fixed_buffers) return absl::UnimplementedError("registered buffers are unavailable");
+  if (size == 0 || size > (1ull << 30)) {
+    return absl::InvalidArgumentError("a registered region must be 1 byte to 1 GiB");
+  }
+  int index = -1;
+  for (unsigned i = 0; i < regions_.size() && index < 0; ++i) {
+    if (regions_[i].size == 0) index = static_cast<int>(i);
+  }
+  if (index < 0) return absl::ResourceExhaustedError("all registered buffer slots are in use");
+  iovec iov{base, size};
+  for (Ring* r : {&read_ring_, &write_ring_}) {
+    const int rc = io_uring_register_buffers_update_tag(&r->ring, index, &iov, nullptr, 1);
+    if (rc < 0) {
+      if (r == &write_ring_) {  // undo the read ring's registration
+        iovec empty{nullptr, 0};
+        io_uring_register_buffers_update_tag(&read_ring_.ring, index, &empty, nullptr, 1);
+      }
+      return absl::ResourceExhaustedError(
+          absl::StrCat("registering ", size, " bytes of buffers: ", std::strerror(-rc),
+                       rc == -ENOMEM ? " (raise LimitMEMLOCK)" : ""));
+    }
+  }
+  regions_[index] = {static_cast<uint8_t*>(base), size};
+  return index;
+}
+
+void FileDevice::UnregisterRegion(int index) {
+  if (index < 0 || static_cast<size_t>(index) >= regions_.size() || regions_[index].size == 0) return;
+  iovec empty{nullptr, 0};
+  for (Ring* r : {&read_ring_, &write_ring_}) {
+    io_uring_register_buffers_update_tag(&r->ring, index, &empty, nullptr, 1);
+  }
+  regions_[index] = {};
 }
 
 absl::Status FileDevice::InitRing(Ring& r, uint32_t depth) {
@@ -341,8 +385,20 @@ void FileDevice::Prepare(Ring& r, uint32_t slot_index, uint64_t ring_id) {
   auto* buf = static_cast<uint8_t*>(op.buffer) + slot.done;
   const uint32_t remaining = op.length - slot.done;
   switch (op.kind) {
-    case IoKind::kRead: io_uring_prep_read(sqe, op.file, buf, remaining, op.offset + slot.done); break;
-    case IoKind::kWrite: io_uring_prep_write(sqe, op.file, buf, remaining, op.offset + slot.done); break;
+    case IoKind::kRead:
+      if (slot.region >= 0) {
+        io_uring_prep_read_fixed(sqe, op.file, buf, remaining, op.offset + slot.done, slot.region);
+      } else {
+        io_uring_prep_read(sqe, op.file, buf, remaining, op.offset + slot.done);
+      }
+      break;
+    case IoKind::kWrite:
+      if (slot.region >= 0) {
+        io_uring_prep_write_fixed(sqe, op.file, buf, remaining, op.offset + slot.done, slot.region);
+      } else {
+        io_uring_prep_write(sqe, op.file, buf, remaining, op.offset + slot.done);
+      }
+      break;
     case IoKind::kSync: io_uring_prep_fsync(sqe, op.file, IORING_FSYNC_DATASYNC); break;
   }
   io_uring_sqe_set_data64(sqe, ring_id | slot_index);
@@ -358,6 +414,18 @@ bool FileDevice::Queue(const IoOp& op) {
   slot.op = op;
   slot.done = 0;
   slot.busy = true;
+  slot.region = -1;
+  if (op.kind != IoKind::kSync) {
+    const auto* b = static_cast<const uint8_t*>(op.buffer);
+    for (size_t i = 0; i < regions_.size(); ++i) {
+      const Region& reg = regions_[i];
+      if (reg.size != 0 && b >= reg.base && b + op.length <= reg.base + reg.size) {
+        slot.region = static_cast<int>(i);
+        ++fixed_ops_;
+        break;
+      }
+    }
+  }
   if (op.kind == IoKind::kRead) {
     if (auto s = fd_stems_.find(op.file); s != fd_stems_.end()) {
       CachedFile& f = files_[s->second];

@@ -5,6 +5,7 @@
 
 #include <liburing.h>
 
+#include <atomic>
 #include <list>
 #include <memory>
 #include <string>
@@ -43,6 +44,9 @@ class FileDevice final : public TierDevice {
   void Submit() override;
   void Reap(std::vector<IoCompletion>* out) override;
   uint64_t resubmits() const override { return resubmits_; }
+  absl::StatusOr<int> RegisterRegion(void* base, size_t size) override;
+  void UnregisterRegion(int region) override;
+  uint64_t fixed_ops() const override { return fixed_ops_; }
 
   // Why O_DIRECT is off, when it is.
   const std::string& buffered_reason() const { return buffered_reason_; }
@@ -51,8 +55,14 @@ class FileDevice final : public TierDevice {
   struct Slot {
     IoOp op;
     uint32_t done = 0;  // bytes transferred so far
+    int region = -1;    // registered buffer index, or -1
     bool busy = false;
   };
+  struct Region {
+    uint8_t* base = nullptr;
+    size_t size = 0;
+  };
+  static constexpr unsigned kMaxRegions = 64;
   struct Ring {
     io_uring ring{};
     bool initialized = false;
@@ -82,7 +92,9 @@ class FileDevice final : public TierDevice {
   int lock_fd_ = -1;
   Ring read_ring_;
   Ring write_ring_;
-  uint64_t resubmits_ = 0;
+  std::atomic<uint64_t> resubmits_{0};
+  std::atomic<uint64_t> fixed_ops_{0};
+  std::vector<Region> regions_;  // index = registered buffer slot; size 0 = free
   uint64_t temp_counter_ = 0;
   absl::flat_hash_map<std::string, CachedFile> files_;  // stem -> open read handle
   absl::flat_hash_map<int, std::string> fd_stems_;      // read fd -> stem

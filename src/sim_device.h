@@ -54,6 +54,11 @@ class SimDevice final : public TierDevice, public SimClock::Source {
   void Submit() override;
   void Reap(std::vector<IoCompletion>* out) override;
   uint64_t resubmits() const override { return 0; }
+  absl::StatusOr<int> RegisterRegion(void*, size_t) override {
+    return absl::UnimplementedError("simulated devices have no registered buffers");
+  }
+  void UnregisterRegion(int) override {}
+  uint64_t fixed_ops() const override { return 0; }
 
   int64_t NextEventNs() override;
 

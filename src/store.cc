@@ -57,6 +57,8 @@ void Store::Flush() { engine_->Flush(); }
 std::vector<LookupResult> Store::Lookup(const std::vector<std::string>& keys) const { return engine_->Lookup(keys); }
 size_t Store::PrefixHits(const std::vector<std::string>& keys) const { return engine_->PrefixHits(keys); }
 absl::StatusOr<EvictResult> Store::Evict(const EvictRequest& request) { return engine_->Evict(request); }
+absl::Status Store::RegisterMemory(void* base, size_t size) { return engine_->RegisterMemory(base, size); }
+void Store::UnregisterMemory(void* base) { engine_->UnregisterMemory(base); }
 StoreStats Store::Stats() const { return engine_->Stats(); }
 std::vector<StepRecord> Store::RecentSteps(size_t max) const { return engine_->RecentSteps(max); }
 const StoreConfig& Store::config() const { return engine_->config(); }

@@ -84,8 +84,16 @@ class TierDevice {
   // Appends completions that are ready, without blocking.
   virtual void Reap(std::vector<IoCompletion>* out) = 0;
 
+  // Registers [base, base + size) for fixed-buffer I/O (io_uring registered buffers): ops whose
+  // buffer lies inside a registered region skip the per-I/O page pinning. Returns a region id, or
+  // Unimplemented/ResourceExhausted when the device cannot (then ops use plain buffers).
+  // REQUIRES: no op using the region is in flight when it is unregistered.
+  virtual absl::StatusOr<int> RegisterRegion(void* base, size_t size) = 0;
+  virtual void UnregisterRegion(int region) = 0;
+
   // Counters the device keeps itself.
   virtual uint64_t resubmits() const = 0;
+  virtual uint64_t fixed_ops() const = 0;
 };
 
 }  // namespace kvstream

@@ -77,6 +77,12 @@ class Store {
 
   absl::StatusOr<EvictResult> Evict(const EvictRequest& request);
 
+  // Registers long-lived destination memory (a session arena) for fixed-buffer I/O on every tier
+  // that supports it, so reads into it skip per-I/O page pinning. Unimplemented when no tier can
+  // (reads into it still work). REQUIRES: no retrieval into it is pending when unregistered.
+  absl::Status RegisterMemory(void* base, size_t size);
+  void UnregisterMemory(void* base);
+
   StoreStats Stats() const;
   // The most recent step records, oldest first (at most `max` of them).
   std::vector<StepRecord> RecentSteps(size_t max) const;

@@ -88,6 +88,7 @@ struct TierStats {
   uint64_t evictions = 0;
   uint64_t bounce_reads = 0;
   uint64_t resubmits = 0;       // short reads and -EAGAIN
+  uint64_t fixed_ops = 0;       // ops on registered buffers
   double reference_bandwidth_bps = 0;  // moving average of achieved step bandwidth
 };
 
