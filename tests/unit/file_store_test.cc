@@ -85,7 +85,7 @@ TEST_CASE("persisted chunks survive a restart and read back byte-identical from 
     std::ifstream a(ChunkFile(dir.sub("t0"), key), std::ios::binary), b(ChunkFile(dir.sub("t1"), key), std::ios::binary);
     std::string ca((std::istreambuf_iterator<char>(a)), {}), cb((std::istreambuf_iterator<char>(b)), {});
     REQUIRE(!ca.empty());
-    REQUIRE(ca == cb);
+    REQUIRE((ca == cb));
   }
   auto store = OpenOrSkip(TwoTiers(dir));
   CHECK(store->Stats().chunks == 12);
@@ -96,7 +96,7 @@ TEST_CASE("persisted chunks survive a restart and read back byte-identical from 
   for (size_t i = 0; i < chunks.size(); ++i) {
     INFO(results[i].status.ToString());
     REQUIRE(results[i].status.ok());
-    REQUIRE(buffers[i] == chunks[i].second);
+    REQUIRE((buffers[i] == chunks[i].second));
   }
   CHECK(rec.hits == 12);
   CHECK(rec.tiers[0].blocks > 0);
@@ -129,7 +129,7 @@ TEST_CASE("a bit-flipped replica is never served and the other replica is while 
   auto results = ReadAll(*store, chunks, &buffers);
   CHECK(results[0].status.ok());
   REQUIRE(results[1].status.ok());
-  CHECK(buffers[1] == chunks[1].second);
+  CHECK((buffers[1] == chunks[1].second));
   CHECK(absl::IsDataLoss(results[2].status));
   CHECK(results[3].status.ok());
   StoreStats s = store->Stats();
@@ -167,7 +167,7 @@ TEST_CASE("truncated files and temporaries are removed at start and bad headers 
   auto results = ReadAll(*store, chunks, &buffers);
   for (size_t i = 0; i < 3; ++i) {
     REQUIRE(results[i].status.ok());
-    CHECK(buffers[i] == chunks[i].second);
+    CHECK((buffers[i] == chunks[i].second));
   }
 }
 
@@ -260,7 +260,7 @@ TEST_CASE("tmpfs tiers fall back to buffered I/O and say so") {
   std::vector<ChunkResult> results;
   store->Retrieve({{"m", out.data(), out.size()}}, &results);
   REQUIRE(results[0].status.ok());
-  CHECK(out == data);
+  CHECK((out == data));
   // Kernels before 6.6 have no O_DIRECT on tmpfs; either way the stats tell which I/O is used.
   const TierStats t = store->Stats().tiers[0];
   INFO("direct_io=" << t.direct_io);
