@@ -312,6 +312,8 @@ TEST_CASE("deferred writes wait for the step but immediate writes and staging pr
     for (int i = 0; i < 3; ++i) {  // 3 x 16 MiB of a 64 MiB limit: past the 75% mark
       REQUIRE(rig.engine->Persist("big" + std::to_string(i), big.data(), big.size(), nullptr, false).ok());
     }
+    // Time is paused, so nothing staged can drain: a fourth chunk does not fit (backpressure).
+    CHECK(absl::IsResourceExhausted(rig.engine->Persist("big3", big.data(), big.size(), nullptr, false)));
     rig.clock->WaitUntilQuiescent();
     rig.clock->Resume();
     rig.engine->Flush();

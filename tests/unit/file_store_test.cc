@@ -339,3 +339,27 @@ TEST_CASE("reads into registered memory use fixed buffers and stay correct") {
 
 }  // namespace
 }  // namespace kvstream::testing
+
+namespace kvstream::testing {
+namespace {
+
+TEST_CASE("a replica truncated under a running store gives a short read that fails over") {
+  TempDir dir;
+  auto store = OpenOrSkip(TwoTiers(dir));
+  auto chunks = Chunks(2, 1 << 20);
+  PutAll(*store, chunks);
+  // Cut chunk-0 on both tiers' files differently: tier 0 mid-payload, tier 1 left intact.
+  fs::resize_file(ChunkFile(dir.sub("t0"), "chunk-0"), 4096 + 100 * 1024);
+  std::vector<std::vector<uint8_t>> buffers;
+  auto results = ReadAll(*store, chunks, &buffers);
+  REQUIRE(results[0].status.ok());
+  CHECK((buffers[0] == chunks[0].second));
+  REQUIRE(results[1].status.ok());
+  StoreStats s = store->Stats();
+  CHECK(s.tiers[0].read_errors >= 1);   // the read past the end: short, resubmitted, then EOF
+  CHECK(s.tiers[0].resubmits >= 1);
+  CHECK(store->Lookup({"chunk-0"})[0].tier_mask == 2u);
+}
+
+}  // namespace
+}  // namespace kvstream::testing
