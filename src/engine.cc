@@ -219,9 +219,20 @@ void Engine::RetrieveAsync(std::vector<ChunkRead> batch, ChunkCallback on_chunk,
   step->on_done = std::move(on_done);
   {
     std::lock_guard lock(mu_);
-    inbox_steps_.push_back(std::move(step));
+    if (!loop_exited_) {
+      inbox_steps_.push_back(std::move(step));
+      reactor_->Wake();
+      return;
+    }
   }
-  reactor_->Wake();
+  // Shut down: nothing will read; every chunk is unavailable.
+  StepRecord rec;
+  rec.chunks = static_cast<uint32_t>(step->reads.size());
+  rec.failed = rec.chunks;
+  for (size_t i = 0; i < step->reads.size(); ++i) {
+    if (step->on_chunk) step->on_chunk({i, absl::UnavailableError("store is shut down"), 0, 0});
+  }
+  if (step->on_done) step->on_done(std::move(rec));
 }
 
 StepRecord Engine::Retrieve(std::vector<ChunkRead> batch, std::vector<ChunkResult>* results,
@@ -310,12 +321,20 @@ size_t Engine::PrefixHits(const std::vector<std::string>& keys) const {
 void Engine::RunOnLoop(std::function<void()> fn) {
   std::promise<void> done;
   std::future<void> finished = done.get_future();
+  bool exited;
   {
     std::lock_guard lock(mu_);
-    inbox_commands_.push_back([&] {
-      fn();
-      done.set_value();
-    });
+    exited = loop_exited_;
+    if (!exited) {
+      inbox_commands_.push_back([&] {
+        fn();
+        done.set_value();
+      });
+    }
+  }
+  if (exited) {
+    fn();  // no loop left to race with
+    return;
   }
   reactor_->Wake();
   finished.wait();
@@ -468,7 +487,10 @@ void Engine::Loop() {
       std::lock_guard lock(mu_);
       idle = inbox_steps_.empty() && inbox_jobs_.empty() && inbox_commands_.empty() &&
              steps_.empty() && jobs_.empty();
-      if (stopping_ && idle) break;
+      if (stopping_ && idle) {
+        loop_exited_ = true;
+        break;
+      }
     }
     if (!progress) reactor_->Wait(kIdleWaitNs);
   }

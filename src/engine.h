@@ -96,6 +96,7 @@ class Engine {
   std::vector<std::unique_ptr<WriteJob>> inbox_jobs_;
   std::vector<std::function<void()>> inbox_commands_;
   bool stopping_ = false;
+  bool loop_exited_ = false;
   uint64_t staged_bytes_ = 0;
   uint64_t staged_chunks_ = 0;
   uint64_t next_job_seq_ = 0;

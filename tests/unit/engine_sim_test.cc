@@ -324,3 +324,24 @@ TEST_CASE("deferred writes wait for the step but immediate writes and staging pr
 
 }  // namespace
 }  // namespace kvstream::testing
+
+namespace kvstream::testing {
+namespace {
+
+TEST_CASE("calls after shutdown fail cleanly instead of hanging") {
+  SimRig rig({300 * MBps});
+  rig.Populate("k", 1, kBlock);
+  rig.engine->Shutdown();
+  auto batch = SimRig::MakeBatch("k", 1, kBlock);
+  std::vector<ChunkResult> results;
+  StepRecord rec = rig.engine->Retrieve(batch.reads, &results, nullptr);
+  CHECK(absl::IsUnavailable(results[0].status));
+  CHECK(rec.failed == 1);
+  CHECK(absl::IsUnavailable(rig.engine->Persist("x", batch.buffers[0].data(), 10, nullptr, true)));
+  auto ev = rig.engine->Evict({"k0", "", 0, false});
+  REQUIRE(ev.ok());
+  CHECK(ev->replicas == 1);
+}
+
+}  // namespace
+}  // namespace kvstream::testing
