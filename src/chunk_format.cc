@@ -110,6 +110,7 @@ absl::StatusOr<ChunkMeta> DecodeChunkHeader(const void* bytes, size_t size) {
     return absl::DataLossError(absl::StrCat("unsupported chunk format version ", h.version));
   }
   if (h.key_length == 0 || h.key_length > kMaxKeyLength) return absl::DataLossError("bad key length");
+  if (h.payload_size == 0) return absl::DataLossError("empty payload");
   if (h.segment_size == 0 || h.segment_size % kFileAlignment != 0) {
     return absl::DataLossError("bad segment size");
   }

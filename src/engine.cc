@@ -48,7 +48,7 @@ struct Engine::Tier {
     uint8_t* bounce = nullptr;   // used when dst cannot take an aligned read
     size_t bounce_capacity = 0;
     AlignedBuffer oversized;     // bounce for blocks larger than block_size (older chunks)
-    bool via_bounce = false;
+    uint8_t* target = nullptr;   // where this op reads to: dst, or a bounce buffer
   };
   struct WriteSlot {
     WriteJob* job = nullptr;
@@ -200,11 +200,12 @@ TierDevice& Engine::device(int tier) { return *tiers_[tier]->device; }
 void Engine::Shutdown() {
   {
     std::lock_guard lock(mu_);
-    if (stopping_ && !thread_.joinable()) return;
     stopping_ = true;
+    draining_ = true;  // drain staged writes even while retrievals keep coming
   }
   cv_.notify_all();  // Persist calls waiting for staging space give up
   reactor_->Wake();
+  std::lock_guard join(join_mu_);
   if (thread_.joinable()) thread_.join();
 }
 
@@ -267,7 +268,10 @@ absl::Status Engine::Persist(std::string_view key, const void* data, size_t size
     std::unique_lock lock(mu_);
     while (!stopping_ && staged_bytes_ + job->image_size > config_.staging_limit_bytes) {
       if (!block) return absl::ResourceExhaustedError("staging is full");
+      ++space_waiters_;
+      reactor_->Wake();
       cv_.wait(lock);
+      --space_waiters_;
     }
     if (stopping_) return absl::UnavailableError("store is shutting down");
     staged_bytes_ += job->image_size;
@@ -333,7 +337,8 @@ void Engine::RunOnLoop(std::function<void()> fn) {
     }
   }
   if (exited) {
-    fn();  // no loop left to race with
+    std::lock_guard serial(join_mu_);  // no loop left: serialise callers instead
+    fn();
     return;
   }
   reactor_->Wake();
@@ -486,7 +491,7 @@ void Engine::Loop() {
     {
       std::lock_guard lock(mu_);
       idle = inbox_steps_.empty() && inbox_jobs_.empty() && inbox_commands_.empty() &&
-             steps_.empty() && jobs_.empty();
+             steps_.empty() && jobs_.empty() && outstanding_jobs_.empty();
       if (stopping_ && idle) {
         loop_exited_ = true;
         break;
@@ -549,6 +554,12 @@ void Engine::PlaceStep(Step* step, std::vector<std::pair<Step*, uint32_t>>* fini
       finished->emplace_back(step, static_cast<uint32_t>(i));
       continue;
     }
+    if (e->meta->segment_count() == 0) {  // cannot come from a valid file; never wait on it
+      result.status = absl::DataLossError(absl::StrCat("'", read.key, "' has no payload"));
+      step->AddChunk(0, 0);
+      finished->emplace_back(step, static_cast<uint32_t>(i));
+      continue;
+    }
     index_->Pin(e);
     index_->Touch(e);
     step->metas[i] = e->meta;
@@ -574,7 +585,8 @@ void Engine::IssueRead(int t, BlockRef ref) {
   absl::StatusOr<FileHandle> file = tier.device->OpenChunk(step->stems[blk.chunk]);
   if (!file.ok()) {
     ++tier.read_errors;
-    BlockFailed(t, step, ref, std::string(file.status().message()), true);
+    // A missing file is a lost replica; other errors (EMFILE, ENOMEM...) only fail over.
+    BlockFailed(t, step, ref, std::string(file.status().message()), absl::IsNotFound(file.status()));
     return;
   }
   const uint32_t index = tier.free_reads.back();
@@ -586,18 +598,22 @@ void Engine::IssueRead(int t, BlockRef ref) {
   slot.length = static_cast<uint32_t>(meta.segment_length(blk.segment));
   slot.dst = static_cast<uint8_t*>(step->reads[blk.chunk].dst) + start;
   const uint32_t read_length = static_cast<uint32_t>(AlignUp(slot.length, props.offset_alignment));
-  slot.via_bounce = reinterpret_cast<uintptr_t>(slot.dst) % props.mem_alignment != 0 ||
-                    start + read_length > step->reads[blk.chunk].dst_capacity;
-  uint8_t* bounce = slot.bounce;
-  if (slot.via_bounce && read_length > slot.bounce_capacity) {
-    slot.oversized = AllocateAligned(read_length);
-    bounce = slot.oversized.get();
+  const bool via_bounce = reinterpret_cast<uintptr_t>(slot.dst) % props.mem_alignment != 0 ||
+                          start + read_length > step->reads[blk.chunk].dst_capacity;
+  slot.oversized.reset();
+  slot.target = slot.dst;
+  if (via_bounce) {
+    ++tier.bounce_reads;
+    slot.target = slot.bounce;
+    if (read_length > slot.bounce_capacity) {
+      slot.oversized = AllocateAligned(read_length);
+      slot.target = slot.oversized.get();
+    }
   }
-  if (slot.via_bounce) ++tier.bounce_reads;
   Step::PerTier& pt = step->per_tier[t];
   if (pt.in_flight++ == 0) pt.busy_since = reactor_->NowNs();
   tier.device->Queue({MakeTag(false, t, index), IoKind::kRead, *file, meta.header_size() + start,
-                      read_length, slot.via_bounce ? bounce : slot.dst});
+                      read_length, slot.target});
 }
 
 void Engine::HandleRead(int t, uint32_t index, int32_t result) {
@@ -613,13 +629,13 @@ void Engine::HandleRead(int t, uint32_t index, int32_t result) {
   if (result < 0) {
     ++tier.read_errors;
     spdlog::warn("tier {}: read of '{}' failed: {}", tier.name, step->reads[chunk].key, std::strerror(-result));
-    BlockFailed(t, step, ref, absl::StrCat("read error on tier ", tier.name, ": ", std::strerror(-result)), true);
+    // EIO and a short file (ENODATA) mean this copy is bad; anything else may be transient.
+    const bool bad_copy = result == -EIO || result == -ENODATA || result == -ENOENT;
+    BlockFailed(t, step, ref, absl::StrCat("read error on tier ", tier.name, ": ", std::strerror(-result)),
+                bad_copy);
     return;
   }
-  if (slot.via_bounce) {
-    std::memcpy(slot.dst, slot.oversized ? slot.oversized.get() : slot.bounce, slot.length);
-    slot.oversized.reset();
-  }
+  if (slot.target != slot.dst) std::memcpy(slot.dst, slot.target, slot.length);
   const ChunkMeta& meta = *step->metas[chunk];
   if (config_.verify_checksums && Checksum(slot.dst, slot.length) != meta.segment_checksums[blk.segment]) {
     ++tier.checksum_failures;
@@ -752,6 +768,8 @@ void Engine::CompleteStep(Step* step) {
 
 bool Engine::WritesAllowed() const {
   if (config_.writes == WritePolicy::kImmediate || router_.empty()) return true;
+  // Pressure: staging above its high-water mark, or a producer blocked on staging space.
+  if (draining_ || space_waiters_ > 0) return true;
   return staged_bytes_seen_ > config_.staging_high_water * config_.staging_limit_bytes;
 }
 
@@ -815,6 +833,12 @@ void Engine::ScheduleWrites(int t) {
 
 bool Engine::StartReplica(WriteJob* job, int t) {
   auto& r = job->replicas[t];
+  absl::StatusOr<FileHandle> temp = tiers_[t]->device->CreateTemp(job->stem);
+  if (!temp.ok()) {
+    ++tiers_[t]->write_errors;
+    FinishReplica(job, t, temp.status());
+    return false;
+  }
   std::vector<Victim> victims;
   bool room;
   {
@@ -825,18 +849,9 @@ bool Engine::StartReplica(WriteJob* job, int t) {
   }
   RemoveFiles(victims);
   if (!room) {
+    tiers_[t]->device->AbortTemp(*temp);
     FinishReplica(job, t, absl::ResourceExhaustedError(absl::StrCat(
                               "tier ", tiers_[t]->name, " cannot make room for ", job->image_size, " bytes")));
-    return false;
-  }
-  absl::StatusOr<FileHandle> temp = tiers_[t]->device->CreateTemp(job->stem);
-  if (!temp.ok()) {
-    ++tiers_[t]->write_errors;
-    {
-      std::lock_guard lock(mu_);
-      index_->Release(t, job->image_size);
-    }
-    FinishReplica(job, t, temp.status());
     return false;
   }
   r.temp = *temp;
@@ -876,6 +891,20 @@ void Engine::HandleWrite(int t, uint32_t index, int32_t result) {
     tier.device->Queue({MakeTag(true, t, sync_index), IoKind::kSync, r.temp, 0, 0, nullptr});
     r.state = WriteJob::State::kSyncing;
     ++r.in_flight;
+    return;
+  }
+  bool superseded;
+  {
+    // Writes of one key may complete out of order: never rename an older version over a newer.
+    std::lock_guard lock(mu_);
+    const IndexEntry* e = index_->Find(job->meta->key);
+    superseded = e != nullptr && e->meta->created_unix_ns > job->meta->created_unix_ns &&
+                 e->meta->payload_checksum != job->meta->payload_checksum;
+    if (superseded) index_->Release(t, job->image_size);
+  }
+  if (superseded) {
+    tier.device->AbortTemp(r.temp);
+    FinishReplica(job, t, absl::OkStatus());  // done, not durable: a newer write holds the key
     return;
   }
   absl::Status committed = tier.device->CommitTemp(r.temp, job->stem, config_.fsync == FsyncPolicy::kChunk);

@@ -87,6 +87,7 @@ class Engine {
   std::vector<std::unique_ptr<Tier>> tiers_;
   Router router_;
   std::thread thread_;
+  std::mutex join_mu_;  // serialises Shutdown's join and commands run after the loop exited
 
   // Guards the index, the inbox, staging accounting, stats and step history.
   mutable std::mutex mu_;
@@ -97,6 +98,9 @@ class Engine {
   std::vector<std::function<void()>> inbox_commands_;
   bool stopping_ = false;
   bool loop_exited_ = false;
+  // Deferred writes may run during reads while these are set (read by the loop without mu_).
+  std::atomic<bool> draining_{false};         // Shutdown: write everything staged
+  std::atomic<uint32_t> space_waiters_{0};    // Persist calls blocked on staging space
   uint64_t staged_bytes_ = 0;
   uint64_t staged_chunks_ = 0;
   uint64_t next_job_seq_ = 0;

@@ -150,6 +150,8 @@ void SimDevice::Reap(std::vector<IoCompletion>* out) {
     std::vector<uint8_t>* file = FileOf(op.file, &stem);
     if (p.fault == SimFault::kError || file == nullptr) {
       result = -EIO;
+    } else if (p.fault == SimFault::kTransient) {
+      result = -ECANCELED;
     } else if ((op.offset % kFileAlignment) != 0 ||
                (op.kind != IoKind::kSync && op.length % kFileAlignment != 0)) {
       result = -EINVAL;  // what O_DIRECT does with misaligned requests

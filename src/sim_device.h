@@ -17,7 +17,9 @@
 
 namespace kvstream {
 
-enum class SimFault { kNone, kError, kCorrupt };
+// kError: -EIO (the copy is bad). kTransient: -EAGAIN-like failure that says nothing about the
+// copy (-ECANCELED). kCorrupt: flips a byte of what a read returns.
+enum class SimFault { kNone, kError, kTransient, kCorrupt };
 
 struct SimOpRecord {
   IoKind kind;
@@ -35,8 +37,7 @@ class SimDevice final : public TierDevice, public SimClock::Source {
   ~SimDevice() override;
 
   void SetBandwidth(double bandwidth_bps);
-  // Decides the fate of each data op (index counts ops of every kind from 0). kError fails it
-  // with -EIO; kCorrupt flips a byte of what a read returns.
+  // Decides the fate of each data op (index counts ops of every kind from 0).
   void SetFaultHook(std::function<SimFault(const IoOp&, const std::string& stem, uint64_t index)> hook);
   std::vector<SimOpRecord> ops() const;
   void ClearOps();

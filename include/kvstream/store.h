@@ -2,7 +2,9 @@
 // (M1, M4) and the write stager (M2, M3), all driven by one I/O completion thread.
 //
 // Thread safety: every method may be called from any thread. Callbacks run on the store's I/O
-// thread; they must be quick and must not call Retrieve, Persist, Flush or the destructor.
+// thread; they must be quick and must not call Retrieve, Persist, Flush, Evict, RegisterMemory,
+// UnregisterMemory or the destructor (those wait for the I/O thread). RetrieveAsync, TryPersist,
+// Lookup, PrefixHits and Stats are safe in callbacks.
 #pragma once
 
 #include <cstdint>

@@ -17,7 +17,9 @@ inline constexpr size_t kMaxTiers = 32;
 
 // One chunk to read. The store writes the payload to dst[0, size) where size is the chunk's
 // stored size; dst_capacity must be at least that. Reads go straight into dst by O_DIRECT when
-// dst is aligned to the tier's memory alignment; otherwise through a bounce buffer.
+// dst is aligned to the tier's memory alignment; otherwise through a bounce buffer. When
+// dst_capacity allows, the last block is read whole, so bytes in [size, align_up(size, 4096))
+// may be overwritten (with the file's zero padding).
 struct ChunkRead {
   std::string key;
   void* dst = nullptr;
@@ -32,7 +34,7 @@ struct ChunkResult {
 };
 
 // Called once per chunk, on the store's I/O thread, as soon as that chunk is complete.
-// It must be quick and must not call back into the store's blocking methods.
+// It must be quick and must not call the store's blocking methods (see store.h).
 using ChunkCallback = std::function<void(const ChunkResult&)>;
 
 struct TierStepStats {
@@ -62,8 +64,10 @@ struct StepRecord {
 };
 
 struct PersistResult {
-  absl::Status status;     // OK when at least one replica is durable
-  uint32_t tier_mask = 0;  // tiers whose replica is durable
+  // OK when at least one replica is durable, or when a newer write of the same key completed
+  // first (then tier_mask is 0: the newer version holds the key).
+  absl::Status status;
+  uint32_t tier_mask = 0;  // tiers whose replica of this write is durable
 };
 using PersistCallback = std::function<void(const std::string& key, const PersistResult&)>;
 

@@ -63,6 +63,14 @@ TEST_CASE("any flipped header bit is detected") {
   }
 }
 
+TEST_CASE("a header claiming an empty payload is rejected") {
+  const uint8_t byte = 0;
+  const ChunkMeta meta = DescribeChunk("key", &byte, 0, 4096, 0);
+  std::vector<uint8_t> image(meta.file_size());
+  EncodeChunkFile(meta, &byte, image.data());
+  CHECK(absl::IsDataLoss(DecodeChunkHeader(image.data(), image.size()).status()));
+}
+
 TEST_CASE("segment checksums catch payload corruption") {
   const auto payload = Payload(5 * 4096, 4);
   const ChunkMeta meta = DescribeChunk("key", payload.data(), payload.size(), 4096, 0);

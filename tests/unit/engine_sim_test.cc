@@ -345,3 +345,55 @@ TEST_CASE("calls after shutdown fail cleanly instead of hanging") {
 
 }  // namespace
 }  // namespace kvstream::testing
+
+namespace kvstream::testing {
+namespace {
+
+// A file as an older configuration would have written it: one segment of `segment` bytes.
+std::vector<uint8_t> FileImage(const std::string& key, const std::vector<uint8_t>& payload, uint32_t segment) {
+  ChunkMeta meta = DescribeChunk(key, payload.data(), payload.size(), segment, 1);
+  std::vector<uint8_t> image(meta.file_size());
+  EncodeChunkFile(meta, payload.data(), image.data());
+  return image;
+}
+
+TEST_CASE("a failed oversized bounce read does not leak into the next read of its slot") {
+  // One segment of about 4 MiB, larger than the 1 MiB bounce buffer; its padded read does not fit
+  // the exact-size destination, so it goes through an oversized bounce buffer.
+  const auto big = Payload(4 * kBlock - 100, 1);
+  const auto small = Payload(100, 2);         // read through the regular bounce buffer
+  StoreConfig c;
+  c.tiers.push_back({"t0", "/sim/t0", 1ull << 30, /*queue_depth=*/1});
+  SimRig rig({300 * MBps}, c, 0, [&](std::vector<SimDevice*>& d) {
+    d[0]->files()[FileStem("big")] = FileImage("big", big, 4 * kBlock);
+    d[0]->files()[FileStem("small")] = FileImage("small", small, kBlock);
+  });
+  rig.devices[0]->SetFaultHook([](const IoOp&, const std::string& stem, uint64_t) {
+    return stem == FileStem("big") ? SimFault::kError : SimFault::kNone;
+  });
+  std::vector<uint8_t> out_big(big.size() + 1), out_small(small.size());
+  std::vector<ChunkResult> results;
+  rig.engine->Retrieve({{"big", out_big.data(), big.size()}}, &results, nullptr);
+  CHECK(absl::IsDataLoss(results[0].status));
+  rig.engine->Retrieve({{"small", out_small.data(), out_small.size()}}, &results, nullptr);
+  REQUIRE(results[0].status.ok());
+  CHECK((out_small == small));
+  CHECK(rig.engine->Lookup({"small"})[0].present);
+}
+
+TEST_CASE("a transient read error fails over without dropping the replica") {
+  SimRig rig({300 * MBps, 100 * MBps});
+  auto data = rig.Populate("k", 8, 2 * kBlock);
+  rig.devices[1]->SetFaultHook([](const IoOp& op, const std::string&, uint64_t) {
+    return op.kind == IoKind::kRead ? SimFault::kTransient : SimFault::kNone;
+  });
+  auto batch = SimRig::MakeBatch("k", 8, 2 * kBlock);
+  std::vector<ChunkResult> results;
+  rig.engine->Retrieve(batch.reads, &results, nullptr);
+  RequireIntact(batch, data, results);
+  CHECK(rig.engine->Stats().tiers[1].read_errors > 0);
+  for (const LookupResult& l : rig.engine->Lookup({"k0", "k7"})) CHECK(l.tier_mask == 3u);
+}
+
+}  // namespace
+}  // namespace kvstream::testing

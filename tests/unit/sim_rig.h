@@ -2,6 +2,7 @@
 // write-scheduler tests.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,7 +22,9 @@ struct SimRig {
   std::unique_ptr<Engine> engine;
 
   // One tier per bandwidth (bytes/s). `tweak` adjusts the config before it is validated.
-  explicit SimRig(const std::vector<double>& bandwidths, StoreConfig config = {}, int64_t latency_ns = 0) {
+  // `prefill` may put files on the devices before the engine scans them.
+  explicit SimRig(const std::vector<double>& bandwidths, StoreConfig config = {}, int64_t latency_ns = 0,
+                  const std::function<void(std::vector<SimDevice*>&)>& prefill = nullptr) {
     config.block_size = kBlock;
     if (config.tiers.empty()) {
       for (size_t i = 0; i < bandwidths.size(); ++i) {
@@ -41,6 +44,7 @@ struct SimRig {
       devices.push_back(d.get());
       devs.push_back(std::move(d));
     }
+    if (prefill) prefill(devices);
     auto e = Engine::Create(*valid, std::move(devs), clock);
     if (!e.ok()) throw std::runtime_error(std::string(e.status().message()));
     engine = *std::move(e);
