@@ -4,7 +4,12 @@
 // aggregate-bandwidth bound, side by side.
 #include <CLI/CLI.hpp>
 
+#include <unistd.h>
+
+#include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <thread>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -108,6 +113,8 @@ int Main(int argc, char** argv) {
                  "(= fastest+serial, LMCache-like); only:<i> (tier i alone)")->capture_default_str();
   app.add_option("--json", json_path, "also write the results as JSON to this file");
   bool register_buffers = false;
+  int settle_seconds = 3;
+  app.add_option("--settle", settle_seconds, "seconds to wait after populating, before timing")->capture_default_str();
   app.add_flag("--register", register_buffers, "register the destination buffers for fixed-buffer reads");
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::warn);
@@ -176,6 +183,9 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "populated %d chunks of %llu bytes (%d already present)\n", written,
                  static_cast<unsigned long long>(*chunk_size), total_chunks - written);
   }
+  // Let the population's writes drain below the tiers before anything is timed.
+  sync();
+  std::this_thread::sleep_for(std::chrono::seconds(settle_seconds));
 
   // One page-aligned destination area, as a session arena would be: reads go straight in by O_DIRECT.
   const size_t slot = (*chunk_size + 4095) / 4096 * 4096;
