@@ -5,7 +5,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake pkg-config
   liburing-dev libabsl-dev libspdlog-dev libfmt-dev libxxhash-dev
-  catch2 libyaml-cpp-dev libcli11-dev
+  catch2 libyaml-cpp-dev libcli11-dev nlohmann-json3-dev gnuplot-nox
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

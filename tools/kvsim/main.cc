@@ -1,0 +1,234 @@
+// kvsim: trace-driven simulator of a serving node reading prefix KV through KVStream.
+#include <CLI/CLI.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "kvstream/config.h"
+#include "model.h"
+#include "reuse.h"
+#include "serving.h"
+#include "trace.h"
+
+namespace kvsim {
+namespace {
+
+std::vector<double> ParseList(const std::string& text) {
+  std::vector<double> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) out.push_back(std::stod(item));
+  return out;
+}
+
+// Bandwidths: constant, a periodic swing of the last tier, or replayed per step from a file of
+// whitespace-separated bytes/s per tier (one line per step, cycling).
+absl::StatusOr<BandwidthSchedule> MakeSchedule(const std::vector<double>& base, const std::string& schedule) {
+  if (schedule.empty() || schedule == "constant") {
+    return BandwidthSchedule([base](uint64_t, double) { return base; });
+  }
+  if (schedule.rfind("periodic:", 0) == 0) {
+    // periodic:<period_s>:<amplitude> scales the last tier by 1 + a*sin(2*pi*t/period).
+    const auto parts = ParseList(schedule.substr(9) == "" ? "0" : [&] {
+      std::string s = schedule.substr(9);
+      std::replace(s.begin(), s.end(), ':', ',');
+      return s;
+    }());
+    if (parts.size() != 2 || parts[0] <= 0 || parts[1] < 0 || parts[1] >= 1) {
+      return absl::InvalidArgumentError("periodic schedule is periodic:<period_s>:<amplitude in [0,1)>");
+    }
+    const double period = parts[0], amp = parts[1];
+    return BandwidthSchedule([base, period, amp](uint64_t, double now) {
+      std::vector<double> b = base;
+      b.back() *= 1 + amp * std::sin(2 * M_PI * now / period);
+      return b;
+    });
+  }
+  if (schedule.rfind("replay:", 0) == 0) {
+    std::ifstream in(schedule.substr(7));
+    if (!in) return absl::NotFoundError("cannot open " + schedule.substr(7));
+    std::vector<std::vector<double>> rows;
+    std::string line;
+    while (std::getline(in, line)) {
+      std::stringstream ss(line);
+      std::vector<double> row;
+      double v;
+      while (ss >> v) row.push_back(v);
+      if (row.empty()) continue;
+      if (row.size() != base.size()) return absl::InvalidArgumentError("replay rows need one bandwidth per tier");
+      rows.push_back(row);
+    }
+    if (rows.empty()) return absl::InvalidArgumentError("replay file is empty");
+    return BandwidthSchedule([rows](uint64_t step, double) { return rows[step % rows.size()]; });
+  }
+  return absl::InvalidArgumentError("schedule is constant, periodic:<period_s>:<amplitude> or replay:<file>");
+}
+
+nlohmann::json ToJson(const PolicyResult& r, const NodeConfig& node) {
+  nlohmann::json slo = nlohmann::json::object();
+  for (size_t i = 0; i < node.slo_s.size(); ++i) slo[std::to_string(node.slo_s[i])] = r.slo_attainment[i];
+  return {{"policy", r.policy}, {"requests", r.requests}, {"steps", r.steps}, {"makespan_s", r.makespan_s},
+          {"throughput_rps", r.throughput_rps}, {"throughput_tokens_per_s", r.throughput_tokens_per_s},
+          {"ttft_mean_s", r.ttft_mean}, {"ttft_p50_s", r.ttft_p50}, {"ttft_p90_s", r.ttft_p90},
+          {"ttft_p99_s", r.ttft_p99}, {"slo_attainment", slo}, {"retrieval_s", r.retrieval_s},
+          {"bound_s", r.bound_s}, {"gap", r.gap}, {"forward_s", r.forward_s}, {"write_stall_s", r.write_stall_s},
+          {"bytes_read_per_tier", r.bytes_read}, {"bytes_written_per_tier", r.bytes_written},
+          {"memory_hit_blocks", r.memory_hit_blocks}, {"storage_hit_blocks", r.storage_hit_blocks},
+          {"computed_blocks", r.computed_blocks}};
+}
+
+void Plot(const std::string& dir, const std::vector<PolicyResult>& results, const std::vector<std::pair<double, double>>& gap_vs_g) {
+  // TTFT CDF per policy and gap vs static share, rendered by gnuplot (Debian's gnuplot-nox).
+  std::ofstream cdf(dir + "/ttft_cdf.dat");
+  for (size_t p = 0; p < results.size(); ++p) {
+    std::vector<double> t = results[p].ttft;
+    std::sort(t.begin(), t.end());
+    cdf << "# " << results[p].policy << "\n";
+    for (size_t i = 0; i < t.size(); i += std::max<size_t>(1, t.size() / 500)) cdf << t[i] << " " << (i + 1.0) / t.size() << "\n";
+    cdf << "\n\n";
+  }
+  std::ofstream g(dir + "/gap_vs_g.dat");
+  for (auto [share, gap] : gap_vs_g) g << share << " " << 100 * gap << "\n";
+  std::ofstream gp(dir + "/plots.gp");
+  gp << "set terminal png size 900,600\nset output '" << dir << "/ttft_cdf.png'\nset logscale x\n"
+     << "set xlabel 'TTFT (s)'\nset ylabel 'fraction of requests'\nset key bottom right\nplot ";
+  for (size_t p = 0; p < results.size(); ++p) {
+    gp << (p ? ", " : "") << "'" << dir << "/ttft_cdf.dat' index " << p << " with lines lw 2 title '" << results[p].policy << "'";
+  }
+  gp << "\nunset logscale x\nset output '" << dir << "/gap_vs_g.png'\nset xlabel 'static share g on tier 0'\n"
+     << "set ylabel 'retrieval gap to the bound (%)'\nplot '" << dir << "/gap_vs_g.dat' with linespoints lw 2 title 'static:g'\n";
+  gp.close();
+  const std::string cmd = "gnuplot '" + dir + "/plots.gp'";
+  if (std::system(cmd.c_str()) != 0) std::cerr << "kvsim: gnuplot failed; data and script are in " << dir << "\n";
+}
+
+int Main(int argc, char** argv) {
+  CLI::App app{"kvsim: trace-driven simulator of a serving node whose prefix KV beyond GPU+host memory "
+               "comes back from storage tiers; prints per-policy throughput, TTFT and retrieval gap"};
+  std::string trace_path, profile_name = "32B", bw_text = "12e9,6e9", schedule, order_text = "recorded";
+  std::string policies_text = "recompute,serial,fastest,static:0.5,static:0.75,completion", json_path, plot_dir;
+  std::string memory_text = "64GiB", slo_text = "1,2,5";
+  double rate = 1;
+  uint64_t seed = 1;
+  NodeConfig node;
+  app.add_option("--trace", trace_path, "request trace (JSON lines: timestamp ms, input_length, output_length, hash_ids)")
+      ->required()->check(CLI::ExistingFile);
+  app.add_option("--model", profile_name, "model profile: 14B | 32B | 70B | 110B (KV bytes/token, forward time)")->capture_default_str();
+  app.add_option("--memory", memory_text, "GPU + host KV capacity in front of storage (e.g. 64GiB)")->capture_default_str();
+  app.add_option("--bw", bw_text, "read bandwidth per tier in bytes/s, comma-separated (tier 0 first; default: 4 NVMe drives and a PFS link)")->capture_default_str();
+  app.add_option("--schedule", schedule, "bandwidth over time: constant | periodic:<period_s>:<amplitude> (last tier) | replay:<file>");
+  app.add_option("--rate", rate, "arrival-rate scale (2 = twice as fast)")->capture_default_str();
+  app.add_option("--order", order_text, "arrival order: recorded | round-robin | random (sessions interleaved)")->capture_default_str();
+  app.add_option("--seed", seed, "seed for --order random")->capture_default_str();
+  app.add_option("--policies", policies_text, "comma-separated: recompute, serial, fastest, static:<g>, completion")->capture_default_str();
+  app.add_option("--token-budget", node.token_budget, "tokens per step")->capture_default_str();
+  app.add_option("--max-running", node.max_running, "requests admitted at once")->capture_default_str();
+  app.add_option("--queue-depth", node.queue_depth, "blocks in flight per tier (completion)")->capture_default_str();
+  app.add_option("--slo", slo_text, "TTFT deadlines in seconds, comma-separated")->capture_default_str();
+  app.add_option("--json", json_path, "write the full results as JSON here");
+  app.add_option("--plot-dir", plot_dir, "write TTFT CDF and gap-vs-g PNG plots (gnuplot) into this directory");
+  CLI11_PARSE(app, argc, argv);
+
+  auto profile = FindProfile(profile_name);
+  auto memory = kvstream::ParseBytes(memory_text);
+  auto order = ParseArrivalOrder(order_text);
+  if (!profile.ok() || !memory.ok() || !order.ok()) {
+    std::cerr << "kvsim: " << (!profile.ok() ? profile.status() : !memory.ok() ? memory.status() : order.status()).message() << "\n";
+    return 2;
+  }
+  std::vector<double> bw;
+  try {
+    bw = ParseList(bw_text);
+    node.slo_s = ParseList(slo_text);
+  } catch (const std::exception&) {
+    std::cerr << "kvsim: --bw and --slo take comma-separated numbers\n";
+    return 2;
+  }
+  if (bw.empty() || std::any_of(bw.begin(), bw.end(), [](double b) { return !(b > 0); }) || rate <= 0) {
+    std::cerr << "kvsim: bandwidths and --rate must be positive\n";
+    return 2;
+  }
+  std::vector<Policy> policies;
+  std::stringstream ps(policies_text);
+  for (std::string p; std::getline(ps, p, ',');) {
+    auto policy = ParsePolicy(p);
+    if (!policy.ok() || (policy->kind == PolicyKind::kStatic && bw.size() != 2)) {
+      std::cerr << "kvsim: " << (policy.ok() ? "static:<g> needs exactly two tiers" : std::string(policy.status().message())) << "\n";
+      return 2;
+    }
+    policies.push_back(*policy);
+  }
+  auto sched = MakeSchedule(bw, schedule);
+  if (!sched.ok()) {
+    std::cerr << "kvsim: " << sched.status().message() << "\n";
+    return 2;
+  }
+  auto loaded = LoadTrace(trace_path);
+  if (!loaded.ok()) {
+    std::cerr << "kvsim: " << loaded.status().message() << "\n";
+    return 2;
+  }
+  node.profile = *profile;
+  node.memory_bytes = static_cast<double>(*memory);
+  node.bandwidth = *sched;
+  const std::vector<Request> trace = Arrange(*std::move(loaded), rate, *order, seed);
+
+  // Storage demand from reuse distances (DESIGN.md section 1), in trace blocks.
+  std::vector<uint64_t> accesses;
+  for (const Request& r : trace) accesses.insert(accesses.end(), r.blocks.begin(), r.blocks.end());
+  const double block_kv = kTraceBlockTokens * node.profile.kv_bytes_per_token;
+  const Demand demand = StorageDemand(ReuseDistances(accesses), static_cast<uint64_t>(node.memory_bytes / block_kv));
+
+  std::vector<PolicyResult> results;
+  for (const Policy& p : policies) results.push_back(Simulate(trace, node, p));
+
+  // Gap of static:g over the bound across g, on the completion policy's per-step demands.
+  std::vector<std::pair<double, double>> gap_vs_g;
+  if (bw.size() == 2) {
+    for (int i = 0; i <= 20; ++i) {
+      const double g = i / 20.0;
+      gap_vs_g.emplace_back(g, Simulate(trace, node, Policy{PolicyKind::kStatic, g}).gap);
+    }
+  }
+
+  std::printf("kvsim: %zu requests, model %s (%.0f KB/token, TP %u), memory %s, tiers %s B/s, rate x%g, order %s\n",
+              trace.size(), profile_name.c_str(), node.profile.kv_bytes_per_token / 1e3, node.profile.tp,
+              memory_text.c_str(), bw_text.c_str(), rate, order_text.c_str());
+  std::printf("demand: V = %.1f GB reused, Pr[d > M] = %.3f, D = %.1f GB from storage\n\n",
+              demand.reuses * block_kv / 1e9, demand.fraction(), demand.beyond * block_kv / 1e9);
+  std::printf("%-12s %9s %9s %9s %9s %9s %8s %10s %9s %9s", "policy", "req/s", "ttft_mean", "ttft_p50", "ttft_p90",
+              "ttft_p99", "gap", "retrieve_s", "wstall_s", "slo@");
+  std::printf("%gs\n", node.slo_s.empty() ? 0 : node.slo_s.front());
+  for (const PolicyResult& r : results) {
+    std::printf("%-12s %9.3f %9.3f %9.3f %9.3f %9.3f %+7.1f%% %10.1f %9.1f %8.1f%%\n", r.policy.c_str(), r.throughput_rps,
+                r.ttft_mean, r.ttft_p50, r.ttft_p90, r.ttft_p99, 100 * r.gap, r.retrieval_s, r.write_stall_s,
+                r.slo_attainment.empty() ? 0 : 100 * r.slo_attainment.front());
+  }
+  if (!json_path.empty()) {
+    nlohmann::json j;
+    j["trace"] = trace_path;
+    j["model"] = profile_name;
+    j["memory_bytes"] = node.memory_bytes;
+    j["bandwidth_bps"] = bw;
+    j["rate"] = rate;
+    j["order"] = order_text;
+    j["demand"] = {{"reused_bytes", demand.reuses * block_kv}, {"fraction_beyond_memory", demand.fraction()},
+                   {"storage_bytes", demand.beyond * block_kv}};
+    for (const PolicyResult& r : results) j["policies"].push_back(ToJson(r, node));
+    for (auto [g, gap] : gap_vs_g) j["gap_vs_static_g"].push_back({{"g", g}, {"gap", gap}});
+    std::ofstream(json_path) << j.dump(2) << "\n";
+  }
+  if (!plot_dir.empty()) Plot(plot_dir, results, gap_vs_g);
+  return 0;
+}
+
+}  // namespace
+}  // namespace kvsim
+
+int main(int argc, char** argv) { return kvsim::Main(argc, argv); }

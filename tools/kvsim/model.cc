@@ -1,0 +1,84 @@
+#include "model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <queue>
+
+namespace kvsim {
+
+double BoundTime(double bytes, const std::vector<double>& b, const std::vector<double>& delay) {
+  if (bytes <= 0) return 0;
+  std::vector<std::pair<double, double>> tiers;  // (delay, bandwidth)
+  for (size_t k = 0; k < b.size(); ++k) {
+    if (b[k] > 0) tiers.emplace_back(k < delay.size() ? delay[k] : 0.0, b[k]);
+  }
+  if (tiers.empty()) return INFINITY;
+  std::sort(tiers.begin(), tiers.end());
+  // Add tiers in order of their start; the answer lies in the interval where the sum suffices.
+  double rate = 0, weighted = 0;  // sum b_k, sum b_k * delay_k of the tiers started so far
+  for (size_t i = 0; i < tiers.size(); ++i) {
+    rate += tiers[i].second;
+    weighted += tiers[i].second * tiers[i].first;
+    const double t = (bytes + weighted) / rate;
+    if (i + 1 == tiers.size() || t <= tiers[i + 1].first) return t;
+  }
+  return INFINITY;
+}
+
+double StaticTime(double bytes, double g, double b0, double b1, double delay0, double delay1) {
+  const double t0 = g > 0 ? delay0 + g * bytes / b0 : 0;
+  const double t1 = g < 1 ? delay1 + (1 - g) * bytes / b1 : 0;
+  return std::max(t0, t1);
+}
+
+double StaticPenalty(double g, double b0, double b1) {
+  const double phi = b0 / (b0 + b1);
+  return std::max(g / phi, (1 - g) / (1 - phi)) - 1;
+}
+
+double CompletionTime(double bytes, double block, uint32_t depth, const std::vector<double>& b,
+                      const std::vector<double>& delay, std::vector<double>* tier_bytes) {
+  const size_t k_tiers = b.size();
+  if (tier_bytes) tier_bytes->assign(k_tiers, 0);
+  if (bytes <= 0) return 0;
+  const uint64_t blocks = static_cast<uint64_t>(std::ceil(bytes / block));
+  const double last = bytes - (blocks - 1) * block;  // the last block may be short
+  uint64_t next = 0;                                 // next unclaimed block
+  // Per tier: a FIFO of claimed blocks' sizes; the head is being transferred.
+  struct Tier {
+    std::queue<double> claimed;
+    double free_at = 0;  // when the head transfer ends
+  };
+  std::vector<Tier> tiers(k_tiers);
+  using Event = std::pair<double, size_t>;  // (time, tier)
+  std::priority_queue<Event, std::vector<Event>, std::greater<>> events;
+  auto claim = [&](size_t k) {
+    const double size = next + 1 == blocks ? last : block;
+    ++next;
+    tiers[k].claimed.push(size);
+    if (tier_bytes) (*tier_bytes)[k] += size;
+  };
+  for (size_t k = 0; k < k_tiers; ++k) {
+    if (b[k] <= 0) continue;
+    for (uint32_t i = 0; i < depth && next < blocks; ++i) claim(k);
+    if (!tiers[k].claimed.empty()) {
+      tiers[k].free_at = (k < delay.size() ? delay[k] : 0) + tiers[k].claimed.front() / b[k];
+      events.emplace(tiers[k].free_at, k);
+    }
+  }
+  double end = 0;
+  while (!events.empty()) {
+    auto [t, k] = events.top();
+    events.pop();
+    end = std::max(end, t);
+    tiers[k].claimed.pop();
+    if (next < blocks) claim(k);
+    if (!tiers[k].claimed.empty()) {
+      tiers[k].free_at = t + tiers[k].claimed.front() / b[k];
+      events.emplace(tiers[k].free_at, k);
+    }
+  }
+  return end;
+}
+
+}  // namespace kvsim

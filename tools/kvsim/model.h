@@ -1,0 +1,34 @@
+// The performance model of DESIGN.md sections 1-2: retrieval time of a step under each policy,
+// given per-tier bandwidths and the time each tier is still busy with earlier writes.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace kvsim {
+
+// Aggregate-bandwidth bound: the earliest T with sum_k b_k * max(0, T - delay_k) = D.
+// With no delays this is D / sum_k b_k.
+double BoundTime(double bytes, const std::vector<double>& bandwidth, const std::vector<double>& delay = {});
+
+// Static split: share g of the step's bytes on tier 0, the rest on tier 1.
+double StaticTime(double bytes, double g, double b0, double b1, double delay0 = 0, double delay1 = 0);
+
+// Penalty of a static split over the bound: max(g/phi, (1-g)/(1-phi)) - 1, phi = b0/(b0+b1).
+double StaticPenalty(double g, double b0, double b1);
+
+// Completion-driven routing at block granularity: every tier keeps `depth` blocks in flight and
+// claims the next unread block whenever one completes; a tier serves its blocks one after another
+// at its bandwidth (so the tail is what is in flight when the pool runs dry). Fills bytes per tier.
+double CompletionTime(double bytes, double block, uint32_t depth, const std::vector<double>& bandwidth,
+                      const std::vector<double>& delay = {}, std::vector<double>* tier_bytes = nullptr);
+
+// One tier only, all bytes at its bandwidth.
+inline double FastestTime(double bytes, double b0, double delay0 = 0) { return delay0 + bytes / b0; }
+
+// Serial per request: chunk after chunk from one tier, each read paying `latency` before it.
+inline double SerialTime(double bytes, uint64_t chunks, double latency, double b0, double delay0 = 0) {
+  return delay0 + chunks * latency + bytes / b0;
+}
+
+}  // namespace kvsim

@@ -1,0 +1,276 @@
+#include "serving.h"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <list>
+#include <numeric>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "absl/strings/numbers.h"
+#include "model.h"
+
+namespace kvsim {
+namespace {
+
+// Forward-time assumptions per model (TP 8 on a node of H100-class GPUs); a profile is a model of
+// the engine, to be replaced by measured values where they exist.
+const std::vector<ModelProfile>& Profiles() {
+  static const std::vector<ModelProfile> profiles = {
+      {"14B", 160e3, 8, 0.012, 12e-6, 40e-6},
+      {"32B", 256e3, 8, 0.018, 25e-6, 60e-6},
+      {"70B", 320e3, 8, 0.025, 50e-6, 90e-6},
+      {"110B", 320e3, 8, 0.032, 80e-6, 120e-6},
+  };
+  return profiles;
+}
+
+// An LRU set of block ids with a capacity in blocks.
+class Lru {
+ public:
+  explicit Lru(uint64_t capacity) : capacity_(capacity) {}
+  bool Contains(uint64_t id) const { return pos_.count(id) != 0; }
+  void Touch(uint64_t id) {
+    if (capacity_ == 0) return;
+    auto it = pos_.find(id);
+    if (it != pos_.end()) {
+      order_.splice(order_.end(), order_, it->second);
+      return;
+    }
+    order_.push_back(id);
+    pos_[id] = std::prev(order_.end());
+    if (order_.size() > capacity_) {
+      pos_.erase(order_.front());
+      order_.pop_front();
+    }
+  }
+
+ private:
+  uint64_t capacity_;
+  std::list<uint64_t> order_;
+  std::unordered_map<uint64_t, std::list<uint64_t>::iterator> pos_;
+};
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t i = static_cast<size_t>(std::min<double>(v.size() - 1, std::floor(p * (v.size() - 1) + 0.5)));
+  return v[i];
+}
+
+struct Active {
+  size_t request;
+  uint32_t prefill_left;  // tokens still to compute
+  double read_bytes;      // storage bytes to retrieve before its first prefill chunk
+  uint64_t read_chunks;
+  uint32_t new_blocks;    // blocks whose KV it computes (written to storage)
+  bool retrieved = false;
+};
+
+}  // namespace
+
+absl::StatusOr<ModelProfile> FindProfile(const std::string& name) {
+  for (const ModelProfile& p : Profiles()) {
+    if (p.name == name) return p;
+  }
+  return absl::NotFoundError("no model profile '" + name + "' (have 14B, 32B, 70B, 110B)");
+}
+
+std::vector<std::string> ProfileNames() {
+  std::vector<std::string> names;
+  for (const ModelProfile& p : Profiles()) names.push_back(p.name);
+  return names;
+}
+
+std::string Policy::label() const {
+  switch (kind) {
+    case PolicyKind::kRecompute: return "recompute";
+    case PolicyKind::kSerial: return "serial";
+    case PolicyKind::kFastest: return "fastest";
+    case PolicyKind::kCompletion: return "completion";
+    case PolicyKind::kStatic: {
+      char buf[32];
+      std::snprintf(buf, sizeof(buf), "static:%g", g);
+      return buf;
+    }
+  }
+  return "?";
+}
+
+absl::StatusOr<Policy> ParsePolicy(const std::string& text) {
+  if (text == "recompute") return Policy{PolicyKind::kRecompute};
+  if (text == "serial") return Policy{PolicyKind::kSerial};
+  if (text == "fastest") return Policy{PolicyKind::kFastest};
+  if (text == "completion") return Policy{PolicyKind::kCompletion};
+  double g;
+  if (text.rfind("static:", 0) == 0 && absl::SimpleAtod(text.substr(7), &g) && g >= 0 && g <= 1) {
+    return Policy{PolicyKind::kStatic, g};
+  }
+  return absl::InvalidArgumentError("policy '" + text + "' is not one of recompute, serial, fastest, static:<g>, completion");
+}
+
+PolicyResult Simulate(const std::vector<Request>& trace, const NodeConfig& node, const Policy& policy) {
+  const double block_kv = kTraceBlockTokens * node.profile.kv_bytes_per_token;
+  const bool uses_storage = policy.kind != PolicyKind::kRecompute;
+  const bool single_tier = policy.kind == PolicyKind::kSerial || policy.kind == PolicyKind::kFastest;
+  const size_t tiers = node.bandwidth(0, 0).size();
+  PolicyResult out;
+  out.policy = policy.label();
+  out.bytes_read.assign(tiers, 0);
+  out.bytes_written.assign(tiers, 0);
+  out.ttft.assign(trace.size(), 0);
+  Lru memory(static_cast<uint64_t>(node.memory_bytes / block_kv));
+  std::unordered_set<uint64_t> stored;  // blocks durable on storage
+  std::vector<double> backlog(tiers, 0);  // deferred write bytes still queued per tier
+
+  std::deque<Active> prefilling;
+  struct Decoding { size_t request; uint32_t left; };
+  std::vector<Decoding> decoding;
+  size_t next = 0;
+  double now = 0;
+  uint64_t step = 0;
+  while (next < trace.size() || !prefilling.empty() || !decoding.empty()) {
+    if (prefilling.empty() && decoding.empty() && trace[next].arrival_s > now) now = trace[next].arrival_s;
+    // Admission in arrival order; the cache state is looked up when a request is admitted.
+    while (next < trace.size() && trace[next].arrival_s <= now &&
+           prefilling.size() + decoding.size() < node.max_running) {
+      const Request& r = trace[next];
+      Active a{next, 0, 0, 0, 0};
+      uint32_t cached_blocks = 0;
+      for (uint64_t id : r.blocks) {
+        if (memory.Contains(id)) {
+          ++out.memory_hit_blocks;
+        } else if (uses_storage && stored.count(id)) {
+          ++out.storage_hit_blocks;
+          a.read_bytes += block_kv;
+        } else {
+          break;  // prefix semantics: the rest is computed
+        }
+        ++cached_blocks;
+      }
+      const uint32_t cached_tokens = std::min<uint32_t>(cached_blocks * kTraceBlockTokens, r.input_tokens - 1);
+      a.prefill_left = r.input_tokens - cached_tokens;
+      a.new_blocks = static_cast<uint32_t>(r.blocks.size()) - cached_blocks;
+      out.computed_blocks += a.new_blocks;
+      a.read_chunks = static_cast<uint64_t>(std::ceil(a.read_bytes / (node.chunk_tokens * node.profile.kv_bytes_per_token)));
+      for (uint64_t id : r.blocks) memory.Touch(id);
+      prefilling.push_back(a);
+      ++next;
+    }
+    // Compose the step: every decoding request gets one token, prefills share the rest.
+    uint32_t budget = node.token_budget > decoding.size() ? node.token_budget - static_cast<uint32_t>(decoding.size()) : 0;
+    double read_bytes = 0, write_bytes = 0;
+    uint64_t read_chunks = 0, prefill_tokens = 0;
+    std::vector<size_t> finished_prefill;
+    for (size_t i = 0; i < prefilling.size() && budget > 0; ++i) {
+      Active& a = prefilling[i];
+      if (!a.retrieved) {
+        a.retrieved = true;
+        read_bytes += a.read_bytes;
+        read_chunks += a.read_chunks;
+      }
+      const uint32_t take = std::min(budget, a.prefill_left);
+      a.prefill_left -= take;
+      budget -= take;
+      prefill_tokens += take;
+      if (a.prefill_left == 0) {
+        finished_prefill.push_back(i);
+        write_bytes += a.new_blocks * block_kv;
+      }
+    }
+    // T_ret under the policy. Deferred writes are not issued during reads, but the pieces already
+    // in flight when the step starts (at most write_depth blocks per tier) delay that tier.
+    std::vector<double> bw = node.bandwidth(step, now);
+    std::vector<double> delay(tiers, 0);
+    std::vector<double> in_flight(tiers, 0);
+    for (size_t k = 0; k < tiers; ++k) {
+      in_flight[k] = std::min(backlog[k], node.write_depth * node.block_bytes);
+      delay[k] = bw[k] > 0 ? in_flight[k] / bw[k] : 0;
+    }
+    double t_ret = 0;
+    if (read_bytes > 0) {
+      std::vector<double> tier_bytes(tiers, 0);
+      switch (policy.kind) {
+        case PolicyKind::kRecompute: break;
+        case PolicyKind::kSerial:
+          t_ret = SerialTime(read_bytes, read_chunks, node.chunk_latency_s, bw[0], delay[0]);
+          tier_bytes[0] = read_bytes;
+          break;
+        case PolicyKind::kFastest:
+          t_ret = FastestTime(read_bytes, bw[0], delay[0]);
+          tier_bytes[0] = read_bytes;
+          break;
+        case PolicyKind::kStatic:
+          t_ret = StaticTime(read_bytes, policy.g, bw[0], bw[1], delay[0], delay[1]);
+          tier_bytes[0] = policy.g * read_bytes;
+          tier_bytes[1] = (1 - policy.g) * read_bytes;
+          break;
+        case PolicyKind::kCompletion:
+          t_ret = CompletionTime(read_bytes, node.block_bytes, node.queue_depth, bw, delay, &tier_bytes);
+          break;
+      }
+      for (size_t k = 0; k < tiers; ++k) out.bytes_read[k] += tier_bytes[k];
+      out.retrieval_s += t_ret;
+      out.bound_s += BoundTime(read_bytes, bw);
+      for (size_t k = 0; k < tiers; ++k) backlog[k] -= in_flight[k];  // written before the reads
+    }
+    const double t_fwd = node.profile.step_base_s + prefill_tokens * node.profile.prefill_s_per_token +
+                         decoding.size() * node.profile.decode_s_per_sequence;
+    // Deferred writes (M2, M3): new KV is staged for every tier it is replicated to and written
+    // during the forward pass; what does not fit stays staged for the next idle period, and past the
+    // staging limit the engine waits for it (back-pressure, T_wr).
+    double t_wr = 0;
+    if (uses_storage && write_bytes > 0) {
+      const size_t targets = single_tier ? 1 : tiers;
+      for (size_t k = 0; k < targets; ++k) {
+        backlog[k] += write_bytes;
+        out.bytes_written[k] += write_bytes;
+      }
+    }
+    for (size_t k = 0; k < tiers; ++k) {
+      backlog[k] = std::max(0.0, backlog[k] - bw[k] * t_fwd);
+      if (backlog[k] > node.staging_bytes) {  // staging full: the engine waits for the writes
+        t_wr = std::max(t_wr, (backlog[k] - node.staging_bytes) / bw[k]);
+      }
+    }
+    for (size_t k = 0; k < tiers; ++k) backlog[k] = std::max(0.0, std::min(backlog[k] - bw[k] * t_wr, node.staging_bytes));
+    const double t_step = t_ret + t_fwd + t_wr;
+    now += t_step;
+    out.forward_s += t_fwd;
+    out.write_stall_s += t_wr;
+    ++step;
+    // Blocks computed this step become durable on storage (as the writes drain, in order).
+    for (auto it = finished_prefill.rbegin(); it != finished_prefill.rend(); ++it) {
+      const Active& a = prefilling[*it];
+      const Request& r = trace[a.request];
+      if (uses_storage) {
+        for (uint64_t id : r.blocks) stored.insert(id);
+      }
+      out.ttft[a.request] = now - r.arrival_s;
+      if (r.output_tokens > 1) decoding.push_back({a.request, r.output_tokens - 1});
+      prefilling.erase(prefilling.begin() + static_cast<std::ptrdiff_t>(*it));
+    }
+    for (Decoding& d : decoding) --d.left;
+    std::erase_if(decoding, [](const Decoding& d) { return d.left == 0; });
+  }
+  out.requests = trace.size();
+  out.steps = step;
+  out.makespan_s = now - (trace.empty() ? 0 : trace.front().arrival_s);
+  double tokens = 0;
+  for (const Request& r : trace) tokens += r.input_tokens + r.output_tokens;
+  out.throughput_rps = out.makespan_s > 0 ? trace.size() / out.makespan_s : 0;
+  out.throughput_tokens_per_s = out.makespan_s > 0 ? tokens / out.makespan_s : 0;
+  out.ttft_mean = out.ttft.empty() ? 0 : std::accumulate(out.ttft.begin(), out.ttft.end(), 0.0) / out.ttft.size();
+  out.ttft_p50 = Percentile(out.ttft, 0.5);
+  out.ttft_p90 = Percentile(out.ttft, 0.9);
+  out.ttft_p99 = Percentile(out.ttft, 0.99);
+  for (double slo : node.slo_s) {
+    const double met = std::count_if(out.ttft.begin(), out.ttft.end(), [&](double t) { return t <= slo; });
+    out.slo_attainment.push_back(out.ttft.empty() ? 0 : met / out.ttft.size());
+  }
+  out.gap = out.bound_s > 0 ? out.retrieval_s / out.bound_s - 1 : 0;
+  return out;
+}
+
+}  // namespace kvsim

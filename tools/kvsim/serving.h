@@ -1,0 +1,78 @@
+// A continuous-batching serving node in front of KVStream: requests are admitted in arrival order
+// (never reordered for the cache), each step spends a token budget on decodes and chunked
+// prefills, and a step takes T_ret + T_fwd + T_wr (DESIGN.md section 1).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "trace.h"
+
+namespace kvsim {
+
+struct ModelProfile {
+  std::string name;
+  double kv_bytes_per_token = 0;     // all layers, all KV heads, the whole model (all TP ranks)
+  uint32_t tp = 8;
+  double step_base_s = 0;            // fixed cost of a forward step
+  double prefill_s_per_token = 0;
+  double decode_s_per_sequence = 0;
+};
+// The paper's models (Table 3): 14B, 32B, 70B, 110B with 160, 256, 320, 320 KB per token.
+absl::StatusOr<ModelProfile> FindProfile(const std::string& name);
+std::vector<std::string> ProfileNames();
+
+enum class PolicyKind { kRecompute, kSerial, kFastest, kStatic, kCompletion };
+
+struct Policy {
+  PolicyKind kind = PolicyKind::kCompletion;
+  double g = 0.5;  // kStatic
+  std::string label() const;
+};
+// "recompute" | "serial" | "fastest" | "static:<g>" | "completion"
+absl::StatusOr<Policy> ParsePolicy(const std::string& text);
+
+// Per-step read bandwidth of each tier: step index and start time -> bytes/s per tier.
+using BandwidthSchedule = std::function<std::vector<double>(uint64_t step, double now_s)>;
+
+struct NodeConfig {
+  ModelProfile profile;
+  double memory_bytes = 0;          // GPU + host KV capacity (LRU) in front of storage
+  BandwidthSchedule bandwidth;      // read bandwidth per tier; writes use the same
+  uint32_t token_budget = 8192;     // tokens per step (decodes + prefill chunks)
+  uint32_t max_running = 256;       // requests admitted at once
+  double block_bytes = 1 << 20;     // router block
+  uint32_t queue_depth = 2;         // blocks in flight per tier
+  uint32_t chunk_tokens = 256;      // serial policy: one read per chunk of this many tokens
+  double chunk_latency_s = 200e-6;  // serial policy: per-read latency
+  double staging_bytes = 4.0e9;     // deferred writes beyond this back-pressure the next step
+  uint32_t write_depth = 2;         // write pieces (blocks) in flight per tier when reads start
+  std::vector<double> slo_s = {1, 2, 5};
+};
+
+struct PolicyResult {
+  std::string policy;
+  uint64_t requests = 0;
+  uint64_t steps = 0;
+  double makespan_s = 0;
+  double throughput_rps = 0;
+  double throughput_tokens_per_s = 0;  // prompt + output tokens
+  double ttft_mean = 0, ttft_p50 = 0, ttft_p90 = 0, ttft_p99 = 0;
+  std::vector<double> slo_attainment;  // per deadline in NodeConfig::slo_s
+  double retrieval_s = 0;              // sum of T_ret
+  double bound_s = 0;                  // sum of D_i / sum_k b_k(i)
+  double gap = 0;                      // retrieval_s / bound_s - 1
+  double forward_s = 0;
+  double write_stall_s = 0;            // back-pressure of deferred writes
+  std::vector<double> bytes_read;      // per tier
+  std::vector<double> bytes_written;   // per tier
+  uint64_t memory_hit_blocks = 0, storage_hit_blocks = 0, computed_blocks = 0;
+  std::vector<double> ttft;            // per request, in admission order
+};
+
+PolicyResult Simulate(const std::vector<Request>& trace, const NodeConfig& node, const Policy& policy);
+
+}  // namespace kvsim
