@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "absl/strings/str_split.h"
 #include "kvstream/store.h"
 #include "spdlog/spdlog.h"
@@ -71,27 +73,28 @@ struct Result {
   std::vector<uint64_t> tier_bytes;
 };
 
+// Results as JSON; each policy keeps its step records (the same fields as Store::RecentSteps),
+// which kvsim can replay (--schedule replay:FILE).
 std::string Json(const std::vector<Result>& results, const std::vector<TierConfig>& tiers,
-                 const std::vector<double>& alone_bps) {
-  std::string out = "{\n  \"tiers\": [";
-  for (size_t t = 0; t < tiers.size(); ++t) {
-    out += (t ? ", " : "") + std::string("{\"name\": \"") + tiers[t].name + "\", \"alone_bps\": " +
-           std::to_string(alone_bps[t]) + "}";
-  }
-  out += "],\n  \"policies\": [\n";
-  for (size_t i = 0; i < results.size(); ++i) {
-    const Result& r = results[i];
-    out += "    {\"policy\": \"" + r.policy.label + "\", \"steps\": " + std::to_string(r.steps.size()) +
-           ", \"bytes\": " + std::to_string(r.bytes) + ", \"total_seconds\": " + std::to_string(r.total_seconds) +
-           ", \"bound_seconds\": " + std::to_string(r.bound_seconds) + ", \"step_seconds\": [";
-    for (size_t s = 0; s < r.steps.size(); ++s) {
-      out += (s ? ", " : "") + std::to_string(r.steps[s].wall_seconds);
+                 const std::vector<double>& alone_bps, const nlohmann::json& workload) {
+  nlohmann::json j;
+  j["workload"] = workload;
+  for (size_t t = 0; t < tiers.size(); ++t) j["tiers"].push_back({{"name", tiers[t].name}, {"alone_bps", alone_bps[t]}});
+  for (const Result& r : results) {
+    nlohmann::json p = {{"policy", r.policy.label}, {"bytes", r.bytes}, {"total_seconds", r.total_seconds},
+                        {"bound_seconds", r.bound_seconds}, {"tier_bytes", r.tier_bytes}};
+    for (const StepRecord& s : r.steps) {
+      nlohmann::json step = {{"id", s.id}, {"bytes", s.bytes}, {"wall_seconds", s.wall_seconds},
+                             {"bound_seconds", s.bound_seconds}, {"gap", s.gap}};
+      for (const TierStepStats& t : s.tiers) {
+        step["tiers"].push_back({{"tier", t.tier}, {"blocks", t.blocks}, {"bytes", t.bytes},
+                                 {"busy_seconds", t.busy_seconds}, {"bandwidth_bps", t.bandwidth_bps}});
+      }
+      p["steps"].push_back(step);
     }
-    out += "], \"tier_bytes\": [";
-    for (size_t t = 0; t < r.tier_bytes.size(); ++t) out += (t ? ", " : "") + std::to_string(r.tier_bytes[t]);
-    out += "]}" + std::string(i + 1 < results.size() ? ",\n" : "\n");
+    j["policies"].push_back(p);
   }
-  return out + "  ]\n}\n";
+  return j.dump(2) + "\n";
 }
 
 int Main(int argc, char** argv) {
@@ -256,13 +259,20 @@ int Main(int argc, char** argv) {
   for (const Result& r : results) {
     const double step = r.total_seconds / r.steps.size();
     const double gap = r.bound_seconds > 0 ? r.total_seconds / r.bound_seconds - 1 : 0;
-    std::printf("%-16s %10.4f %10.1f %+8.1f%% %8.2fx", r.policy.label.c_str(), step, r.bytes / r.total_seconds / 1e6,
-                100 * gap, serial_time > 0 ? serial_time / r.total_seconds : 0.0);
+    std::printf("%-16s %10.4f %10.1f %+8.1f%%", r.policy.label.c_str(), step, r.bytes / r.total_seconds / 1e6, 100 * gap);
+    if (serial_time > 0) {
+      std::printf(" %8.2fx", serial_time / r.total_seconds);
+    } else {
+      std::printf(" %9s", "-");
+    }
     for (uint64_t b : r.tier_bytes) std::printf(" %7.1f%%", r.bytes ? 100.0 * b / r.bytes : 0.0);
     std::printf("\n");
   }
   if (!json_path.empty()) {
-    std::ofstream(json_path) << Json(results, base.tiers, alone_bps);
+    const StoreConfig effective = *ValidateConfig(base);
+    const nlohmann::json workload = {{"chunk_bytes", *chunk_size}, {"chunks_per_step", per_step},
+                                     {"block_bytes", base.block_size}, {"queue_depth", effective.tiers[0].queue_depth}};
+    std::ofstream(json_path) << Json(results, base.tiers, alone_bps, workload);
   }
   return 0;
 }

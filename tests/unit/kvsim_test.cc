@@ -114,3 +114,63 @@ TEST_CASE("kvsim: raising the arrival rate raises the TTFT gain of faster retrie
 
 }  // namespace
 }  // namespace kvsim
+
+#include <fstream>
+
+#include "schedule.h"
+#include "test_util.h"
+#include "trace.h"
+
+namespace kvsim {
+namespace {
+
+TEST_CASE("kvsim: bandwidth schedules are constant, periodic or replayed from step records") {
+  auto constant = MakeSchedule({3e9, 1e9}, "constant");
+  REQUIRE(constant.ok());
+  CHECK((*constant)(7, 12.0) == std::vector<double>{3e9, 1e9});
+  auto periodic = MakeSchedule({3e9, 1e9}, "periodic:4:0.5");
+  REQUIRE(periodic.ok());
+  CHECK((*periodic)(0, 1.0)[1] == Approx(1.5e9));  // a quarter period: sin = 1
+  CHECK((*periodic)(0, 1.0)[0] == Approx(3e9));
+  CHECK(!MakeSchedule({3e9, 1e9}, "periodic:4:1.5").ok());
+  CHECK(!MakeSchedule({3e9, 1e9}, "bursty").ok());
+
+  kvstream::testing::TempDir dir;
+  const std::string records = dir.sub("steps.json");
+  std::ofstream(records) << R"({"policies": [{"policy": "fastest", "steps": [{"tiers": [{"bandwidth_bps": 1}, {"bandwidth_bps": 1}]}]},
+    {"policy": "completion", "steps": [{"tiers": [{"bandwidth_bps": 3e8}, {"bandwidth_bps": 1.5e8}]},
+                                       {"tiers": [{"bandwidth_bps": 2e8}, {"bandwidth_bps": 1e8}]}]}]})";
+  auto replay = MakeSchedule({1, 1}, "replay:" + records);
+  REQUIRE(replay.ok());
+  CHECK((*replay)(0, 0) == std::vector<double>{3e8, 1.5e8});
+  CHECK((*replay)(1, 0) == std::vector<double>{2e8, 1e8});
+  CHECK((*replay)(2, 0) == std::vector<double>{3e8, 1.5e8});  // cycles
+  const std::string rows = dir.sub("rows.txt");
+  std::ofstream(rows) << "1e9 2e9\n\n3e9 4e9\n";
+  auto text = LoadReplay(rows, 2);
+  REQUIRE(text.ok());
+  CHECK(text->size() == 2);
+  CHECK(!LoadReplay(rows, 3).ok());  // wrong number of tiers is an error, not a guess
+}
+
+TEST_CASE("kvsim: arrival order and rate rearrange requests but keep the arrival times") {
+  std::vector<Request> t(4);
+  for (int i = 0; i < 4; ++i) {
+    t[i].arrival_s = i;
+    t[i].session = i < 3 ? 1 : 2;  // session 1: requests 0,1,2; session 2: request 3
+    t[i].input_tokens = 100 + i;
+  }
+  auto rr = Arrange(t, 2.0, ArrivalOrder::kSessionsRoundRobin, 1);
+  REQUIRE(rr.size() == 4);
+  CHECK(rr[0].input_tokens == 100);
+  CHECK(rr[1].input_tokens == 103);  // the other session's turn
+  CHECK(rr[2].input_tokens == 101);
+  CHECK(rr[3].arrival_s == Approx(1.5));  // times compressed by the rate
+  auto random = Arrange(t, 1.0, ArrivalOrder::kSessionsRandom, 7);
+  std::vector<uint32_t> s1;
+  for (const Request& r : random) if (r.session == 1) s1.push_back(r.input_tokens);
+  CHECK(s1 == std::vector<uint32_t>{100, 101, 102});  // each session keeps its own order
+}
+
+}  // namespace
+}  // namespace kvsim

@@ -12,6 +12,7 @@
 
 #include "kvstream/config.h"
 #include "model.h"
+#include "schedule.h"
 #include "reuse.h"
 #include "serving.h"
 #include "trace.h"
@@ -19,55 +20,52 @@
 namespace kvsim {
 namespace {
 
-std::vector<double> ParseList(const std::string& text) {
-  std::vector<double> out;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) out.push_back(std::stod(item));
-  return out;
-}
-
-// Bandwidths: constant, a periodic swing of the last tier, or replayed per step from a file of
-// whitespace-separated bytes/s per tier (one line per step, cycling).
-absl::StatusOr<BandwidthSchedule> MakeSchedule(const std::vector<double>& base, const std::string& schedule) {
-  if (schedule.empty() || schedule == "constant") {
-    return BandwidthSchedule([base](uint64_t, double) { return base; });
-  }
-  if (schedule.rfind("periodic:", 0) == 0) {
-    // periodic:<period_s>:<amplitude> scales the last tier by 1 + a*sin(2*pi*t/period).
-    const auto parts = ParseList(schedule.substr(9) == "" ? "0" : [&] {
-      std::string s = schedule.substr(9);
-      std::replace(s.begin(), s.end(), ':', ',');
-      return s;
-    }());
-    if (parts.size() != 2 || parts[0] <= 0 || parts[1] < 0 || parts[1] >= 1) {
-      return absl::InvalidArgumentError("periodic schedule is periodic:<period_s>:<amplitude in [0,1)>");
+// Predicts each policy's measured retrieval time in a kvcore_bench JSON from the model, with the
+// tiers' bandwidths measured alone in the same run, and prints the error.
+int Validate(const std::string& path, double chunk_latency_s) {
+  std::ifstream in(path);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+    const auto& w = j.at("workload");
+    const double block = w.at("block_bytes").get<double>();
+    const uint32_t depth = w.at("queue_depth").get<uint32_t>();
+    const double chunk = w.at("chunk_bytes").get<double>();
+    std::vector<double> alone;
+    for (const auto& t : j.at("tiers")) alone.push_back(t.at("alone_bps").get<double>());
+    if (alone.size() != 2 || alone[0] <= 0 || alone[1] <= 0) {
+      std::cerr << "kvsim: --validate needs two tiers with alone bandwidths (run only:0,only:1 too)\n";
+      return 2;
     }
-    const double period = parts[0], amp = parts[1];
-    return BandwidthSchedule([base, period, amp](uint64_t, double now) {
-      std::vector<double> b = base;
-      b.back() *= 1 + amp * std::sin(2 * M_PI * now / period);
-      return b;
-    });
-  }
-  if (schedule.rfind("replay:", 0) == 0) {
-    std::ifstream in(schedule.substr(7));
-    if (!in) return absl::NotFoundError("cannot open " + schedule.substr(7));
-    std::vector<std::vector<double>> rows;
-    std::string line;
-    while (std::getline(in, line)) {
-      std::stringstream ss(line);
-      std::vector<double> row;
-      double v;
-      while (ss >> v) row.push_back(v);
-      if (row.empty()) continue;
-      if (row.size() != base.size()) return absl::InvalidArgumentError("replay rows need one bandwidth per tier");
-      rows.push_back(row);
+    std::printf("kvsim validate %s: tiers alone %.1f and %.1f MB/s, block %.0f KiB, depth %u\n", path.c_str(),
+                alone[0] / 1e6, alone[1] / 1e6, block / 1024, depth);
+    std::printf("%-14s %12s %12s %8s\n", "policy", "measured_s", "model_s", "error");
+    for (const auto& p : j.at("policies")) {
+      const std::string label = p.at("policy");
+      if (label.rfind("only:", 0) == 0) continue;
+      double model = 0;
+      for (const auto& step : p.at("steps")) {
+        const double d = step.at("bytes").get<double>();
+        if (label == "completion") {
+          model += CompletionTime(d, block, depth, alone);
+        } else if (label == "fastest") {
+          model += FastestTime(d, alone[0]);
+        } else if (label == "serial") {
+          model += SerialTime(d, static_cast<uint64_t>(std::ceil(d / chunk)), chunk_latency_s, alone[0]);
+        } else if (label.rfind("static:", 0) == 0) {
+          model += StaticTime(d, std::stod(label.substr(7)), alone[0], alone[1]);
+        } else {
+          model = NAN;
+        }
+      }
+      const double measured = p.at("total_seconds").get<double>();
+      std::printf("%-14s %12.4f %12.4f %+7.1f%%\n", label.c_str(), measured, model, 100 * (model / measured - 1));
     }
-    if (rows.empty()) return absl::InvalidArgumentError("replay file is empty");
-    return BandwidthSchedule([rows](uint64_t step, double) { return rows[step % rows.size()]; });
+  } catch (const std::exception& e) {
+    std::cerr << "kvsim: " << path << ": " << e.what() << "\n";
+    return 2;
   }
-  return absl::InvalidArgumentError("schedule is constant, periodic:<period_s>:<amplitude> or replay:<file>");
+  return 0;
 }
 
 nlohmann::json ToJson(const PolicyResult& r, const NodeConfig& node) {
@@ -93,8 +91,10 @@ void Plot(const std::string& dir, const std::vector<PolicyResult>& results, cons
     for (size_t i = 0; i < t.size(); i += std::max<size_t>(1, t.size() / 500)) cdf << t[i] << " " << (i + 1.0) / t.size() << "\n";
     cdf << "\n\n";
   }
+  cdf.close();
   std::ofstream g(dir + "/gap_vs_g.dat");
   for (auto [share, gap] : gap_vs_g) g << share << " " << 100 * gap << "\n";
+  g.close();
   std::ofstream gp(dir + "/plots.gp");
   gp << "set terminal png size 900,600\nset output '" << dir << "/ttft_cdf.png'\nset logscale x\n"
      << "set xlabel 'TTFT (s)'\nset ylabel 'fraction of requests'\nset key bottom right\nplot ";
@@ -117,12 +117,16 @@ int Main(int argc, char** argv) {
   double rate = 1;
   uint64_t seed = 1;
   NodeConfig node;
+  std::string validate_path;
   app.add_option("--trace", trace_path, "request trace (JSON lines: timestamp ms, input_length, output_length, hash_ids)")
-      ->required()->check(CLI::ExistingFile);
+      ->check(CLI::ExistingFile);
+  app.add_option("--validate", validate_path,
+                 "instead of simulating: predict the per-policy retrieval times measured in a kvcore_bench --json file")
+      ->check(CLI::ExistingFile);
   app.add_option("--model", profile_name, "model profile: 14B | 32B | 70B | 110B (KV bytes/token, forward time)")->capture_default_str();
   app.add_option("--memory", memory_text, "GPU + host KV capacity in front of storage (e.g. 64GiB)")->capture_default_str();
   app.add_option("--bw", bw_text, "read bandwidth per tier in bytes/s, comma-separated (tier 0 first; default: 4 NVMe drives and a PFS link)")->capture_default_str();
-  app.add_option("--schedule", schedule, "bandwidth over time: constant | periodic:<period_s>:<amplitude> (last tier) | replay:<file>");
+  app.add_option("--schedule", schedule, "bandwidth over time: constant | periodic:<period_s>:<amplitude> (swings the last tier) | replay:<file> (step records as JSON, e.g. kvcore_bench --json, or one line of bytes/s per tier per step)");
   app.add_option("--rate", rate, "arrival-rate scale (2 = twice as fast)")->capture_default_str();
   app.add_option("--order", order_text, "arrival order: recorded | round-robin | random (sessions interleaved)")->capture_default_str();
   app.add_option("--seed", seed, "seed for --order random")->capture_default_str();
@@ -134,6 +138,11 @@ int Main(int argc, char** argv) {
   app.add_option("--json", json_path, "write the full results as JSON here");
   app.add_option("--plot-dir", plot_dir, "write TTFT CDF and gap-vs-g PNG plots (gnuplot) into this directory");
   CLI11_PARSE(app, argc, argv);
+  if (!validate_path.empty()) return Validate(validate_path, node.chunk_latency_s);
+  if (trace_path.empty()) {
+    std::cerr << "kvsim: --trace is required (or --validate)\n";
+    return 2;
+  }
 
   auto profile = FindProfile(profile_name);
   auto memory = kvstream::ParseBytes(memory_text);

@@ -240,7 +240,11 @@ PolicyResult Simulate(const std::vector<Request>& trace, const NodeConfig& node,
     out.forward_s += t_fwd;
     out.write_stall_s += t_wr;
     ++step;
-    // Blocks computed this step become durable on storage (as the writes drain, in order).
+    // Decodes of this step, then the requests whose prefill just produced their first token.
+    for (Decoding& d : decoding) --d.left;
+    std::erase_if(decoding, [](const Decoding& d) { return d.left == 0; });
+    // Blocks computed this step count as on storage from now on (the model ignores the window
+    // between staging and durability).
     for (auto it = finished_prefill.rbegin(); it != finished_prefill.rend(); ++it) {
       const Active& a = prefilling[*it];
       const Request& r = trace[a.request];
@@ -251,8 +255,6 @@ PolicyResult Simulate(const std::vector<Request>& trace, const NodeConfig& node,
       if (r.output_tokens > 1) decoding.push_back({a.request, r.output_tokens - 1});
       prefilling.erase(prefilling.begin() + static_cast<std::ptrdiff_t>(*it));
     }
-    for (Decoding& d : decoding) --d.left;
-    std::erase_if(decoding, [](const Decoding& d) { return d.left == 0; });
   }
   out.requests = trace.size();
   out.steps = step;
