@@ -113,7 +113,7 @@ int Main(int argc, char** argv) {
                "comes back from storage tiers; prints per-policy throughput, TTFT and retrieval gap"};
   std::string trace_path, profile_name = "32B", bw_text = "12e9,6e9", schedule, order_text = "recorded";
   std::string policies_text = "recompute,serial,fastest,static:0.5,static:0.75,completion", json_path, plot_dir;
-  std::string memory_text = "64GiB", slo_text = "1,2,5";
+  std::string memory_text = "64GiB", slo_text = "1,2,5", staging_text = "32GiB";
   double rate = 1;
   uint64_t seed = 1;
   NodeConfig node;
@@ -131,6 +131,7 @@ int Main(int argc, char** argv) {
   app.add_option("--order", order_text, "arrival order: recorded | round-robin | random (sessions interleaved)")->capture_default_str();
   app.add_option("--seed", seed, "seed for --order random")->capture_default_str();
   app.add_option("--policies", policies_text, "comma-separated: recompute, serial, fastest, static:<g>, completion")->capture_default_str();
+  app.add_option("--staging", staging_text, "staging memory for deferred writes; beyond it a step waits for writes")->capture_default_str();
   app.add_option("--token-budget", node.token_budget, "tokens per step")->capture_default_str();
   app.add_option("--max-running", node.max_running, "requests admitted at once")->capture_default_str();
   app.add_option("--queue-depth", node.queue_depth, "blocks in flight per tier (completion)")->capture_default_str();
@@ -147,10 +148,14 @@ int Main(int argc, char** argv) {
   auto profile = FindProfile(profile_name);
   auto memory = kvstream::ParseBytes(memory_text);
   auto order = ParseArrivalOrder(order_text);
-  if (!profile.ok() || !memory.ok() || !order.ok()) {
-    std::cerr << "kvsim: " << (!profile.ok() ? profile.status() : !memory.ok() ? memory.status() : order.status()).message() << "\n";
-    return 2;
+  auto staging = kvstream::ParseBytes(staging_text);
+  for (const absl::Status& s : {profile.status(), memory.status(), order.status(), staging.status()}) {
+    if (!s.ok()) {
+      std::cerr << "kvsim: " << s.message() << "\n";
+      return 2;
+    }
   }
+  node.staging_bytes = static_cast<double>(*staging);
   std::vector<double> bw;
   try {
     bw = ParseList(bw_text);

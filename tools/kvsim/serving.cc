@@ -131,7 +131,14 @@ PolicyResult Simulate(const std::vector<Request>& trace, const NodeConfig& node,
   double now = 0;
   uint64_t step = 0;
   while (next < trace.size() || !prefilling.empty() || !decoding.empty()) {
-    if (prefilling.empty() && decoding.empty() && trace[next].arrival_s > now) now = trace[next].arrival_s;
+    if (prefilling.empty() && decoding.empty() && trace[next].arrival_s > now) {
+      // The node is idle until the next arrival: staged writes drain meanwhile.
+      const std::vector<double> idle_bw = node.bandwidth(step, now);
+      for (size_t k = 0; k < tiers; ++k) {
+        backlog[k] = std::max(0.0, backlog[k] - idle_bw[k] * (trace[next].arrival_s - now));
+      }
+      now = trace[next].arrival_s;
+    }
     // Admission in arrival order; the cache state is looked up when a request is admitted.
     while (next < trace.size() && trace[next].arrival_s <= now &&
            prefilling.size() + decoding.size() < node.max_running) {

@@ -48,7 +48,7 @@ struct NodeConfig {
   uint32_t queue_depth = 2;         // blocks in flight per tier
   uint32_t chunk_tokens = 256;      // serial policy: one read per chunk of this many tokens
   double chunk_latency_s = 200e-6;  // serial policy: per-read latency
-  double staging_bytes = 4.0e9;     // deferred writes beyond this back-pressure the next step
+  double staging_bytes = 32.0 * (1ull << 30);  // deferred writes beyond this back-pressure the step
   uint32_t write_depth = 2;         // write pieces (blocks) in flight per tier when reads start
   std::vector<double> slo_s = {1, 2, 5};
 };
