@@ -195,8 +195,6 @@ absl::Status Engine::Rebuild() {
 
 Engine::~Engine() { Shutdown(); }
 
-TierDevice& Engine::device(int tier) { return *tiers_[tier]->device; }
-
 void Engine::Shutdown() {
   {
     std::lock_guard lock(mu_);

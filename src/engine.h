@@ -51,7 +51,6 @@ class Engine {
   StoreStats Stats() const;
   std::vector<StepRecord> RecentSteps(size_t max) const;
   const StoreConfig& config() const { return config_; }
-  TierDevice& device(int tier);
 
   // Stops taking work, finishes pending retrievals and staged writes, and joins the loop.
   void Shutdown();

@@ -68,7 +68,6 @@ class Index {
   void EvictLru(int tier, uint64_t bytes, std::vector<Victim>* victims);
 
   uint64_t used(int tier) const { return used_[tier]; }
-  uint64_t reserved(int tier) const { return reserved_[tier]; }
   uint64_t capacity(int tier) const { return capacity_[tier]; }
   uint64_t replicas(int tier) const { return lru_[tier].size(); }
   uint64_t size() const { return live_; }  // keys with at least one replica

@@ -80,7 +80,6 @@ class Router {
   static Outcome ChunkOutcome(const PoolBatch& batch, uint32_t chunk);
   void Finish(PoolBatch* batch, uint32_t chunk);
 
-  bool front_tier(int tier) const { return !back_[tier]; }
 
  private:
   bool Claimable(const PoolBatch& b, const PoolBlock& blk, int tier) const;

@@ -90,9 +90,8 @@ class Store {
   std::vector<StepRecord> RecentSteps(size_t max) const;
   const StoreConfig& config() const;
 
-  // For tests and embedders that supply their own tiers.
+  // Wraps an engine built by Open.
   explicit Store(std::unique_ptr<Engine> engine);
-  Engine& engine() { return *engine_; }
 
  private:
   std::unique_ptr<Engine> engine_;

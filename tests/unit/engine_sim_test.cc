@@ -15,16 +15,8 @@ namespace {
 constexpr double MBps = 1e6;
 
 StoreConfig WithRouting(std::string_view routing, uint32_t depth = 2) {
-  StoreConfig c;
+  StoreConfig c = SimConfig(2, depth);
   c.routing = *ParseRouting(routing);
-  for (int i = 0; i < 2; ++i) {
-    TierConfig t;
-    t.name = "t" + std::to_string(i);
-    t.path = "/sim/" + t.name;
-    t.capacity_bytes = 64ull << 30;
-    t.queue_depth = depth;
-    c.tiers.push_back(t);
-  }
   return c;
 }
 

@@ -16,6 +16,20 @@ namespace kvstream::testing {
 
 inline constexpr uint32_t kBlock = 1 << 20;
 
+// A config of `tiers` simulated tiers named t0, t1, ... with `depth` reads in flight each.
+inline StoreConfig SimConfig(size_t tiers, uint32_t depth = 2) {
+  StoreConfig c;
+  for (size_t i = 0; i < tiers; ++i) {
+    TierConfig t;
+    t.name = "t" + std::to_string(i);
+    t.path = "/sim/" + t.name;
+    t.capacity_bytes = 64ull << 30;
+    t.queue_depth = depth;
+    c.tiers.push_back(t);
+  }
+  return c;
+}
+
 struct SimRig {
   std::shared_ptr<SimClock> clock = std::make_shared<SimClock>();
   std::vector<SimDevice*> devices;
@@ -26,16 +40,7 @@ struct SimRig {
   explicit SimRig(const std::vector<double>& bandwidths, StoreConfig config = {}, int64_t latency_ns = 0,
                   const std::function<void(std::vector<SimDevice*>&)>& prefill = nullptr) {
     config.block_size = kBlock;
-    if (config.tiers.empty()) {
-      for (size_t i = 0; i < bandwidths.size(); ++i) {
-        TierConfig t;
-        t.name = "t" + std::to_string(i);
-        t.path = "/sim/" + t.name;
-        t.capacity_bytes = 64ull << 30;
-        t.queue_depth = 2;
-        config.tiers.push_back(t);
-      }
-    }
+    if (config.tiers.empty()) config.tiers = SimConfig(bandwidths.size()).tiers;
     auto valid = ValidateConfig(config);
     if (!valid.ok()) throw std::runtime_error(std::string(valid.status().message()));
     std::vector<std::unique_ptr<TierDevice>> devs;
