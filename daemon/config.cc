@@ -1,0 +1,165 @@
+#include "config.h"
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <yaml-cpp/yaml.h>
+
+#include "absl/strings/numbers.h"
+
+namespace kvstream {
+namespace {
+
+// Thrown inside the parser and turned into InvalidArgument at the edge.
+struct ConfigError {
+  std::string message;
+};
+
+std::string Where(const YAML::Node& node, const std::string& key) {
+  const YAML::Mark mark = node.Mark();
+  return mark.is_null() ? "'" + key + "'" : "'" + key + "' (line " + std::to_string(mark.line + 1) + ")";
+}
+
+void RequireMap(const YAML::Node& node, const std::string& key, const std::set<std::string>& allowed) {
+  if (!node.IsMap()) throw ConfigError{Where(node, key) + " must be a mapping"};
+  for (const auto& kv : node) {
+    const std::string name = kv.first.as<std::string>();
+    if (!allowed.count(name)) {
+      std::string list;
+      for (const std::string& a : allowed) list += (list.empty() ? "" : ", ") + a;
+      throw ConfigError{Where(kv.first, key.empty() ? name : key + "." + name) + " is not a known key (expected one of " + list + ")"};
+    }
+  }
+}
+
+std::string Str(const YAML::Node& node, const std::string& key) {
+  if (!node.IsScalar()) throw ConfigError{Where(node, key) + " must be a string"};
+  return node.as<std::string>();
+}
+
+uint64_t Bytes(const YAML::Node& node, const std::string& key) {
+  auto v = ParseBytes(Str(node, key));
+  if (!v.ok()) throw ConfigError{Where(node, key) + ": " + std::string(v.status().message())};
+  return *v;
+}
+
+uint32_t Uint(const YAML::Node& node, const std::string& key) {
+  uint32_t v;
+  if (!node.IsScalar() || !absl::SimpleAtoi(node.as<std::string>(), &v)) {
+    throw ConfigError{Where(node, key) + " must be a non-negative integer"};
+  }
+  return v;
+}
+
+double Number(const YAML::Node& node, const std::string& key) {
+  double v;
+  if (!node.IsScalar() || !absl::SimpleAtod(node.as<std::string>(), &v)) {
+    throw ConfigError{Where(node, key) + " must be a number"};
+  }
+  return v;
+}
+
+bool Bool(const YAML::Node& node, const std::string& key) {
+  const std::string s = Str(node, key);
+  if (s == "true" || s == "yes" || s == "on") return true;
+  if (s == "false" || s == "no" || s == "off") return false;
+  throw ConfigError{Where(node, key) + " must be true or false"};
+}
+
+template <typename T>
+T Policy(const YAML::Node& node, const std::string& key, absl::StatusOr<T> (*parse)(std::string_view)) {
+  auto v = parse(Str(node, key));
+  if (!v.ok()) throw ConfigError{Where(node, key) + ": " + std::string(v.status().message())};
+  return *v;
+}
+
+DaemonConfig Parse(const YAML::Node& root) {
+  DaemonConfig c;
+  RequireMap(root, "", {"socket", "sessions", "block_size", "staging", "verify_checksums", "policies", "logging", "tiers"});
+  if (const auto s = root["socket"]) {
+    RequireMap(s, "socket", {"path", "mode", "group"});
+    if (s["path"]) c.socket_path = Str(s["path"], "socket.path");
+    if (s["mode"]) {
+      const std::string mode = Str(s["mode"], "socket.mode");
+      char* end = nullptr;
+      const unsigned long m = std::strtoul(mode.c_str(), &end, 8);
+      if (mode.empty() || *end != '\0' || m > 0777) throw ConfigError{Where(s["mode"], "socket.mode") + " must be octal permission bits such as \"0660\""};
+      c.socket_mode = static_cast<uint32_t>(m);
+    }
+    if (s["group"]) c.socket_group = Str(s["group"], "socket.group");
+  }
+  if (const auto s = root["sessions"]) {
+    RequireMap(s, "sessions", {"max_arena"});
+    if (s["max_arena"]) c.max_arena_bytes = Bytes(s["max_arena"], "sessions.max_arena");
+  }
+  if (root["block_size"]) c.store.block_size = static_cast<uint32_t>(std::min<uint64_t>(Bytes(root["block_size"], "block_size"), UINT32_MAX));
+  if (const auto s = root["staging"]) {
+    RequireMap(s, "staging", {"limit", "high_water"});
+    if (s["limit"]) c.store.staging_limit_bytes = Bytes(s["limit"], "staging.limit");
+    if (s["high_water"]) c.store.staging_high_water = Number(s["high_water"], "staging.high_water");
+  }
+  if (root["verify_checksums"]) c.store.verify_checksums = Bool(root["verify_checksums"], "verify_checksums");
+  if (const auto p = root["policies"]) {
+    RequireMap(p, "policies", {"routing", "batching", "writes", "replication", "fsync"});
+    if (p["routing"]) c.store.routing = Policy<RoutingPolicy>(p["routing"], "policies.routing", ParseRouting);
+    if (p["batching"]) c.store.batching = Policy<BatchingPolicy>(p["batching"], "policies.batching", ParseBatching);
+    if (p["writes"]) c.store.writes = Policy<WritePolicy>(p["writes"], "policies.writes", ParseWrites);
+    if (p["replication"]) c.store.replication = Policy<ReplicationPolicy>(p["replication"], "policies.replication", ParseReplication);
+    if (p["fsync"]) c.store.fsync = Policy<FsyncPolicy>(p["fsync"], "policies.fsync", ParseFsync);
+  }
+  if (const auto l = root["logging"]) {
+    RequireMap(l, "logging", {"level"});
+    if (l["level"]) {
+      c.log_level = Str(l["level"], "logging.level");
+      static const std::set<std::string> levels = {"trace", "debug", "info", "warn", "error"};
+      if (!levels.count(c.log_level)) throw ConfigError{Where(l["level"], "logging.level") + " must be trace, debug, info, warn or error"};
+    }
+  }
+  const auto tiers = root["tiers"];
+  if (!tiers || !tiers.IsSequence() || tiers.size() == 0) throw ConfigError{"'tiers' must list at least one tier"};
+  for (size_t i = 0; i < tiers.size(); ++i) {
+    const std::string key = "tiers[" + std::to_string(i) + "]";
+    const YAML::Node t = tiers[i];
+    RequireMap(t, key, {"name", "path", "capacity", "queue_depth", "write_queue_depth", "allow_buffered"});
+    for (const char* required : {"name", "path", "capacity"}) {
+      if (!t[required]) throw ConfigError{Where(t, key) + " needs '" + required + "'"};
+    }
+    TierConfig tc;
+    tc.name = Str(t["name"], key + ".name");
+    tc.path = Str(t["path"], key + ".path");
+    tc.capacity_bytes = Bytes(t["capacity"], key + ".capacity");
+    if (t["queue_depth"]) tc.queue_depth = Uint(t["queue_depth"], key + ".queue_depth");
+    if (t["write_queue_depth"]) tc.write_queue_depth = Uint(t["write_queue_depth"], key + ".write_queue_depth");
+    if (t["allow_buffered"]) tc.allow_buffered_fallback = Bool(t["allow_buffered"], key + ".allow_buffered");
+    c.store.tiers.push_back(tc);
+  }
+  return c;
+}
+
+}  // namespace
+
+absl::StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& yaml, const std::string& origin) {
+  DaemonConfig config;
+  try {
+    config = Parse(YAML::Load(yaml));
+  } catch (const ConfigError& e) {
+    return absl::InvalidArgumentError(origin + ": " + e.message);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(origin + ": " + e.what());
+  }
+  auto store = ValidateConfig(std::move(config.store));
+  if (!store.ok()) return absl::InvalidArgumentError(origin + ": " + std::string(store.status().message()));
+  config.store = *std::move(store);
+  return config;
+}
+
+absl::StatusOr<DaemonConfig> LoadDaemonConfig(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError("cannot read config file " + path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return ParseDaemonConfig(text.str(), path);
+}
+
+}  // namespace kvstream

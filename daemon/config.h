@@ -1,0 +1,26 @@
+// kvstreamd's configuration file (YAML; deploy/kvstreamd.yaml documents every key).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "kvstream/config.h"
+
+namespace kvstream {
+
+struct DaemonConfig {
+  std::string socket_path = "/run/kvstream/kvstreamd.sock";
+  uint32_t socket_mode = 0660;      // permission bits of the control socket
+  std::string socket_group;         // group owning the socket; empty = the daemon's group
+  uint64_t max_arena_bytes = 8ull << 30;  // largest shared-memory arena one session may attach
+  std::string log_level = "info";   // trace | debug | info | warn | error
+  StoreConfig store;                // tiers, block size, staging, policies (validated)
+};
+
+// Parses YAML text. Errors name the key (and line) at fault; unknown keys are errors, so a typo is
+// never silently ignored. `origin` names the text in messages (usually the file path).
+absl::StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& yaml, const std::string& origin);
+absl::StatusOr<DaemonConfig> LoadDaemonConfig(const std::string& path);
+
+}  // namespace kvstream

@@ -1,0 +1,64 @@
+#include "config.h"
+
+#include <catch2/catch.hpp>
+
+#include <string>
+
+namespace kvstream {
+namespace {
+
+constexpr char kMinimal[] = R"(
+tiers:
+  - {name: a, path: /x, capacity: 1GiB}
+)";
+
+std::string ErrorOf(const std::string& yaml) {
+  auto c = ParseDaemonConfig(yaml, "test.yaml");
+  REQUIRE_FALSE(c.ok());
+  CHECK(absl::IsInvalidArgument(c.status()));
+  return std::string(c.status().message());
+}
+
+TEST_CASE("the documented default config parses into the documented values") {
+  auto c = LoadDaemonConfig(KVSTREAM_SOURCE_DIR "/deploy/kvstreamd.yaml");
+  REQUIRE(c.ok());
+  CHECK(c->socket_path == "/run/kvstream/kvstreamd.sock");
+  CHECK(c->socket_mode == 0660);
+  CHECK(c->socket_group == "kvstream");
+  CHECK(c->max_arena_bytes == 8ull << 30);
+  CHECK(c->store.block_size == 1u << 20);
+  CHECK(c->store.staging_limit_bytes == 256ull << 20);
+  CHECK(c->store.routing.kind == RoutingKind::kCompletion);
+  CHECK(c->store.fsync == FsyncPolicy::kNone);
+  REQUIRE(c->store.tiers.size() == 2);
+  CHECK(c->store.tiers[0].name == "nvme");
+  CHECK(c->store.tiers[0].capacity_bytes == 1ull << 40);
+  CHECK(c->store.tiers[0].queue_depth == DefaultQueueDepth(1 << 20));
+  CHECK(c->store.tiers[1].capacity_bytes == 10ull << 40);
+}
+
+TEST_CASE("a minimal config takes the defaults") {
+  auto c = ParseDaemonConfig(kMinimal, "test.yaml");
+  REQUIRE(c.ok());
+  CHECK(c->store.tiers.size() == 1);
+  CHECK(c->store.writes == WritePolicy::kDeferred);
+  CHECK(c->log_level == "info");
+}
+
+TEST_CASE("bad configs are refused with the key and line at fault") {
+  CHECK(ErrorOf("tierz: []\n").find("'tierz' (line 1) is not a known key") != std::string::npos);
+  CHECK(ErrorOf(std::string(kMinimal) + "policies: {routing: random}\n").find("policies.routing") != std::string::npos);
+  CHECK(ErrorOf(std::string(kMinimal) + "staging: {limit: lots}\n").find("staging.limit") != std::string::npos);
+  CHECK(ErrorOf(std::string(kMinimal) + "socket: {mode: \"0999\"}\n").find("socket.mode") != std::string::npos);
+  CHECK(ErrorOf("tiers:\n  - {name: a, path: /x}\n").find("needs 'capacity'") != std::string::npos);
+  CHECK(ErrorOf("tiers:\n  - {name: a, path: /x, capacity: 1G, depth: 3}\n").find("tiers[0].depth") != std::string::npos);
+  CHECK(ErrorOf("tiers: []\n").find("at least one tier") != std::string::npos);
+  CHECK(ErrorOf("tiers:\n  - {name: a, path: /x, capacity: 1G}\n  - {name: a, path: /y, capacity: 1G}\n")
+            .find("duplicate tier name") != std::string::npos);
+  CHECK(ErrorOf("tiers: [\n").find("test.yaml") != std::string::npos);  // YAML syntax error
+  CHECK(ErrorOf(std::string(kMinimal) + "logging: {level: loud}\n").find("logging.level") != std::string::npos);
+  CHECK(absl::IsNotFound(LoadDaemonConfig("/nonexistent/kvstreamd.yaml").status()));
+}
+
+}  // namespace
+}  // namespace kvstream
