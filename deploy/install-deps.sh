@@ -6,6 +6,7 @@ PACKAGES=(
   build-essential cmake pkg-config
   liburing-dev libabsl-dev libspdlog-dev libfmt-dev libxxhash-dev
   catch2 libyaml-cpp-dev libcli11-dev nlohmann-json3-dev gnuplot-nox
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

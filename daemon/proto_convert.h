@@ -1,0 +1,24 @@
+// Conversions between the core's types (kvstream/types.h, kvstream/store.h) and the control
+// plane's messages (proto/kvstream.proto), shared by kvstreamd, the client and kvstreamctl.
+#pragma once
+
+#include "absl/status/status.h"
+#include "kvstream.pb.h"
+#include "kvstream/store.h"
+#include "kvstream/types.h"
+
+namespace kvstream {
+
+void ToProto(const StepRecord& in, v1::StepRecord* out);
+StepRecord FromProto(const v1::StepRecord& in);
+
+void ToProto(const StoreStats& in, v1::StatsReply* out);
+StoreStats FromProto(const v1::StatsReply& in);
+
+void ToProto(const ChunkResult& in, v1::ChunkDone* out);
+ChunkResult FromProto(const v1::ChunkDone& in);
+
+EvictRequest FromProto(const v1::EvictRequest& in);
+void ToProto(const EvictRequest& in, v1::EvictRequest* out);
+
+}  // namespace kvstream
