@@ -1,0 +1,185 @@
+#include "kvstream/client.h"
+
+#include <grpcpp/grpcpp.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "arena.h"
+#include "kvstream.grpc.pb.h"
+#include "proto_convert.h"
+
+namespace kvstream {
+namespace {
+
+absl::Status FromGrpc(const grpc::Status& s) {
+  return s.ok() ? absl::OkStatus() : absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+}
+
+absl::StatusOr<int> FetchArena(const std::string& data_socket, const std::string& token) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (data_socket.size() >= sizeof(addr.sun_path)) return absl::InvalidArgumentError("data socket path too long");
+  std::strcpy(addr.sun_path, data_socket.c_str());
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::InternalError("socket failed");
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      write(fd, token.data(), token.size()) != static_cast<ssize_t>(token.size())) {
+    close(fd);
+    return absl::UnavailableError("cannot reach the daemon's data socket " + data_socket);
+  }
+  auto arena_fd = ReceiveFd(fd);
+  close(fd);
+  return arena_fd;
+}
+
+}  // namespace
+
+struct Client::Impl {
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::KVStream::Stub> stub;
+  grpc::ClientContext session_context;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::SessionRequest, v1::SessionEvent>> session;
+  uint64_t session_id = 0;
+  std::unique_ptr<Arena> arena;
+};
+
+Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Client::~Client() {
+  if (impl_->session) {
+    impl_->session->WritesDone();  // detach
+    impl_->session->Finish();
+  }
+}
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Attach(const std::string& socket_path, const AttachOptions& options) {
+  auto impl = std::make_unique<Impl>();
+  impl->channel = grpc::CreateChannel("unix:" + socket_path, grpc::InsecureChannelCredentials());
+  impl->stub = v1::KVStream::NewStub(impl->channel);
+  impl->session_context.set_wait_for_ready(false);
+  impl->session = impl->stub->Session(&impl->session_context);
+  v1::SessionRequest req;
+  auto* a = req.mutable_attach();
+  a->set_model(options.model);
+  a->set_rank(options.rank);
+  a->set_world_size(options.world_size);
+  a->set_arena_bytes(options.arena_bytes);
+  v1::SessionEvent event;
+  if (!impl->session->Write(req) || !impl->session->Read(&event) || !event.has_attached()) {
+    impl->session->WritesDone();
+    absl::Status s = FromGrpc(impl->session->Finish());
+    impl->session.reset();
+    return s.ok() ? absl::UnavailableError("kvstreamd closed the session stream") : s;
+  }
+  impl->session_id = event.attached().session_id();
+  auto fd = FetchArena(event.attached().data_socket(), event.attached().token());
+  if (!fd.ok()) return fd.status();
+  auto arena = Arena::Map(*fd);
+  if (!arena.ok()) return arena.status();
+  impl->arena = *std::move(arena);
+  return std::unique_ptr<Client>(new Client(std::move(impl)));
+}
+
+uint64_t Client::session_id() const { return impl_->session_id; }
+uint8_t* Client::arena() const { return impl_->arena->data(); }
+uint64_t Client::arena_size() const { return impl_->arena->size(); }
+
+absl::StatusOr<std::vector<LookupResult>> Client::Lookup(const std::vector<std::string>& keys, size_t* prefix_hits) {
+  v1::LookupRequest req;
+  for (const std::string& k : keys) req.add_keys(k);
+  v1::LookupReply reply;
+  grpc::ClientContext ctx;
+  if (absl::Status s = FromGrpc(impl_->stub->Lookup(&ctx, req, &reply)); !s.ok()) return s;
+  std::vector<LookupResult> out;
+  for (const auto& e : reply.entries()) out.push_back({e.present(), e.size(), e.tier_mask()});
+  if (prefix_hits) *prefix_hits = reply.prefix_hits();
+  return out;
+}
+
+absl::StatusOr<StepRecord> Client::Retrieve(const std::vector<ArenaChunk>& chunks, std::vector<ChunkResult>* results,
+                                            const std::function<void(const ChunkResult&)>& on_chunk) {
+  v1::RetrieveRequest req;
+  req.set_session_id(impl_->session_id);
+  for (const ArenaChunk& c : chunks) {
+    auto* r = req.add_chunks();
+    r->set_key(c.key);
+    r->set_offset(c.offset);
+    r->set_length(c.length);
+  }
+  if (results) results->assign(chunks.size(), ChunkResult{});
+  grpc::ClientContext ctx;
+  auto reader = impl_->stub->Retrieve(&ctx, req);
+  v1::RetrieveEvent event;
+  StepRecord record;
+  bool have_record = false;
+  while (reader->Read(&event)) {
+    if (event.has_chunk()) {
+      ChunkResult r = FromProto(event.chunk());
+      if (results && r.index < results->size()) (*results)[r.index] = r;
+      if (on_chunk) on_chunk(r);
+    } else if (event.has_step()) {
+      record = FromProto(event.step());
+      have_record = true;
+    }
+  }
+  if (absl::Status s = FromGrpc(reader->Finish()); !s.ok()) return s;
+  if (!have_record) return absl::DataLossError("kvstreamd ended the retrieve without a step record");
+  return record;
+}
+
+absl::Status Client::Persist(const std::vector<ArenaChunk>& chunks, std::vector<PersistResult>* results) {
+  v1::PersistRequest req;
+  req.set_session_id(impl_->session_id);
+  for (const ArenaChunk& c : chunks) {
+    auto* r = req.add_chunks();
+    r->set_key(c.key);
+    r->set_offset(c.offset);
+    r->set_length(c.length);
+  }
+  if (results) results->assign(chunks.size(), PersistResult{});
+  grpc::ClientContext ctx;
+  auto reader = impl_->stub->Persist(&ctx, req);
+  v1::PersistEvent event;
+  absl::Status first_error;
+  while (reader->Read(&event)) {
+    if (event.stage() != v1::PersistEvent::DURABLE) continue;
+    PersistResult r{absl::Status(static_cast<absl::StatusCode>(event.code()), event.message()), event.tier_mask()};
+    if (!r.status.ok() && first_error.ok()) first_error = r.status;
+    if (results && event.index() < results->size()) (*results)[event.index()] = r;
+  }
+  if (absl::Status s = FromGrpc(reader->Finish()); !s.ok()) return s;
+  return first_error;
+}
+
+absl::StatusOr<StoreStats> Client::Stats(uint32_t* sessions) {
+  v1::StatsReply reply;
+  grpc::ClientContext ctx;
+  if (absl::Status s = FromGrpc(impl_->stub->Stats(&ctx, v1::StatsRequest(), &reply)); !s.ok()) return s;
+  if (sessions) *sessions = reply.sessions();
+  return FromProto(reply);
+}
+
+absl::StatusOr<std::vector<StepRecord>> Client::Steps(uint32_t max) {
+  v1::StepsRequest req;
+  req.set_max(max);
+  v1::StepsReply reply;
+  grpc::ClientContext ctx;
+  if (absl::Status s = FromGrpc(impl_->stub->Steps(&ctx, req, &reply)); !s.ok()) return s;
+  std::vector<StepRecord> out;
+  for (const auto& r : reply.steps()) out.push_back(FromProto(r));
+  return out;
+}
+
+absl::StatusOr<EvictResult> Client::Evict(const EvictRequest& request) {
+  v1::EvictRequest req;
+  ToProto(request, &req);
+  v1::EvictReply reply;
+  grpc::ClientContext ctx;
+  if (absl::Status s = FromGrpc(impl_->stub->Evict(&ctx, req, &reply)); !s.ok()) return s;
+  return EvictResult{reply.replicas(), reply.bytes()};
+}
+
+}  // namespace kvstream

@@ -1,0 +1,134 @@
+// kvstreamd: the per-node KVStream daemon. See deploy/kvstreamd.yaml and README.
+#include <CLI/CLI.hpp>
+#include <grpcpp/grpcpp.h>
+
+#include <grp.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+
+#include "config.h"
+#include "kvstream/store.h"
+#include "service.h"
+#include "sessions.h"
+#include "spdlog/spdlog.h"
+
+namespace kvstream {
+namespace {
+
+// systemd's notification protocol (Type=notify): one datagram to $NOTIFY_SOCKET.
+void Notify(const std::string& state) {
+  const char* path = std::getenv("NOTIFY_SOCKET");
+  if (path == nullptr || path[0] == '\0') return;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  const size_t len = std::strlen(path);
+  if (len >= sizeof(addr.sun_path)) return;
+  std::memcpy(addr.sun_path, path, len);
+  if (addr.sun_path[0] == '@') addr.sun_path[0] = '\0';  // abstract namespace
+  const int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return;
+  sendto(fd, state.data(), state.size(), MSG_NOSIGNAL, reinterpret_cast<sockaddr*>(&addr),
+         static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + len));
+  close(fd);
+}
+
+// True when something accepts connections on `path` (a live daemon).
+bool SocketIsLive(const std::string& path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(addr.sun_path)) return false;
+  std::strcpy(addr.sun_path, path.c_str());
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const bool live = fd >= 0 && connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  if (fd >= 0) close(fd);
+  return live;
+}
+
+int Main(int argc, char** argv) {
+  CLI::App app{"kvstreamd: per-node KV-cache storage daemon (tiers, batched retrieval, deferred replicated writes)"};
+  std::string config_path;
+  app.add_option("--config", config_path, "YAML configuration (documented in deploy/kvstreamd.yaml)")->required();
+  app.set_version_flag("--version", KVSTREAM_VERSION);
+  CLI11_PARSE(app, argc, argv);
+
+  auto config = LoadDaemonConfig(config_path);
+  if (!config.ok()) {
+    std::cerr << "kvstreamd: " << config.status().message() << "\n";
+    return 2;
+  }
+  spdlog::set_level(spdlog::level::from_str(config->log_level));
+  spdlog::set_pattern("%^%l%$ %v");  // journald adds the time and the unit
+
+  // Signals are taken by sigwait below, so every thread started from here on blocks them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  const std::string& socket_path = config->socket_path;
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(socket_path).parent_path(), ec);
+  if (SocketIsLive(socket_path)) {
+    std::cerr << "kvstreamd: another kvstreamd is serving on " << socket_path << "\n";
+    return 1;
+  }
+  unlink(socket_path.c_str());  // stale socket of a daemon that is gone
+
+  auto store = Store::Open(config->store);
+  if (!store.ok()) {
+    std::cerr << "kvstreamd: " << store.status().message() << "\n";
+    return 1;
+  }
+  SessionManager sessions(socket_path + ".data", config->max_arena_bytes);
+  if (absl::Status s = sessions.Start(config->socket_mode); !s.ok()) {
+    std::cerr << "kvstreamd: " << s.message() << "\n";
+    return 1;
+  }
+  Service service(store->get(), &sessions);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("unix:" + socket_path, grpc::InsecureServerCredentials());
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server) {
+    std::cerr << "kvstreamd: cannot listen on " << socket_path << "\n";
+    return 1;
+  }
+  chmod(socket_path.c_str(), config->socket_mode);
+  if (!config->socket_group.empty()) {
+    group* g = getgrnam(config->socket_group.c_str());
+    if (g == nullptr) {
+      spdlog::warn("socket group '{}' does not exist; the socket keeps the daemon's group", config->socket_group);
+    } else {
+      [[maybe_unused]] int rc = chown(socket_path.c_str(), static_cast<uid_t>(-1), g->gr_gid);
+      rc = chown(sessions.data_socket().c_str(), static_cast<uid_t>(-1), g->gr_gid);
+    }
+  }
+  spdlog::info("kvstreamd {} serving on {} with {} tiers", KVSTREAM_VERSION, socket_path, config->store.tiers.size());
+  Notify("READY=1\nSTATUS=serving");
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  spdlog::info("signal {}: stopping; draining staged writes", sig);
+  Notify("STOPPING=1");
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  sessions.Stop();
+  store->reset();  // writes every staged chunk, then closes the tiers
+  unlink(socket_path.c_str());
+  spdlog::info("stopped");
+  return 0;
+}
+
+}  // namespace
+}  // namespace kvstream
+
+int main(int argc, char** argv) { return kvstream::Main(argc, argv); }

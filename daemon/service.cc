@@ -1,0 +1,331 @@
+#include "service.h"
+
+#include <atomic>
+#include <deque>
+#include <mutex>
+
+#include "chunk_format.h"
+#include "proto_convert.h"
+#include "spdlog/spdlog.h"
+
+namespace kvstream {
+
+grpc::Status ToGrpc(const absl::Status& s) {
+  return s.ok() ? grpc::Status::OK
+                : grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+namespace {
+
+// A session lives as long as its stream (see kvstream.proto).
+class SessionReactor final : public grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionEvent> {
+ public:
+  explicit SessionReactor(SessionManager* sessions) : sessions_(sessions) { StartRead(&request_); }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // the client closed its side or went away: detach
+      Finish(grpc::Status::OK);
+      return;
+    }
+    if (session_ != nullptr || !request_.has_attach()) {
+      Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "a session stream carries exactly one attach"));
+      return;
+    }
+    const auto& a = request_.attach();
+    auto created = sessions_->Create(a.model(), a.rank(), a.world_size(), a.arena_bytes());
+    if (!created.ok()) {
+      Finish(ToGrpc(created.status()));
+      return;
+    }
+    session_ = *created;
+    spdlog::info("session {} attached: model '{}' rank {}/{} arena {} bytes", session_->id, a.model(), a.rank(),
+                 a.world_size(), session_->arena->size());
+    auto* attached = event_.mutable_attached();
+    attached->set_session_id(session_->id);
+    attached->set_arena_bytes(session_->arena->size());
+    attached->set_data_socket(sessions_->data_socket());
+    attached->set_token(session_->token);
+    StartWrite(&event_);
+  }
+  void OnWriteDone(bool ok) override {
+    if (!ok) return;  // the stream is going away; OnDone cleans up
+    StartRead(&request_);  // nothing more is expected; this read ends when the client detaches
+  }
+  void OnDone() override {
+    if (session_) {
+      sessions_->Remove(session_->id);
+      spdlog::info("session {} detached", session_->id);
+    }
+    delete this;
+  }
+
+ private:
+  SessionManager* sessions_;
+  v1::SessionRequest request_;
+  v1::SessionEvent event_;
+  std::shared_ptr<kvstream::Session> session_;
+};
+
+// A server stream whose events come from the store's I/O thread: they are queued and written one
+// at a time. The reactor lives until both gRPC is done with it and the store has delivered its
+// last event (the store's callbacks reference it).
+template <typename Event>
+class EventStream : public grpc::ServerWriteReactor<Event> {
+ public:
+  // Queues an event.
+  void Push(Event event) {
+    std::lock_guard lock(mu_);
+    queue_.push_back(std::move(event));
+    MaybeWriteLocked();
+  }
+  // No more events: finish the stream once everything queued is written.
+  void Close() {
+    std::lock_guard lock(mu_);
+    last_queued_ = true;
+    MaybeWriteLocked();
+  }
+  // The store will not call back any more.
+  void StoreDone() { Release(); }
+
+  void OnWriteDone(bool ok) override {
+    std::lock_guard lock(mu_);
+    writing_ = false;
+    if (!ok) {
+      broken_ = true;  // client gone: keep consuming the store's events, write nothing
+      queue_.clear();
+      FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "client went away"));
+      return;
+    }
+    queue_.pop_front();
+    MaybeWriteLocked();
+  }
+  void OnDone() override { Release(); }
+
+ protected:
+  void FailNow(const grpc::Status& status) {
+    std::lock_guard lock(mu_);
+    FinishLocked(status);
+  }
+
+ private:
+  void MaybeWriteLocked() {
+    if (writing_ || broken_ || finished_) return;
+    if (!queue_.empty()) {
+      writing_ = true;
+      this->StartWrite(&queue_.front());
+    } else if (last_queued_) {
+      FinishLocked(grpc::Status::OK);
+    }
+  }
+  void FinishLocked(const grpc::Status& status) {
+    if (finished_) return;
+    finished_ = true;
+    this->Finish(status);
+  }
+  void Release() {
+    if (refs_.fetch_sub(1) == 1) delete this;
+  }
+
+  std::mutex mu_;
+  std::deque<Event> queue_;
+  bool writing_ = false, last_queued_ = false, broken_ = false, finished_ = false;
+  std::atomic<int> refs_{2};  // gRPC and the store
+};
+
+// Validates a request's chunks against the session's arena.
+absl::Status CheckChunks(const kvstream::Session& s, const google::protobuf::RepeatedPtrField<v1::ChunkRange>& chunks,
+                         size_t max_chunks) {
+  if (chunks.empty()) return absl::InvalidArgumentError("no chunks in the request");
+  if (static_cast<size_t>(chunks.size()) > max_chunks) {
+    return absl::InvalidArgumentError("more than " + std::to_string(max_chunks) + " chunks in one request");
+  }
+  for (int i = 0; i < chunks.size(); ++i) {
+    if (absl::Status k = ValidateKey(chunks[i].key()); !k.ok()) {
+      return absl::InvalidArgumentError("chunk " + std::to_string(i) + ": " + std::string(k.message()));
+    }
+    if (absl::Status r = s.arena->CheckRange(chunks[i].offset(), chunks[i].length()); !r.ok()) {
+      return absl::OutOfRangeError("chunk " + std::to_string(i) + ": " + std::string(r.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+constexpr size_t kMaxChunksPerRequest = 65536;
+
+class RetrieveReactor final : public EventStream<v1::RetrieveEvent> {
+ public:
+  RetrieveReactor(Store* store, SessionManager* sessions, const v1::RetrieveRequest* req) {
+    session_ = sessions->Find(req->session_id());
+    if (!session_) {
+      StoreDone();
+      FailNow(grpc::Status(grpc::StatusCode::NOT_FOUND, "no session " + std::to_string(req->session_id())));
+      return;
+    }
+    if (absl::Status s = CheckChunks(*session_, req->chunks(), kMaxChunksPerRequest); !s.ok()) {
+      StoreDone();
+      FailNow(ToGrpc(s));
+      return;
+    }
+    std::vector<ChunkRead> batch;
+    for (const v1::ChunkRange& c : req->chunks()) {
+      batch.push_back({c.key(), session_->arena->data() + c.offset(), c.length()});
+    }
+    // The lambdas keep the session (and so the arena) alive until the store is done with it.
+    store->RetrieveAsync(
+        std::move(batch),
+        [this](const ChunkResult& r) {
+          v1::RetrieveEvent e;
+          ToProto(r, e.mutable_chunk());
+          Push(std::move(e));
+        },
+        [this, keep = session_](StepRecord rec) {
+          v1::RetrieveEvent e;
+          ToProto(rec, e.mutable_step());
+          Push(std::move(e));
+          Close();
+          StoreDone();
+        });
+  }
+
+ private:
+  std::shared_ptr<kvstream::Session> session_;
+};
+
+class PersistReactor final : public EventStream<v1::PersistEvent> {
+ public:
+  PersistReactor(Store* store, SessionManager* sessions, const v1::PersistRequest* req) {
+    auto session = sessions->Find(req->session_id());
+    if (!session) {
+      StoreDone();
+      FailNow(grpc::Status(grpc::StatusCode::NOT_FOUND, "no session " + std::to_string(req->session_id())));
+      return;
+    }
+    if (absl::Status s = CheckChunks(*session, req->chunks(), kMaxChunksPerRequest); !s.ok()) {
+      StoreDone();
+      FailNow(ToGrpc(s));
+      return;
+    }
+    // Every chunk's DURABLE event, and the end of this constructor, must come before the close.
+    pending_ = req->chunks_size() + 1;
+    for (int i = 0; i < req->chunks_size(); ++i) {
+      const v1::ChunkRange& c = req->chunks(i);
+      const uint32_t index = static_cast<uint32_t>(i);
+      // Copies out of the arena into staging (waits while staging is full).
+      absl::Status staged = store->Persist(c.key(), session->arena->data() + c.offset(), c.length(),
+                                           [this, index](const std::string&, const PersistResult& r) {
+                                             Durable(index, r.status, r.tier_mask);
+                                           });
+      v1::PersistEvent e;
+      e.set_index(index);
+      e.set_stage(v1::PersistEvent::STAGED);
+      e.set_code(static_cast<int32_t>(staged.code()));
+      e.set_message(std::string(staged.message()));
+      Push(std::move(e));
+      if (!staged.ok()) Durable(index, staged, 0);  // never staged: report it as final now
+    }
+    Settle();
+  }
+
+ private:
+  void Durable(uint32_t index, const absl::Status& status, uint32_t mask) {
+    v1::PersistEvent e;
+    e.set_index(index);
+    e.set_stage(v1::PersistEvent::DURABLE);
+    e.set_code(static_cast<int32_t>(status.code()));
+    e.set_message(std::string(status.message()));
+    e.set_tier_mask(mask);
+    Push(std::move(e));
+    Settle();
+  }
+  void Settle() {
+    if (pending_.fetch_sub(1) != 1) return;
+    Close();
+    StoreDone();
+  }
+  std::atomic<int> pending_{0};
+};
+
+}  // namespace
+
+grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionEvent>* Service::Session(grpc::CallbackServerContext*) {
+  return new SessionReactor(sessions_);
+}
+
+grpc::ServerWriteReactor<v1::RetrieveEvent>* Service::Retrieve(grpc::CallbackServerContext*,
+                                                               const v1::RetrieveRequest* req) {
+  return new RetrieveReactor(store_, sessions_, req);
+}
+
+grpc::ServerWriteReactor<v1::PersistEvent>* Service::Persist(grpc::CallbackServerContext*,
+                                                             const v1::PersistRequest* req) {
+  return new PersistReactor(store_, sessions_, req);
+}
+
+grpc::ServerUnaryReactor* Service::Lookup(grpc::CallbackServerContext* ctx, const v1::LookupRequest* req,
+                                          v1::LookupReply* reply) {
+  auto* r = ctx->DefaultReactor();
+  std::vector<std::string> keys(req->keys().begin(), req->keys().end());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (absl::Status s = ValidateKey(keys[i]); !s.ok()) {
+      r->Finish(ToGrpc(absl::InvalidArgumentError("key " + std::to_string(i) + ": " + std::string(s.message()))));
+      return r;
+    }
+  }
+  const auto found = store_->Lookup(keys);
+  uint32_t prefix = 0;
+  bool leading = true;
+  for (const LookupResult& l : found) {
+    auto* e = reply->add_entries();
+    e->set_present(l.present);
+    e->set_size(l.size);
+    e->set_tier_mask(l.tier_mask);
+    leading &= l.present;
+    prefix += leading;
+  }
+  reply->set_prefix_hits(prefix);
+  r->Finish(grpc::Status::OK);
+  return r;
+}
+
+grpc::ServerUnaryReactor* Service::Stats(grpc::CallbackServerContext* ctx, const v1::StatsRequest*,
+                                         v1::StatsReply* reply) {
+  ToProto(store_->Stats(), reply);
+  reply->set_sessions(static_cast<uint32_t>(sessions_->count()));
+  auto* r = ctx->DefaultReactor();
+  r->Finish(grpc::Status::OK);
+  return r;
+}
+
+grpc::ServerUnaryReactor* Service::Steps(grpc::CallbackServerContext* ctx, const v1::StepsRequest* req,
+                                         v1::StepsReply* reply) {
+  for (const StepRecord& s : store_->RecentSteps(req->max() ? req->max() : 32)) ToProto(s, reply->add_steps());
+  auto* r = ctx->DefaultReactor();
+  r->Finish(grpc::Status::OK);
+  return r;
+}
+
+grpc::ServerUnaryReactor* Service::Evict(grpc::CallbackServerContext* ctx, const v1::EvictRequest* req,
+                                         v1::EvictReply* reply) {
+  auto* r = ctx->DefaultReactor();
+  auto result = store_->Evict(FromProto(*req));
+  if (result.ok()) {
+    reply->set_replicas(result->replicas);
+    reply->set_bytes(result->bytes);
+  }
+  r->Finish(ToGrpc(result.status()));
+  return r;
+}
+
+grpc::ServerUnaryReactor* Service::Health(grpc::CallbackServerContext* ctx, const v1::HealthRequest*,
+                                          v1::HealthReply* reply) {
+  reply->set_serving(true);
+  reply->set_version(KVSTREAM_VERSION);
+  for (const TierStats& t : store_->Stats().tiers) {
+    if (t.read_errors + t.write_errors + t.checksum_failures > 0) reply->add_degraded_tiers(t.name);
+  }
+  auto* r = ctx->DefaultReactor();
+  r->Finish(grpc::Status::OK);
+  return r;
+}
+
+}  // namespace kvstream

@@ -1,0 +1,42 @@
+// The gRPC control plane of kvstreamd (proto/kvstream.proto) over the core Store. Every request is
+// validated (session, arena ranges, keys) before it touches the store; a bad request gets a clear
+// gRPC error and changes nothing.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include "kvstream.grpc.pb.h"
+#include "kvstream/store.h"
+#include "sessions.h"
+
+namespace kvstream {
+
+class Service final : public v1::KVStream::CallbackService {
+ public:
+  Service(Store* store, SessionManager* sessions) : store_(store), sessions_(sessions) {}
+
+  grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionEvent>* Session(grpc::CallbackServerContext* ctx) override;
+  grpc::ServerUnaryReactor* Lookup(grpc::CallbackServerContext* ctx, const v1::LookupRequest* req,
+                                   v1::LookupReply* reply) override;
+  grpc::ServerWriteReactor<v1::RetrieveEvent>* Retrieve(grpc::CallbackServerContext* ctx,
+                                                        const v1::RetrieveRequest* req) override;
+  grpc::ServerWriteReactor<v1::PersistEvent>* Persist(grpc::CallbackServerContext* ctx,
+                                                      const v1::PersistRequest* req) override;
+  grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* ctx, const v1::StatsRequest* req,
+                                  v1::StatsReply* reply) override;
+  grpc::ServerUnaryReactor* Steps(grpc::CallbackServerContext* ctx, const v1::StepsRequest* req,
+                                  v1::StepsReply* reply) override;
+  grpc::ServerUnaryReactor* Evict(grpc::CallbackServerContext* ctx, const v1::EvictRequest* req,
+                                  v1::EvictReply* reply) override;
+  grpc::ServerUnaryReactor* Health(grpc::CallbackServerContext* ctx, const v1::HealthRequest* req,
+                                   v1::HealthReply* reply) override;
+
+ private:
+  Store* store_;
+  SessionManager* sessions_;
+};
+
+// absl::Status -> grpc::Status with the same code and message.
+grpc::Status ToGrpc(const absl::Status& s);
+
+}  // namespace kvstream

@@ -1,0 +1,153 @@
+#include "sessions.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "spdlog/spdlog.h"
+
+namespace kvstream {
+namespace {
+
+constexpr size_t kTokenBytes = 32;
+
+}  // namespace
+
+SessionManager::SessionManager(std::string data_socket, uint64_t max_arena_bytes)
+    : data_socket_(std::move(data_socket)), max_arena_bytes_(max_arena_bytes) {}
+
+SessionManager::~SessionManager() { Stop(); }
+
+absl::Status SessionManager::Start(uint32_t mode) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (data_socket_.size() >= sizeof(addr.sun_path)) {
+    return absl::InvalidArgumentError("data socket path is too long: " + data_socket_);
+  }
+  std::strcpy(addr.sun_path, data_socket_.c_str());
+  listen_fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (listen_fd_ < 0) return absl::InternalError(std::string("socket: ") + std::strerror(errno));
+  unlink(data_socket_.c_str());  // the control socket was checked first: no live daemon owns it
+  if (bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || listen(listen_fd_, 64) != 0) {
+    return absl::InternalError("binding " + data_socket_ + ": " + std::strerror(errno));
+  }
+  chmod(data_socket_.c_str(), mode);
+  stop_fd_ = eventfd(0, EFD_CLOEXEC);
+  thread_ = std::thread([this] { Serve(); });
+  return absl::OkStatus();
+}
+
+void SessionManager::Stop() {
+  if (thread_.joinable()) {
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = write(stop_fd_, &one, sizeof(one));
+    thread_.join();
+  }
+  if (listen_fd_ >= 0) {
+    close(listen_fd_);
+    unlink(data_socket_.c_str());
+    listen_fd_ = -1;
+  }
+  if (stop_fd_ >= 0) {
+    close(stop_fd_);
+    stop_fd_ = -1;
+  }
+}
+
+void SessionManager::Serve() {
+  while (true) {
+    pollfd p[2] = {{listen_fd_, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
+    if (poll(p, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    if (p[1].revents) return;
+    const int c = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (c < 0) continue;
+    HandOver(c);
+    close(c);
+  }
+}
+
+// Reads a token (with a short timeout, so a silent peer cannot stall others) and sends the arena.
+void SessionManager::HandOver(int c) {
+  timeval timeout{1, 0};
+  setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  char token[kTokenBytes];
+  size_t got = 0;
+  while (got < kTokenBytes) {
+    const ssize_t n = read(c, token + got, kTokenBytes - got);
+    if (n <= 0) return;
+    got += static_cast<size_t>(n);
+  }
+  std::shared_ptr<Session> session;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [id, s] : sessions_) {
+      if (s->token.size() == kTokenBytes && std::memcmp(s->token.data(), token, kTokenBytes) == 0) session = s;
+    }
+  }
+  if (!session || session->fd_sent.exchange(true)) {
+    spdlog::warn("data socket: a peer presented an unknown or used session token");
+    return;
+  }
+  if (absl::Status s = SendFd(c, session->arena->fd()); !s.ok()) {
+    spdlog::warn("session {}: {}", session->id, std::string(s.message()));
+  }
+}
+
+absl::StatusOr<std::shared_ptr<Session>> SessionManager::Create(const std::string& model, uint32_t rank,
+                                                                uint32_t world_size, uint64_t arena_bytes) {
+  if (arena_bytes == 0 || arena_bytes > max_arena_bytes_) {
+    return absl::InvalidArgumentError("arena of " + std::to_string(arena_bytes) + " bytes is outside (0, " +
+                                      std::to_string(max_arena_bytes_) + "] (sessions.max_arena)");
+  }
+  if (world_size == 0 || rank >= world_size) {
+    return absl::InvalidArgumentError("rank " + std::to_string(rank) + " is not below world size " +
+                                      std::to_string(world_size));
+  }
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  auto session = std::make_shared<Session>();
+  session->model = model;
+  session->rank = rank;
+  session->world_size = world_size;
+  session->token.resize(kTokenBytes);
+  if (getrandom(session->token.data(), kTokenBytes, 0) != static_cast<ssize_t>(kTokenBytes)) {
+    return absl::InternalError("getrandom failed");
+  }
+  {
+    std::lock_guard lock(mu_);
+    session->id = next_id_++;
+  }
+  auto arena = Arena::Create("kvstream-session-" + std::to_string(session->id), (arena_bytes + page - 1) / page * page);
+  if (!arena.ok()) return arena.status();
+  session->arena = *std::move(arena);
+  std::lock_guard lock(mu_);
+  sessions_[session->id] = session;
+  return session;
+}
+
+std::shared_ptr<Session> SessionManager::Find(uint64_t id) const {
+  std::lock_guard lock(mu_);
+  auto it = sessions_.find(id);
+  return it == sessions_.end() ? nullptr : it->second;
+}
+
+void SessionManager::Remove(uint64_t id) {
+  std::lock_guard lock(mu_);
+  sessions_.erase(id);
+}
+
+size_t SessionManager::count() const {
+  std::lock_guard lock(mu_);
+  return sessions_.size();
+}
+
+}  // namespace kvstream

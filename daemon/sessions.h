@@ -1,0 +1,61 @@
+// Sessions: one per client (tensor-parallel rank). Each owns a sealed memfd arena; the arena's
+// descriptor is handed out once, over the data socket, to the peer presenting the session's token.
+// A session's arena stays alive while any retrieval or persist into it is in flight.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "arena.h"
+
+namespace kvstream {
+
+struct Session {
+  uint64_t id = 0;
+  std::string model;
+  uint32_t rank = 0;
+  uint32_t world_size = 0;
+  std::string token;           // 32 random bytes
+  std::shared_ptr<Arena> arena;
+  std::atomic<bool> fd_sent{false};
+};
+
+class SessionManager {
+ public:
+  // `data_socket` is the Unix socket path that hands out arena descriptors; `max_arena` bounds
+  // one session's arena.
+  SessionManager(std::string data_socket, uint64_t max_arena_bytes);
+  ~SessionManager();
+
+  // Binds and listens on the data socket (mode like the control socket) and starts its thread.
+  absl::Status Start(uint32_t mode);
+  void Stop();
+
+  absl::StatusOr<std::shared_ptr<Session>> Create(const std::string& model, uint32_t rank, uint32_t world_size,
+                                                  uint64_t arena_bytes);
+  std::shared_ptr<Session> Find(uint64_t id) const;
+  void Remove(uint64_t id);
+  size_t count() const;
+  const std::string& data_socket() const { return data_socket_; }
+
+ private:
+  void Serve();
+  void HandOver(int connection);
+
+  const std::string data_socket_;
+  const uint64_t max_arena_bytes_;
+  mutable std::mutex mu_;
+  std::map<uint64_t, std::shared_ptr<Session>> sessions_;
+  uint64_t next_id_ = 1;
+  int listen_fd_ = -1;
+  int stop_fd_ = -1;
+  std::thread thread_;
+};
+
+}  // namespace kvstream

@@ -1,0 +1,63 @@
+// kvstream::Client: one tensor-parallel rank's connection to kvstreamd. Attaching creates a
+// session with a shared-memory arena that both sides map; retrieves land in the arena and persists
+// are copied from it. The session ends when the Client is destroyed (or the process dies).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kvstream/store.h"
+#include "kvstream/types.h"
+
+namespace kvstream {
+
+struct AttachOptions {
+  std::string model;
+  uint32_t rank = 0;
+  uint32_t world_size = 1;
+  uint64_t arena_bytes = 256ull << 20;
+};
+
+// A chunk in the arena: retrieve writes up to `length` bytes at `offset`; persist stores
+// [offset, offset + length).
+struct ArenaChunk {
+  std::string key;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+};
+
+class Client {
+ public:
+  static absl::StatusOr<std::unique_ptr<Client>> Attach(const std::string& socket_path, const AttachOptions& options);
+  ~Client();
+
+  uint64_t session_id() const;
+  uint8_t* arena() const;
+  uint64_t arena_size() const;
+
+  // Presence of each key and the number of leading keys present.
+  absl::StatusOr<std::vector<LookupResult>> Lookup(const std::vector<std::string>& keys, size_t* prefix_hits = nullptr);
+  // One step: `on_chunk` fires per chunk as it lands (on the calling thread). A bad request
+  // (unknown session, range outside the arena, malformed key) fails as a whole.
+  absl::StatusOr<StepRecord> Retrieve(const std::vector<ArenaChunk>& chunks, std::vector<ChunkResult>* results = nullptr,
+                                      const std::function<void(const ChunkResult&)>& on_chunk = nullptr);
+  // Stages the chunks and waits until each is durable (or failed); results in request order.
+  absl::Status Persist(const std::vector<ArenaChunk>& chunks, std::vector<PersistResult>* results = nullptr);
+
+  absl::StatusOr<StoreStats> Stats(uint32_t* sessions = nullptr);
+  absl::StatusOr<std::vector<StepRecord>> Steps(uint32_t max);
+  absl::StatusOr<EvictResult> Evict(const EvictRequest& request);
+
+  struct Impl;
+
+ private:
+  explicit Client(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvstream

@@ -1,0 +1,212 @@
+// kvstreamd end to end: a real daemon process on temporary tiers, driven by the C++ client.
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+
+#include <cstring>
+#include <thread>
+
+#include "daemon_process.h"
+#include "kvstream/client.h"
+#include "test_util.h"
+
+namespace kvstream::testing {
+namespace {
+
+std::unique_ptr<Client> AttachOrFail(const DaemonProcess& d, uint32_t rank = 0, uint32_t world = 1,
+                                     uint64_t arena = 64 << 20) {
+  auto c = Client::Attach(d.socket(), {"test-model", rank, world, arena});
+  if (!c.ok()) FAIL(c.status().ToString());
+  return *std::move(c);
+}
+
+void WaitForSessions(Client& c, uint32_t want) {
+  for (int i = 0; i < 300; ++i) {
+    uint32_t n = 0;
+    REQUIRE(c.Stats(&n).ok());
+    if (n == want) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  FAIL("sessions did not reach " << want);
+}
+
+TEST_CASE("two sessions persist and retrieve across both tiers byte for byte") {
+  TempDir dir;
+  DaemonProcess d(dir);
+  REQUIRE(d.Start());
+  auto a = AttachOrFail(d, 0, 2);
+  auto b = AttachOrFail(d, 1, 2);
+  const size_t chunk = 1 << 20;
+  std::vector<std::vector<uint8_t>> data;
+  std::vector<ArenaChunk> put_a, put_b;
+  for (int i = 0; i < 8; ++i) {
+    data.push_back(Payload(chunk, 100 + i));
+    Client& c = i % 2 ? *b : *a;
+    const uint64_t off = (i / 2) * chunk;
+    std::memcpy(c.arena() + off, data[i].data(), chunk);
+    (i % 2 ? put_b : put_a).push_back({"k" + std::to_string(i), off, chunk});
+  }
+  std::vector<PersistResult> pr;
+  REQUIRE(a->Persist(put_a, &pr).ok());
+  for (const auto& r : pr) CHECK(r.tier_mask == 3u);
+  REQUIRE(b->Persist(put_b).ok());
+  size_t prefix = 0;
+  auto look = a->Lookup({"k0", "k1", "k2", "nope", "k3"}, &prefix);
+  REQUIRE(look.ok());
+  CHECK(prefix == 3);
+  CHECK((*look)[0].size == chunk);
+  // Each session reads all 8 chunks into its own arena, concurrently.
+  auto read_all = [&](Client& c, StepRecord* rec, std::vector<ChunkResult>* results) {
+    std::vector<ArenaChunk> chunks;
+    for (int i = 0; i < 8; ++i) chunks.push_back({"k" + std::to_string(i), 16 * chunk + i * chunk, chunk});
+    std::memset(c.arena() + 16 * chunk, 0, 8 * chunk);
+    auto r = c.Retrieve(chunks, results);
+    REQUIRE(r.ok());
+    *rec = *r;
+  };
+  StepRecord ra, rb;
+  std::vector<ChunkResult> res_a, res_b;
+  std::thread ta([&] { read_all(*a, &ra, &res_a); });
+  read_all(*b, &rb, &res_b);
+  ta.join();
+  for (int i = 0; i < 8; ++i) {
+    REQUIRE(res_a[i].status.ok());
+    REQUIRE(res_b[i].status.ok());
+    REQUIRE(std::memcmp(a->arena() + 16 * chunk + i * chunk, data[i].data(), chunk) == 0);
+    REQUIRE(std::memcmp(b->arena() + 16 * chunk + i * chunk, data[i].data(), chunk) == 0);
+  }
+  CHECK(ra.hits == 8);
+  CHECK(ra.tiers.size() == 2);
+  CHECK(ra.tiers[0].bytes + ra.tiers[1].bytes == 8 * chunk);
+  CHECK(ra.tiers[1].bytes + rb.tiers[1].bytes > 0);  // the second tier served reads
+  auto steps = a->Steps(10);
+  REQUIRE(steps.ok());
+  CHECK(steps->size() == 2);
+}
+
+TEST_CASE("persisted chunks survive a daemon restart") {
+  TempDir dir;
+  const auto data = Payload(3 << 20, 5);
+  {
+    DaemonProcess d(dir);
+    REQUIRE(d.Start());
+    auto c = AttachOrFail(d);
+    std::memcpy(c->arena(), data.data(), data.size());
+    REQUIRE(c->Persist({{"persisted", 0, data.size()}}).ok());
+    c.reset();
+    CHECK(d.Stop() == 0);
+  }
+  DaemonProcess d(dir);
+  REQUIRE(d.Start());
+  auto c = AttachOrFail(d);
+  std::vector<ChunkResult> results;
+  auto rec = c->Retrieve({{"persisted", 8 << 20, 4 << 20}}, &results);
+  REQUIRE(rec.ok());
+  REQUIRE(results[0].status.ok());
+  CHECK(results[0].size == data.size());
+  CHECK(std::memcmp(c->arena() + (8 << 20), data.data(), data.size()) == 0);
+}
+
+TEST_CASE("bad requests get clear errors and the daemon keeps serving") {
+  TempDir dir;
+  DaemonProcess d(dir);
+  REQUIRE(d.Start());
+  auto c = AttachOrFail(d, 0, 1, 16 << 20);
+  std::memset(c->arena(), 7, 4096);
+  REQUIRE(c->Persist({{"ok", 0, 4096}}).ok());
+
+  auto outside = c->Retrieve({{"ok", (16 << 20) - 100, 4096}});
+  CHECK(absl::IsOutOfRange(outside.status()));
+  CHECK(std::string(outside.status().message()).find("outside the session arena") != std::string::npos);
+  CHECK(absl::IsOutOfRange(c->Persist({{"x", UINT64_MAX - 10, 100}})));
+  CHECK(absl::IsInvalidArgument(c->Retrieve({{"", 0, 4096}}).status()));
+  CHECK(absl::IsInvalidArgument(c->Retrieve({{std::string(2000, 'k'), 0, 4096}}).status()));
+  CHECK(absl::IsInvalidArgument(c->Lookup({std::string("a\0b", 3)}).status()));
+  auto oversize = Client::Attach(d.socket(), {"m", 0, 1, 1ull << 40});
+  CHECK(absl::IsInvalidArgument(oversize.status()));
+  CHECK(absl::IsInvalidArgument(Client::Attach(d.socket(), {"m", 3, 2, 1 << 20}).status()));
+
+  // Nothing changed; the daemon still serves.
+  std::vector<ChunkResult> results;
+  auto rec = c->Retrieve({{"ok", 8192, 4096}, {"missing", 16384, 4096}}, &results);
+  REQUIRE(rec.ok());
+  CHECK(results[0].status.ok());
+  CHECK(absl::IsNotFound(results[1].status));
+  CHECK(c->arena()[8192] == 7);
+  auto stats = c->Stats();
+  REQUIRE(stats.ok());
+  CHECK(stats->chunks == 1);
+}
+
+TEST_CASE("a client killed mid-retrieve leaves no session or descriptor behind") {
+  TempDir dir;
+  DaemonProcess d(dir);
+  REQUIRE(d.Start());
+  auto c = AttachOrFail(d);
+  const size_t chunk = 4 << 20;
+  for (int i = 0; i < 8; ++i) {
+    std::memset(c->arena() + i * chunk, i, chunk);
+  }
+  std::vector<ArenaChunk> chunks;
+  for (int i = 0; i < 8; ++i) chunks.push_back({"big" + std::to_string(i), i * static_cast<uint64_t>(chunk), chunk});
+  REQUIRE(c->Persist(chunks).ok());
+  REQUIRE(c->Retrieve(chunks).ok());  // opens (and caches) the chunk files before counting
+  const size_t fds_before = d.OpenFds();
+  const pid_t child = fork();
+  if (child == 0) {
+    std::vector<const char*> argv = {"victim_client", d.socket().c_str()};
+    for (const ArenaChunk& ch : chunks) argv.push_back(ch.key.c_str());
+    argv.push_back(nullptr);
+    execv(VICTIM_CLIENT_PATH, const_cast<char* const*>(argv.data()));
+    _exit(127);
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  WaitForSessions(*c, 1);
+  size_t fds_after = 0;
+  for (int i = 0; i < 300; ++i) {
+    fds_after = d.OpenFds();
+    if (fds_after <= fds_before) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  CHECK(fds_after <= fds_before);
+  // No arena of the dead session is open in the daemon.
+  size_t arenas = 0;
+  for (auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(d.pid()) + "/fd")) {
+    std::error_code ec;
+    arenas += std::filesystem::read_symlink(e.path(), ec).string().find("kvstream-session-") != std::string::npos;
+  }
+  CHECK(arenas == 1);  // the surviving session's
+  // And the daemon still serves the surviving session.
+  std::vector<ChunkResult> results;
+  REQUIRE(c->Retrieve({chunks[0]}, &results).ok());
+  CHECK(results[0].status.ok());
+}
+
+TEST_CASE("a second daemon on the same socket and a bad config are refused clearly") {
+  TempDir dir;
+  DaemonProcess first(dir);
+  REQUIRE(first.Start());
+  TempDir other;
+  DaemonProcess second(other);
+  // Point the second daemon's config at the first one's socket.
+  {
+    std::ifstream in(second.config());
+    std::string text((std::istreambuf_iterator<char>(in)), {});
+    const std::string from = other.sub("kvstreamd.sock");
+    text.replace(text.find(from), from.size(), first.socket());
+    std::ofstream(second.config()) << text;
+  }
+  REQUIRE_FALSE(second.Start());
+  CHECK(WEXITSTATUS(second.exit_status()) == 1);
+  TempDir bad;
+  DaemonProcess typo(bad, "tierz: []\n");
+  REQUIRE_FALSE(typo.Start());
+  CHECK(WEXITSTATUS(typo.exit_status()) == 2);
+  CHECK(first.Connectable());
+}
+
+}  // namespace
+}  // namespace kvstream::testing

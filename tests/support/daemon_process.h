@@ -1,0 +1,91 @@
+// Starts a real kvstreamd (the built binary) on a temporary socket and tier directories, and
+// stops it with SIGTERM.
+#pragma once
+
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "test_util.h"
+
+namespace kvstream::testing {
+
+class DaemonProcess {
+ public:
+  explicit DaemonProcess(const TempDir& dir, const std::string& extra_yaml = "")
+      : socket_(dir.sub("kvstreamd.sock")), config_(dir.sub("kvstreamd.yaml")) {
+    std::ofstream(config_) << "socket: {path: " << socket_ << ", mode: \"0600\"}\n"
+                           << "sessions: {max_arena: 256MiB}\n"
+                           << "block_size: 256KiB\n"
+                           << "logging: {level: warn}\n"
+                           << extra_yaml
+                           << "tiers:\n"
+                           << "  - {name: fast, path: " << dir.sub("t0") << ", capacity: 1GiB}\n"
+                           << "  - {name: slow, path: " << dir.sub("t1") << ", capacity: 1GiB}\n";
+  }
+  ~DaemonProcess() { Stop(); }
+
+  // Starts the daemon and waits until its socket accepts connections. False if it exited.
+  bool Start() {
+    pid_ = fork();
+    if (pid_ == 0) {
+      execl(KVSTREAMD_PATH, "kvstreamd", "--config", config_.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    for (int i = 0; i < 500; ++i) {
+      if (Connectable()) return true;
+      int status;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        exit_status_ = status;
+        pid_ = -1;
+        return false;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  }
+  // SIGTERM and wait; returns the exit status (or -1 if not running).
+  int Stop() {
+    if (pid_ <= 0) return -1;
+    kill(pid_, SIGTERM);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+  bool Connectable() const {
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strcpy(addr.sun_path, socket_.c_str());
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    const bool ok = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+    close(fd);
+    return ok;
+  }
+  // Open descriptors of the daemon process.
+  size_t OpenFds() const {
+    size_t n = 0;
+    for ([[maybe_unused]] auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(pid_) + "/fd")) ++n;
+    return n;
+  }
+  const std::string& socket() const { return socket_; }
+  const std::string& config() const { return config_; }
+  pid_t pid() const { return pid_; }
+  int exit_status() const { return exit_status_; }
+
+ private:
+  std::string socket_, config_;
+  pid_t pid_ = -1;
+  int exit_status_ = 0;
+};
+
+}  // namespace kvstream::testing
