@@ -5,6 +5,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 
 #include "arena.h"
@@ -83,9 +84,19 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Attach(const std::string& socket
   return std::unique_ptr<Client>(new Client(std::move(impl)));
 }
 
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& socket_path) {
+  auto impl = std::make_unique<Impl>();
+  impl->channel = grpc::CreateChannel("unix:" + socket_path, grpc::InsecureChannelCredentials());
+  if (!impl->channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(2))) {
+    return absl::UnavailableError("no kvstreamd answers on " + socket_path);
+  }
+  impl->stub = v1::KVStream::NewStub(impl->channel);
+  return std::unique_ptr<Client>(new Client(std::move(impl)));
+}
+
 uint64_t Client::session_id() const { return impl_->session_id; }
-uint8_t* Client::arena() const { return impl_->arena->data(); }
-uint64_t Client::arena_size() const { return impl_->arena->size(); }
+uint8_t* Client::arena() const { return impl_->arena ? impl_->arena->data() : nullptr; }
+uint64_t Client::arena_size() const { return impl_->arena ? impl_->arena->size() : 0; }
 
 absl::StatusOr<std::vector<LookupResult>> Client::Lookup(const std::vector<std::string>& keys, size_t* prefix_hits) {
   v1::LookupRequest req;
@@ -101,6 +112,7 @@ absl::StatusOr<std::vector<LookupResult>> Client::Lookup(const std::vector<std::
 
 absl::StatusOr<StepRecord> Client::Retrieve(const std::vector<ArenaChunk>& chunks, std::vector<ChunkResult>* results,
                                             const std::function<void(const ChunkResult&)>& on_chunk) {
+  if (!impl_->arena) return absl::FailedPreconditionError("retrieve needs an attached session");
   v1::RetrieveRequest req;
   req.set_session_id(impl_->session_id);
   for (const ArenaChunk& c : chunks) {
@@ -131,6 +143,7 @@ absl::StatusOr<StepRecord> Client::Retrieve(const std::vector<ArenaChunk>& chunk
 }
 
 absl::Status Client::Persist(const std::vector<ArenaChunk>& chunks, std::vector<PersistResult>* results) {
+  if (!impl_->arena) return absl::FailedPreconditionError("persist needs an attached session");
   v1::PersistRequest req;
   req.set_session_id(impl_->session_id);
   for (const ArenaChunk& c : chunks) {

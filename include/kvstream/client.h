@@ -34,6 +34,9 @@ struct ArenaChunk {
 class Client {
  public:
   static absl::StatusOr<std::unique_ptr<Client>> Attach(const std::string& socket_path, const AttachOptions& options);
+  // A connection without a session (no arena): Lookup, Stats, Steps and Evict only. Fails with
+  // Unavailable when no daemon answers on the socket.
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(const std::string& socket_path);
   ~Client();
 
   uint64_t session_id() const;

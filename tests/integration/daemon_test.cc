@@ -210,3 +210,59 @@ TEST_CASE("a second daemon on the same socket and a bad config are refused clear
 
 }  // namespace
 }  // namespace kvstream::testing
+
+#include <cstdio>
+#include <fstream>
+
+namespace kvstream::testing {
+namespace {
+
+// Runs kvstreamctl with `args`; returns its exit code and fills `out` with its stdout.
+int Ctl(const DaemonProcess& d, const std::string& args, std::string* out = nullptr) {
+  const std::string cmd = std::string(KVSTREAMCTL_PATH) + " --socket " + d.socket() + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string text;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) text.append(buf, n);
+  const int status = pclose(p);
+  if (out) *out = text;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST_CASE("kvstreamctl put, get, lookup, stats, steps and evict round trip") {
+  TempDir dir;
+  DaemonProcess d(dir);
+  REQUIRE(d.Start());
+  const auto data = Payload(1234567, 9);
+  std::ofstream(dir.sub("in.bin"), std::ios::binary).write(reinterpret_cast<const char*>(data.data()), data.size());
+  std::string out;
+  REQUIRE(Ctl(d, "put doc/1 " + dir.sub("in.bin"), &out) == 0);
+  CHECK(out.find("durable on tier mask 0x3") != std::string::npos);
+  REQUIRE(Ctl(d, "get doc/1 " + dir.sub("out.bin"), &out) == 0);
+  std::ifstream in(dir.sub("out.bin"), std::ios::binary);
+  std::vector<uint8_t> back((std::istreambuf_iterator<char>(in)), {});
+  CHECK((back == data));
+  REQUIRE(Ctl(d, "--json lookup doc/1 doc/2", &out) == 0);
+  CHECK(out.find("\"prefix_hits\": 1") != std::string::npos);
+  REQUIRE(Ctl(d, "--json stats", &out) == 0);
+  CHECK(out.find("\"chunks\": 1") != std::string::npos);
+  REQUIRE(Ctl(d, "tiers", &out) == 0);
+  CHECK(out.find("fast") != std::string::npos);
+  CHECK(out.find("slow") != std::string::npos);
+  REQUIRE(Ctl(d, "steps", &out) == 0);
+  CHECK(out.find("gap") != std::string::npos);
+  REQUIRE(Ctl(d, "evict --key doc/1 --tier slow", &out) == 0);
+  CHECK(out.find("evicted 1 replicas") != std::string::npos);
+  REQUIRE(Ctl(d, "evict --all", &out) == 0);
+  CHECK(Ctl(d, "get doc/1 " + dir.sub("gone.bin"), &out) == 1);
+  CHECK(out.find("not stored") != std::string::npos);
+  CHECK(Ctl(d, "evict --tier nosuch --all", &out) == 1);
+  CHECK(out.find("no tier named") != std::string::npos);
+  d.Stop();
+  CHECK(Ctl(d, "stats", &out) == 1);
+  CHECK(out.find("no kvstreamd answers") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvstream::testing

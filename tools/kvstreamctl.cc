@@ -1,0 +1,225 @@
+// kvstreamctl: inspect and operate a running kvstreamd.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+
+#include <nlohmann/json.hpp>
+
+#include "kvstream/client.h"
+
+namespace kvstream {
+namespace {
+
+constexpr char kDefaultSocket[] = "/run/kvstream/kvstreamd.sock";
+
+std::string Mib(uint64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f MiB", bytes / 1048576.0);
+  return buf;
+}
+
+nlohmann::json TierJson(const TierStats& t) {
+  return {{"name", t.name}, {"path", t.path}, {"direct_io", t.direct_io}, {"mem_alignment", t.mem_alignment},
+          {"offset_alignment", t.offset_alignment}, {"fixed_buffers", t.fixed_buffers}, {"queue_depth", t.queue_depth},
+          {"capacity_bytes", t.capacity_bytes}, {"used_bytes", t.used_bytes}, {"chunks", t.chunks},
+          {"bytes_read", t.bytes_read}, {"blocks_read", t.blocks_read}, {"bytes_written", t.bytes_written},
+          {"replicas_written", t.replicas_written}, {"read_errors", t.read_errors},
+          {"checksum_failures", t.checksum_failures}, {"write_errors", t.write_errors}, {"evictions", t.evictions},
+          {"bounce_reads", t.bounce_reads}, {"resubmits", t.resubmits}, {"fixed_ops", t.fixed_ops},
+          {"reference_bandwidth_bps", t.reference_bandwidth_bps}};
+}
+
+nlohmann::json StepJson(const StepRecord& s) {
+  nlohmann::json j = {{"id", s.id}, {"start_unix_ns", s.start_unix_ns}, {"chunks", s.chunks}, {"hits", s.hits},
+                      {"misses", s.misses}, {"failed", s.failed}, {"bytes", s.bytes}, {"wall_seconds", s.wall_seconds},
+                      {"bound_seconds", s.bound_seconds}, {"gap", s.gap}, {"routing", s.routing},
+                      {"batching", s.batching}, {"tiers", nlohmann::json::array()}};
+  for (const TierStepStats& t : s.tiers) {
+    j["tiers"].push_back({{"tier", t.tier}, {"blocks", t.blocks}, {"bytes", t.bytes}, {"busy_seconds", t.busy_seconds},
+                          {"bandwidth_bps", t.bandwidth_bps}, {"eligible", t.eligible}});
+  }
+  return j;
+}
+
+int Fail(const absl::Status& s) {
+  std::cerr << "kvstreamctl: " << s.message() << "\n";
+  return 1;
+}
+
+int Main(int argc, char** argv) {
+  CLI::App app{"kvstreamctl: inspect and operate a running kvstreamd"};
+  std::string socket = kDefaultSocket;
+  bool json = false;
+  app.add_option("--socket", socket, "kvstreamd's control socket")->capture_default_str();
+  app.add_flag("--json", json, "machine-readable output");
+  app.require_subcommand(1);
+  auto* stats = app.add_subcommand("stats", "store-wide counters");
+  auto* tiers = app.add_subcommand("tiers", "per-tier state and counters");
+  auto* steps = app.add_subcommand("steps", "recent step records with their gap to the bound");
+  uint32_t max_steps = 16;
+  steps->add_option("-n,--max", max_steps, "how many")->capture_default_str();
+  auto* lookup = app.add_subcommand("lookup", "which keys are present, and the prefix hit count");
+  std::vector<std::string> keys;
+  lookup->add_option("keys", keys, "keys")->required();
+  auto* put = app.add_subcommand("put", "store a file as a chunk (waits until durable)");
+  std::string key, file;
+  put->add_option("key", key)->required();
+  put->add_option("file", file)->required()->check(CLI::ExistingFile);
+  auto* get = app.add_subcommand("get", "fetch a chunk into a file");
+  get->add_option("key", key)->required();
+  get->add_option("file", file)->required();
+  auto* evict = app.add_subcommand("evict", "evict by key, by bytes (LRU) or all, from one tier or every tier");
+  EvictRequest ev;
+  evict->add_option("--key", ev.key, "this key");
+  evict->add_option("--tier", ev.tier, "only this tier");
+  std::string bytes_text;
+  evict->add_option("--bytes", bytes_text, "least recently used chunks until this many bytes per tier (e.g. 10GiB)");
+  evict->add_flag("--all", ev.all, "everything");
+  CLI11_PARSE(app, argc, argv);
+
+  if (put->parsed() || get->parsed()) {
+    uint64_t size = 0;
+    std::string content;
+    if (put->parsed()) {
+      std::ifstream in(file, std::ios::binary);
+      content.assign(std::istreambuf_iterator<char>(in), {});
+      size = content.size();
+      if (size == 0) return Fail(absl::InvalidArgumentError(file + " is empty"));
+    } else {
+      auto c = Client::Connect(socket);
+      if (!c.ok()) return Fail(c.status());
+      auto l = (*c)->Lookup({key});
+      if (!l.ok()) return Fail(l.status());
+      if (!(*l)[0].present) return Fail(absl::NotFoundError("'" + key + "' is not stored"));
+      size = (*l)[0].size;
+    }
+    auto c = Client::Attach(socket, {"kvstreamctl", 0, 1, (size + 4095) / 4096 * 4096 + 4096});
+    if (!c.ok()) return Fail(c.status());
+    if (put->parsed()) {
+      std::memcpy((*c)->arena(), content.data(), size);
+      std::vector<PersistResult> results;
+      if (absl::Status s = (*c)->Persist({{key, 0, size}}, &results); !s.ok()) return Fail(s);
+      if (json) {
+        std::cout << nlohmann::json{{"key", key}, {"bytes", size}, {"tier_mask", results[0].tier_mask}}.dump() << "\n";
+      } else {
+        std::printf("stored '%s' (%llu bytes), durable on tier mask 0x%x\n", key.c_str(),
+                    static_cast<unsigned long long>(size), results[0].tier_mask);
+      }
+    } else {
+      std::vector<ChunkResult> results;
+      auto rec = (*c)->Retrieve({{key, 0, (*c)->arena_size()}}, &results);
+      if (!rec.ok()) return Fail(rec.status());
+      if (!results[0].status.ok()) return Fail(results[0].status);
+      std::ofstream out(file, std::ios::binary);
+      out.write(reinterpret_cast<const char*>((*c)->arena()), static_cast<std::streamsize>(results[0].size));
+      if (!out) return Fail(absl::InternalError("cannot write " + file));
+      if (json) {
+        std::cout << nlohmann::json{{"key", key}, {"bytes", results[0].size}, {"step", StepJson(*rec)}}.dump() << "\n";
+      } else {
+        std::printf("fetched '%s' (%llu bytes) in %.4f s\n", key.c_str(),
+                    static_cast<unsigned long long>(results[0].size), rec->wall_seconds);
+      }
+    }
+    return 0;
+  }
+
+  auto client = Client::Connect(socket);
+  if (!client.ok()) return Fail(client.status());
+  Client& c = **client;
+  if (stats->parsed() || tiers->parsed()) {
+    uint32_t sessions = 0;
+    auto s = c.Stats(&sessions);
+    if (!s.ok()) return Fail(s.status());
+    if (stats->parsed()) {
+      if (json) {
+        nlohmann::json j = {{"chunks", s->chunks}, {"sessions", sessions}, {"staged_bytes", s->staged_bytes},
+                            {"staged_chunks", s->staged_chunks}, {"staging_limit_bytes", s->staging_limit_bytes},
+                            {"steps", s->steps}, {"retrieve_hits", s->retrieve_hits},
+                            {"retrieve_misses", s->retrieve_misses}, {"retrieve_failures", s->retrieve_failures},
+                            {"persists", s->persists}, {"persist_failures", s->persist_failures},
+                            {"writes_under_pressure", s->writes_under_pressure}};
+        std::cout << j.dump(2) << "\n";
+      } else {
+        std::printf("chunks %llu, sessions %u, steps %llu (hits %llu, misses %llu, failures %llu)\n",
+                    static_cast<unsigned long long>(s->chunks), sessions, static_cast<unsigned long long>(s->steps),
+                    static_cast<unsigned long long>(s->retrieve_hits), static_cast<unsigned long long>(s->retrieve_misses),
+                    static_cast<unsigned long long>(s->retrieve_failures));
+        std::printf("staging %s of %s (%llu chunks), persists %llu (%llu failed), writes under pressure %llu\n",
+                    Mib(s->staged_bytes).c_str(), Mib(s->staging_limit_bytes).c_str(),
+                    static_cast<unsigned long long>(s->staged_chunks), static_cast<unsigned long long>(s->persists),
+                    static_cast<unsigned long long>(s->persist_failures),
+                    static_cast<unsigned long long>(s->writes_under_pressure));
+      }
+    } else if (json) {
+      nlohmann::json j = nlohmann::json::array();
+      for (const TierStats& t : s->tiers) j.push_back(TierJson(t));
+      std::cout << j.dump(2) << "\n";
+    } else {
+      for (const TierStats& t : s->tiers) {
+        std::printf("%-8s %-36s %-8s %6llu chunks %12s / %-12s read %12s written %12s errors r%llu/c%llu/w%llu\n",
+                    t.name.c_str(), t.path.c_str(), t.direct_io ? "O_DIRECT" : "buffered",
+                    static_cast<unsigned long long>(t.chunks), Mib(t.used_bytes).c_str(), Mib(t.capacity_bytes).c_str(),
+                    Mib(t.bytes_read).c_str(), Mib(t.bytes_written).c_str(),
+                    static_cast<unsigned long long>(t.read_errors), static_cast<unsigned long long>(t.checksum_failures),
+                    static_cast<unsigned long long>(t.write_errors));
+      }
+    }
+  } else if (steps->parsed()) {
+    auto s = c.Steps(max_steps);
+    if (!s.ok()) return Fail(s.status());
+    if (json) {
+      nlohmann::json j = nlohmann::json::array();
+      for (const StepRecord& r : *s) j.push_back(StepJson(r));
+      std::cout << j.dump(2) << "\n";
+    } else {
+      for (const StepRecord& r : *s) {
+        std::printf("step %llu: %u chunks (%u hit, %u miss, %u failed) %s in %.4f s, bound %.4f s, gap %+.1f%% [%s/%s]",
+                    static_cast<unsigned long long>(r.id), r.chunks, r.hits, r.misses, r.failed, Mib(r.bytes).c_str(),
+                    r.wall_seconds, r.bound_seconds, 100 * r.gap, r.routing.c_str(), r.batching.c_str());
+        for (const TierStepStats& t : r.tiers) std::printf("  %s %s", t.tier.c_str(), Mib(t.bytes).c_str());
+        std::printf("\n");
+      }
+    }
+  } else if (lookup->parsed()) {
+    size_t prefix = 0;
+    auto l = c.Lookup(keys, &prefix);
+    if (!l.ok()) return Fail(l.status());
+    if (json) {
+      nlohmann::json j = {{"prefix_hits", prefix}, {"keys", nlohmann::json::array()}};
+      for (size_t i = 0; i < keys.size(); ++i) {
+        j["keys"].push_back({{"key", keys[i]}, {"present", (*l)[i].present}, {"size", (*l)[i].size},
+                             {"tier_mask", (*l)[i].tier_mask}});
+      }
+      std::cout << j.dump(2) << "\n";
+    } else {
+      for (size_t i = 0; i < keys.size(); ++i) {
+        std::printf("%-40s %s", keys[i].c_str(), (*l)[i].present ? "present" : "absent");
+        if ((*l)[i].present) std::printf("  %llu bytes  tiers 0x%x", static_cast<unsigned long long>((*l)[i].size), (*l)[i].tier_mask);
+        std::printf("\n");
+      }
+      std::printf("prefix hits: %zu of %zu\n", prefix, keys.size());
+    }
+  } else if (evict->parsed()) {
+    if (!bytes_text.empty()) {
+      auto b = ParseBytes(bytes_text);
+      if (!b.ok()) return Fail(b.status());
+      ev.bytes = *b;
+    }
+    auto r = c.Evict(ev);
+    if (!r.ok()) return Fail(r.status());
+    if (json) {
+      std::cout << nlohmann::json{{"replicas", r->replicas}, {"bytes", r->bytes}}.dump() << "\n";
+    } else {
+      std::printf("evicted %llu replicas, %s\n", static_cast<unsigned long long>(r->replicas), Mib(r->bytes).c_str());
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace kvstream
+
+int main(int argc, char** argv) { return kvstream::Main(argc, argv); }
