@@ -19,6 +19,7 @@
 #include "kvstream/store.h"
 #include "service.h"
 #include "sessions.h"
+#include "spdlog/sinks/stdout_sinks.h"
 #include "spdlog/spdlog.h"
 
 namespace kvstream {
@@ -65,6 +66,7 @@ int Main(int argc, char** argv) {
     std::cerr << "kvstreamd: " << config.status().message() << "\n";
     return 2;
   }
+  spdlog::set_default_logger(spdlog::stderr_logger_mt("kvstreamd"));  // stderr: journald under systemd
   spdlog::set_level(spdlog::level::from_str(config->log_level));
   spdlog::set_pattern("%^%l%$ %v");  // journald adds the time and the unit
 

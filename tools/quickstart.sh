@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
-# Installs dependencies, builds KVStream, and runs the core demo on two tier directories under a
-# state directory: persist 16 chunks (replicated to both tiers), reopen the store (index rebuilt
-# from the files), retrieve them in one step across both tiers and print the step record and the
-# tier stats. (Until kvstreamd lands, the demo drives the storage core directly.)
+# Installs dependencies, builds KVStream, starts kvstreamd on two tier directories under a state
+# directory, runs a small client workload (persist 16 chunks to both tiers, retrieve them in one
+# step across both), prints the step records and tier stats, and stops the daemon.
 # Usage: tools/quickstart.sh [STATE_DIR]     (default: /var/tmp/kvstream-quickstart)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -10,8 +9,34 @@ state="${1:-/var/tmp/kvstream-quickstart}"
 build="${BUILD_DIR:-$root/build}"
 "$root/deploy/install-deps.sh"
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$build" -j "$(nproc)" --target kvcore_demo
+cmake --build "$build" -j "$(nproc)" --target kvstreamd kvstreamctl kvdemo
 rm -rf "$state"
 mkdir -p "$state"
-echo "== kvcore_demo on $state"
-"$build/tools/kvcore_demo" "$state"
+sock="$state/kvstreamd.sock"
+cat > "$state/kvstreamd.yaml" <<YAML
+socket: {path: $sock, mode: "0600"}
+logging: {level: info}
+tiers:
+  - {name: nvme, path: $state/tier-nvme, capacity: 1GiB}
+  - {name: pfs, path: $state/tier-pfs, capacity: 1GiB}
+YAML
+echo "== starting kvstreamd ($state/kvstreamd.yaml)"
+"$build/daemon/kvstreamd" --config "$state/kvstreamd.yaml" 2> "$state/kvstreamd.log" &
+daemon=$!
+trap 'kill $daemon 2>/dev/null || true' EXIT
+for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.05; done
+[ -S "$sock" ] || { cat "$state/kvstreamd.log"; echo "kvstreamd did not start" >&2; exit 1; }
+echo "== demo client"
+"$build/tools/kvdemo" --socket "$sock" --chunks 16 --chunk-size 4MiB
+echo "== kvstreamctl steps"
+"$build/tools/kvstreamctl" --socket "$sock" steps
+echo "== kvstreamctl tiers"
+"$build/tools/kvstreamctl" --socket "$sock" tiers
+echo "== kvstreamctl stats"
+"$build/tools/kvstreamctl" --socket "$sock" stats
+echo "== stopping kvstreamd (SIGTERM drains staged writes)"
+kill -TERM $daemon
+wait $daemon
+trap - EXIT
+echo "== daemon log"
+cat "$state/kvstreamd.log"
