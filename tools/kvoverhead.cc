@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -39,6 +40,8 @@ int main(int argc, char** argv) {
   app.add_option("--chunk-size", size_text, "bytes per chunk")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::warn);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
   const uint64_t size = *kvstream::ParseBytes(size_text);
   const uint64_t slot = (size + 4095) / 4096 * 4096;
 
