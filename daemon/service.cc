@@ -20,7 +20,7 @@ namespace {
 // A session lives as long as its stream (see kvstream.proto).
 class SessionReactor final : public grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionEvent> {
  public:
-  explicit SessionReactor(SessionManager* sessions) : sessions_(sessions) { StartRead(&request_); }
+  SessionReactor(Store* store, SessionManager* sessions) : store_(store), sessions_(sessions) { StartRead(&request_); }
 
   void OnReadDone(bool ok) override {
     if (!ok) {  // the client closed its side or went away: detach
@@ -38,6 +38,8 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::SessionRequest, 
       return;
     }
     session_ = *created;
+    // Fixed-buffer reads into the arena where the tiers allow it (else plain reads).
+    registered_ = store_->RegisterMemory(session_->arena->data(), session_->arena->size()).ok();
     spdlog::info("session {} attached: model '{}' rank {}/{} arena {} bytes", session_->id, a.model(), a.rank(),
                  a.world_size(), session_->arena->size());
     auto* attached = event_.mutable_attached();
@@ -53,6 +55,8 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::SessionRequest, 
   }
   void OnDone() override {
     if (session_) {
+      // Reads still in flight keep the kernel's reference to the buffer; later ones use plain I/O.
+      if (registered_) store_->UnregisterMemory(session_->arena->data());
       sessions_->Remove(session_->id);
       spdlog::info("session {} detached", session_->id);
     }
@@ -60,7 +64,9 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::SessionRequest, 
   }
 
  private:
+  Store* store_;
   SessionManager* sessions_;
+  bool registered_ = false;
   v1::SessionRequest request_;
   v1::SessionEvent event_;
   std::shared_ptr<kvstream::Session> session_;
@@ -248,7 +254,7 @@ class PersistReactor final : public EventStream<v1::PersistEvent> {
 }  // namespace
 
 grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionEvent>* Service::Session(grpc::CallbackServerContext*) {
-  return new SessionReactor(sessions_);
+  return new SessionReactor(store_, sessions_);
 }
 
 grpc::ServerWriteReactor<v1::RetrieveEvent>* Service::Retrieve(grpc::CallbackServerContext*,
