@@ -26,6 +26,9 @@ absl::StatusOr<int> FetchArena(const std::string& data_socket, const std::string
   std::strcpy(addr.sun_path, data_socket.c_str());
   const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return absl::InternalError("socket failed");
+  timeval timeout{5, 0};  // the daemon answers at once or not at all
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
       write(fd, token.data(), token.size()) != static_cast<ssize_t>(token.size())) {
     close(fd);
@@ -44,6 +47,7 @@ struct Client::Impl {
   grpc::ClientContext session_context;
   std::unique_ptr<grpc::ClientReaderWriter<v1::SessionRequest, v1::SessionEvent>> session;
   uint64_t session_id = 0;
+  std::string token;
   std::unique_ptr<Arena> arena;
 };
 
@@ -76,6 +80,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Attach(const std::string& socket
     return s.ok() ? absl::UnavailableError("kvstreamd closed the session stream") : s;
   }
   impl->session_id = event.attached().session_id();
+  impl->token = event.attached().token();
   auto fd = FetchArena(event.attached().data_socket(), event.attached().token());
   if (!fd.ok()) return fd.status();
   auto arena = Arena::Map(*fd);
@@ -115,6 +120,7 @@ absl::StatusOr<StepRecord> Client::Retrieve(const std::vector<ArenaChunk>& chunk
   if (!impl_->arena) return absl::FailedPreconditionError("retrieve needs an attached session");
   v1::RetrieveRequest req;
   req.set_session_id(impl_->session_id);
+  req.set_token(impl_->token);
   for (const ArenaChunk& c : chunks) {
     auto* r = req.add_chunks();
     r->set_key(c.key);
@@ -146,6 +152,7 @@ absl::Status Client::Persist(const std::vector<ArenaChunk>& chunks, std::vector<
   if (!impl_->arena) return absl::FailedPreconditionError("persist needs an attached session");
   v1::PersistRequest req;
   req.set_session_id(impl_->session_id);
+  req.set_token(impl_->token);
   for (const ArenaChunk& c : chunks) {
     auto* r = req.add_chunks();
     r->set_key(c.key);

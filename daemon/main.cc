@@ -122,7 +122,9 @@ int Main(int argc, char** argv) {
   sigwait(&signals, &sig);
   spdlog::info("signal {}: stopping; draining staged writes", sig);
   Notify("STOPPING=1");
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  // In-flight calls get a short grace period; then the rest (open session streams, idle client
+  // connections) are cancelled. Staged writes are drained after that, however long it takes.
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   sessions.Stop();
   store->reset();  // writes every staged chunk, then closes the tiers
   unlink(socket_path.c_str());

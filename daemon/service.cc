@@ -3,8 +3,11 @@
 #include <atomic>
 #include <deque>
 #include <mutex>
+#include <thread>
+#include <vector>
 
 #include "chunk_format.h"
+#include "kvstream/client.h"
 #include "proto_convert.h"
 #include "spdlog/spdlog.h"
 
@@ -50,7 +53,10 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::SessionRequest, 
     StartWrite(&event_);
   }
   void OnWriteDone(bool ok) override {
-    if (!ok) return;  // the stream is going away; OnDone cleans up
+    if (!ok) {  // the client went away before it heard back: detach (OnDone follows Finish)
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "client went away"));
+      return;
+    }
     StartRead(&request_);  // nothing more is expected; this read ends when the client detaches
   }
   void OnDone() override {
@@ -161,10 +167,11 @@ constexpr size_t kMaxChunksPerRequest = 65536;
 class RetrieveReactor final : public EventStream<v1::RetrieveEvent> {
  public:
   RetrieveReactor(Store* store, SessionManager* sessions, const v1::RetrieveRequest* req) {
-    session_ = sessions->Find(req->session_id());
+    session_ = sessions->Authorize(req->session_id(), req->token());
     if (!session_) {
       StoreDone();
-      FailNow(grpc::Status(grpc::StatusCode::NOT_FOUND, "no session " + std::to_string(req->session_id())));
+      FailNow(grpc::Status(grpc::StatusCode::NOT_FOUND, "no session " + std::to_string(req->session_id()) +
+                                                            " with this token"));
       return;
     }
     if (absl::Status s = CheckChunks(*session_, req->chunks(), kMaxChunksPerRequest); !s.ok()) {
@@ -199,55 +206,115 @@ class RetrieveReactor final : public EventStream<v1::RetrieveEvent> {
 
 class PersistReactor final : public EventStream<v1::PersistEvent> {
  public:
-  PersistReactor(Store* store, SessionManager* sessions, const v1::PersistRequest* req) {
-    auto session = sessions->Find(req->session_id());
-    if (!session) {
+  PersistReactor(Store* store, SessionManager* sessions, const v1::PersistRequest* req) : store_(store) {
+    session_ = sessions->Authorize(req->session_id(), req->token());
+    if (!session_) {
       StoreDone();
-      FailNow(grpc::Status(grpc::StatusCode::NOT_FOUND, "no session " + std::to_string(req->session_id())));
+      FailNow(grpc::Status(grpc::StatusCode::NOT_FOUND, "no session " + std::to_string(req->session_id()) +
+                                                            " with this token"));
       return;
     }
-    if (absl::Status s = CheckChunks(*session, req->chunks(), kMaxChunksPerRequest); !s.ok()) {
+    if (absl::Status s = CheckChunks(*session_, req->chunks(), kMaxChunksPerRequest); !s.ok()) {
       StoreDone();
       FailNow(ToGrpc(s));
       return;
     }
-    // Every chunk's DURABLE event, and the end of this constructor, must come before the close.
-    pending_ = req->chunks_size() + 1;
-    for (int i = 0; i < req->chunks_size(); ++i) {
-      const v1::ChunkRange& c = req->chunks(i);
-      const uint32_t index = static_cast<uint32_t>(i);
-      // Copies out of the arena into staging (waits while staging is full).
-      absl::Status staged = store->Persist(c.key(), session->arena->data() + c.offset(), c.length(),
-                                           [this, index](const std::string&, const PersistResult& r) {
-                                             Durable(index, r.status, r.tier_mask);
-                                           });
+    for (const v1::ChunkRange& c : req->chunks()) chunks_.push_back({c.key(), c.offset(), c.length()});
+    chunk_state_.resize(chunks_.size());
+    // Every chunk's DURABLE event, and the end of staging, must come before the close.
+    pending_ = static_cast<int>(chunks_.size()) + 1;
+    // Stage without blocking gRPC's thread; if staging is full, a worker stages the rest (and
+    // waits for space) so the daemon keeps answering other calls.
+    size_t i = 0;
+    for (; i < chunks_.size(); ++i) {
+      if (!Stage(i, /*block=*/false)) break;
+    }
+    if (i == chunks_.size()) {
+      Settle();
+      return;
+    }
+    std::thread([this, i] {
+      for (size_t k = i; k < chunks_.size(); ++k) Stage(k, /*block=*/true);
+      Settle();
+    }).detach();
+  }
+
+ private:
+  struct ChunkState {
+    bool staged = false;
+    bool durable_waiting = false;  // the store reported durability before STAGED was sent
+    absl::Status durable_status;
+    uint32_t durable_mask = 0;
+  };
+
+  // Stages chunk i; returns false (nothing done) when !block and staging is full.
+  bool Stage(size_t i, bool block) {
+    const ArenaChunk& c = chunks_[i];
+    const uint8_t* data = session_->arena->data() + c.offset;
+    auto on_durable = [this, i](const std::string&, const PersistResult& r) { Durable(i, r.status, r.tier_mask); };
+    absl::Status staged = block ? store_->Persist(c.key, data, c.length, on_durable)
+                                : store_->TryPersist(c.key, data, c.length, on_durable);
+    if (!block && absl::IsResourceExhausted(staged)) return false;
+    bool settle = false;
+    {
+      std::lock_guard lock(state_mu_);
       v1::PersistEvent e;
-      e.set_index(index);
+      e.set_index(static_cast<uint32_t>(i));
       e.set_stage(v1::PersistEvent::STAGED);
       e.set_code(static_cast<int32_t>(staged.code()));
       e.set_message(std::string(staged.message()));
       Push(std::move(e));
-      if (!staged.ok()) Durable(index, staged, 0);  // never staged: report it as final now
+      ChunkState& st = chunk_state_[i];
+      st.staged = true;
+      if (!staged.ok()) {  // never staged: its final answer is now
+        PushDurable(i, staged, 0);
+        settle = true;
+      } else if (st.durable_waiting) {
+        PushDurable(i, st.durable_status, st.durable_mask);
+        settle = true;
+      }
+    }
+    if (settle) Settle();
+    return true;
+  }
+
+  // From the store's I/O thread.
+  void Durable(size_t i, const absl::Status& status, uint32_t mask) {
+    {
+      std::lock_guard lock(state_mu_);
+      ChunkState& st = chunk_state_[i];
+      if (!st.staged) {  // STAGED goes first; Stage sends this one
+        st.durable_waiting = true;
+        st.durable_status = status;
+        st.durable_mask = mask;
+        return;
+      }
+      PushDurable(i, status, mask);
     }
     Settle();
   }
 
- private:
-  void Durable(uint32_t index, const absl::Status& status, uint32_t mask) {
+  void PushDurable(size_t i, const absl::Status& status, uint32_t mask) {
     v1::PersistEvent e;
-    e.set_index(index);
+    e.set_index(static_cast<uint32_t>(i));
     e.set_stage(v1::PersistEvent::DURABLE);
     e.set_code(static_cast<int32_t>(status.code()));
     e.set_message(std::string(status.message()));
     e.set_tier_mask(mask);
     Push(std::move(e));
-    Settle();
   }
+
   void Settle() {
     if (pending_.fetch_sub(1) != 1) return;
     Close();
-    StoreDone();
+    StoreDone();  // may delete this
   }
+
+  Store* store_;
+  std::shared_ptr<kvstream::Session> session_;
+  std::vector<ArenaChunk> chunks_;
+  std::mutex state_mu_;
+  std::vector<ChunkState> chunk_state_;
   std::atomic<int> pending_{0};
 };
 

@@ -8,6 +8,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cerrno>
 #include <cstring>
 
@@ -17,6 +18,14 @@ namespace kvstream {
 namespace {
 
 constexpr size_t kTokenBytes = 32;
+constexpr int kHandOverMs = 2000;  // a peer must present its token within this
+
+bool SameToken(const std::string& a, const char* b) {
+  if (a.size() != kTokenBytes) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < kTokenBytes; ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
 
 }  // namespace
 
@@ -76,14 +85,19 @@ void SessionManager::Serve() {
   }
 }
 
-// Reads a token (with a short timeout, so a silent peer cannot stall others) and sends the arena.
+// Reads a token within one overall deadline (a slow or silent peer cannot hold the thread) and
+// sends the arena of the session it names, once.
 void SessionManager::HandOver(int c) {
-  timeval timeout{1, 0};
-  setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  timeval send_timeout{1, 0};
+  setsockopt(c, SOL_SOCKET, SO_SNDTIMEO, &send_timeout, sizeof(send_timeout));
   char token[kTokenBytes];
   size_t got = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kHandOverMs);
   while (got < kTokenBytes) {
-    const ssize_t n = read(c, token + got, kTokenBytes - got);
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    pollfd p{c, POLLIN, 0};
+    if (left.count() <= 0 || poll(&p, 1, static_cast<int>(left.count())) <= 0) return;
+    const ssize_t n = recv(c, token + got, kTokenBytes - got, MSG_DONTWAIT);
     if (n <= 0) return;
     got += static_cast<size_t>(n);
   }
@@ -91,16 +105,18 @@ void SessionManager::HandOver(int c) {
   {
     std::lock_guard lock(mu_);
     for (auto& [id, s] : sessions_) {
-      if (s->token.size() == kTokenBytes && std::memcmp(s->token.data(), token, kTokenBytes) == 0) session = s;
+      if (SameToken(s->token, token)) session = s;
     }
   }
-  if (!session || session->fd_sent.exchange(true)) {
+  if (!session || session->fd_sent.load()) {
     spdlog::warn("data socket: a peer presented an unknown or used session token");
     return;
   }
   if (absl::Status s = SendFd(c, session->arena->fd()); !s.ok()) {
     spdlog::warn("session {}: {}", session->id, std::string(s.message()));
+    return;
   }
+  session->fd_sent = true;
 }
 
 absl::StatusOr<std::shared_ptr<Session>> SessionManager::Create(const std::string& model, uint32_t rank,
@@ -122,10 +138,12 @@ absl::StatusOr<std::shared_ptr<Session>> SessionManager::Create(const std::strin
   if (getrandom(session->token.data(), kTokenBytes, 0) != static_cast<ssize_t>(kTokenBytes)) {
     return absl::InternalError("getrandom failed");
   }
-  {
-    std::lock_guard lock(mu_);
-    session->id = next_id_++;
-  }
+  // Random ids: a stale id from before a restart names no one else's session.
+  do {
+    if (getrandom(&session->id, sizeof(session->id), 0) != static_cast<ssize_t>(sizeof(session->id))) {
+      return absl::InternalError("getrandom failed");
+    }
+  } while (session->id == 0 || Find(session->id) != nullptr);
   auto arena = Arena::Create("kvstream-session-" + std::to_string(session->id), (arena_bytes + page - 1) / page * page);
   if (!arena.ok()) return arena.status();
   session->arena = *std::move(arena);
@@ -138,6 +156,12 @@ std::shared_ptr<Session> SessionManager::Find(uint64_t id) const {
   std::lock_guard lock(mu_);
   auto it = sessions_.find(id);
   return it == sessions_.end() ? nullptr : it->second;
+}
+
+std::shared_ptr<Session> SessionManager::Authorize(uint64_t id, const std::string& token) const {
+  std::shared_ptr<Session> s = Find(id);
+  if (s == nullptr || token.size() != kTokenBytes || !SameToken(s->token, token.data())) return nullptr;
+  return s;
 }
 
 void SessionManager::Remove(uint64_t id) {

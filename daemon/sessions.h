@@ -40,6 +40,8 @@ class SessionManager {
   absl::StatusOr<std::shared_ptr<Session>> Create(const std::string& model, uint32_t rank, uint32_t world_size,
                                                   uint64_t arena_bytes);
   std::shared_ptr<Session> Find(uint64_t id) const;
+  // The session `id` if `token` is its token (compared in constant time), else null.
+  std::shared_ptr<Session> Authorize(uint64_t id, const std::string& token) const;
   void Remove(uint64_t id);
   size_t count() const;
   const std::string& data_socket() const { return data_socket_; }
@@ -52,7 +54,6 @@ class SessionManager {
   const uint64_t max_arena_bytes_;
   mutable std::mutex mu_;
   std::map<uint64_t, std::shared_ptr<Session>> sessions_;
-  uint64_t next_id_ = 1;
   int listen_fd_ = -1;
   int stop_fd_ = -1;
   std::thread thread_;

@@ -271,3 +271,85 @@ TEST_CASE("kvstreamctl put, get, lookup, stats, steps and evict round trip") {
 
 }  // namespace
 }  // namespace kvstream::testing
+
+#include <grpcpp/grpcpp.h>
+
+#include "kvstream.grpc.pb.h"
+
+namespace kvstream::testing {
+namespace {
+
+TEST_CASE("sessions abandoned before their reply are freed and shutdown stays prompt") {
+  TempDir dir;
+  DaemonProcess d(dir);
+  REQUIRE(d.Start());
+  auto channel = grpc::CreateChannel("unix:" + d.socket(), grpc::InsecureChannelCredentials());
+  auto stub = v1::KVStream::NewStub(channel);
+  for (int i = 0; i < 50; ++i) {
+    grpc::ClientContext ctx;
+    auto stream = stub->Session(&ctx);
+    v1::SessionRequest req;
+    req.mutable_attach()->set_world_size(1);
+    req.mutable_attach()->set_arena_bytes(1 << 20);
+    stream->Write(req);
+    ctx.TryCancel();  // gone before the daemon's reply
+    stream->Finish();
+  }
+  auto c = Client::Connect(d.socket());
+  REQUIRE(c.ok());
+  WaitForSessions(**c, 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK(d.Stop() == 0);
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(4));
+}
+
+TEST_CASE("a session's arena is usable only with its token") {
+  TempDir dir;
+  DaemonProcess d(dir);
+  REQUIRE(d.Start());
+  auto owner = AttachOrFail(d);
+  std::memset(owner->arena(), 1, 4096);
+  REQUIRE(owner->Persist({{"mine", 0, 4096}}).ok());
+  auto channel = grpc::CreateChannel("unix:" + d.socket(), grpc::InsecureChannelCredentials());
+  auto stub = v1::KVStream::NewStub(channel);
+  v1::RetrieveRequest req;
+  req.set_session_id(owner->session_id());  // someone else's id, without its token
+  auto* c = req.add_chunks();
+  c->set_key("mine");
+  c->set_offset(0);
+  c->set_length(4096);
+  grpc::ClientContext ctx;
+  auto reader = stub->Retrieve(&ctx, req);
+  v1::RetrieveEvent e;
+  CHECK_FALSE(reader->Read(&e));
+  CHECK(reader->Finish().error_code() == grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_CASE("persists larger than staging wait for space without blocking the daemon") {
+  TempDir dir;
+  DaemonProcess d(dir, "staging: {limit: 3MiB}\n");
+  REQUIRE(d.Start());
+  auto c = AttachOrFail(d);
+  const size_t chunk = 1 << 20;
+  std::vector<ArenaChunk> chunks;
+  for (int i = 0; i < 24; ++i) {
+    std::memset(c->arena() + i * chunk, i + 1, chunk);
+    chunks.push_back({"p" + std::to_string(i), i * static_cast<uint64_t>(chunk), chunk});
+  }
+  std::vector<PersistResult> results;
+  std::thread health([&] {  // other calls are answered meanwhile
+    auto other = Client::Connect(d.socket());
+    REQUIRE(other.ok());
+    for (int i = 0; i < 20; ++i) REQUIRE((*other)->Stats().ok());
+  });
+  REQUIRE(c->Persist(chunks, &results).ok());
+  health.join();
+  for (const PersistResult& r : results) CHECK(r.tier_mask == 3u);
+  std::vector<ChunkResult> got;
+  REQUIRE(c->Retrieve({{"p23", 30 * chunk, chunk}}, &got).ok());
+  REQUIRE(got[0].status.ok());
+  CHECK(c->arena()[30 * chunk] == 24);
+}
+
+}  // namespace
+}  // namespace kvstream::testing
