@@ -39,6 +39,19 @@ absl::StatusOr<int> FetchArena(const std::string& data_socket, const std::string
   return arena_fd;
 }
 
+// The session and chunk fields shared by RetrieveRequest and PersistRequest.
+template <typename Request>
+void FillRequest(uint64_t session_id, const std::string& token, const std::vector<ArenaChunk>& chunks, Request* req) {
+  req->set_session_id(session_id);
+  req->set_token(token);
+  for (const ArenaChunk& c : chunks) {
+    auto* r = req->add_chunks();
+    r->set_key(c.key);
+    r->set_offset(c.offset);
+    r->set_length(c.length);
+  }
+}
+
 }  // namespace
 
 struct Client::Impl {
@@ -119,14 +132,7 @@ absl::StatusOr<StepRecord> Client::Retrieve(const std::vector<ArenaChunk>& chunk
                                             const std::function<void(const ChunkResult&)>& on_chunk) {
   if (!impl_->arena) return absl::FailedPreconditionError("retrieve needs an attached session");
   v1::RetrieveRequest req;
-  req.set_session_id(impl_->session_id);
-  req.set_token(impl_->token);
-  for (const ArenaChunk& c : chunks) {
-    auto* r = req.add_chunks();
-    r->set_key(c.key);
-    r->set_offset(c.offset);
-    r->set_length(c.length);
-  }
+  FillRequest(impl_->session_id, impl_->token, chunks, &req);
   if (results) results->assign(chunks.size(), ChunkResult{});
   grpc::ClientContext ctx;
   auto reader = impl_->stub->Retrieve(&ctx, req);
@@ -151,14 +157,7 @@ absl::StatusOr<StepRecord> Client::Retrieve(const std::vector<ArenaChunk>& chunk
 absl::Status Client::Persist(const std::vector<ArenaChunk>& chunks, std::vector<PersistResult>* results) {
   if (!impl_->arena) return absl::FailedPreconditionError("persist needs an attached session");
   v1::PersistRequest req;
-  req.set_session_id(impl_->session_id);
-  req.set_token(impl_->token);
-  for (const ArenaChunk& c : chunks) {
-    auto* r = req.add_chunks();
-    r->set_key(c.key);
-    r->set_offset(c.offset);
-    r->set_length(c.length);
-  }
+  FillRequest(impl_->session_id, impl_->token, chunks, &req);
   if (results) results->assign(chunks.size(), PersistResult{});
   grpc::ClientContext ctx;
   auto reader = impl_->stub->Persist(&ctx, req);

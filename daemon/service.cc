@@ -164,19 +164,31 @@ absl::Status CheckChunks(const kvstream::Session& s, const google::protobuf::Rep
 
 constexpr size_t kMaxChunksPerRequest = 65536;
 
+// The session a Retrieve or Persist request may use (its id and token match, every chunk lies in
+// its arena), or null with the reason in `refused`.
+template <typename Request>
+std::shared_ptr<kvstream::Session> Admit(SessionManager* sessions, const Request& req, grpc::Status* refused) {
+  std::shared_ptr<kvstream::Session> s = sessions->Authorize(req.session_id(), req.token());
+  if (!s) {
+    *refused = grpc::Status(grpc::StatusCode::NOT_FOUND,
+                            "no session " + std::to_string(req.session_id()) + " with this token");
+    return nullptr;
+  }
+  if (absl::Status c = CheckChunks(*s, req.chunks(), kMaxChunksPerRequest); !c.ok()) {
+    *refused = ToGrpc(c);
+    return nullptr;
+  }
+  return s;
+}
+
 class RetrieveReactor final : public EventStream<v1::RetrieveEvent> {
  public:
   RetrieveReactor(Store* store, SessionManager* sessions, const v1::RetrieveRequest* req) {
-    session_ = sessions->Authorize(req->session_id(), req->token());
+    grpc::Status refused;
+    session_ = Admit(sessions, *req, &refused);
     if (!session_) {
       StoreDone();
-      FailNow(grpc::Status(grpc::StatusCode::NOT_FOUND, "no session " + std::to_string(req->session_id()) +
-                                                            " with this token"));
-      return;
-    }
-    if (absl::Status s = CheckChunks(*session_, req->chunks(), kMaxChunksPerRequest); !s.ok()) {
-      StoreDone();
-      FailNow(ToGrpc(s));
+      FailNow(refused);
       return;
     }
     std::vector<ChunkRead> batch;
@@ -207,16 +219,11 @@ class RetrieveReactor final : public EventStream<v1::RetrieveEvent> {
 class PersistReactor final : public EventStream<v1::PersistEvent> {
  public:
   PersistReactor(Store* store, SessionManager* sessions, const v1::PersistRequest* req) : store_(store) {
-    session_ = sessions->Authorize(req->session_id(), req->token());
+    grpc::Status refused;
+    session_ = Admit(sessions, *req, &refused);
     if (!session_) {
       StoreDone();
-      FailNow(grpc::Status(grpc::StatusCode::NOT_FOUND, "no session " + std::to_string(req->session_id()) +
-                                                            " with this token"));
-      return;
-    }
-    if (absl::Status s = CheckChunks(*session_, req->chunks(), kMaxChunksPerRequest); !s.ok()) {
-      StoreDone();
-      FailNow(ToGrpc(s));
+      FailNow(refused);
       return;
     }
     for (const v1::ChunkRange& c : req->chunks()) chunks_.push_back({c.key(), c.offset(), c.length()});
