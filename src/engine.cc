@@ -947,12 +947,17 @@ void Engine::MaybeCompleteJob(WriteJob* job) {
     std::lock_guard lock(mu_);
     staged_bytes_ -= job->image_size;
     --staged_chunks_;
-    outstanding_jobs_.erase(job->seq);
     ++totals_.persists;
     if (!result.status.ok()) ++totals_.persist_failures;
   }
-  cv_.notify_all();
+  cv_.notify_all();  // staging space for blocked producers
   if (job->callback) job->callback(job->meta->key, result);
+  {
+    // Only now does Flush see the job as done: its callback has run.
+    std::lock_guard lock(mu_);
+    outstanding_jobs_.erase(job->seq);
+  }
+  cv_.notify_all();
 }
 
 void Engine::RemoveFiles(const std::vector<Victim>& victims) {

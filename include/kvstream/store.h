@@ -70,7 +70,7 @@ class Store {
   // As Persist, but returns ResourceExhausted instead of blocking when staging is full.
   absl::Status TryPersist(std::string_view key, const void* data, size_t size,
                           PersistCallback on_durable = nullptr);
-  // Waits until every chunk staged before the call is durable or failed.
+  // Waits until every chunk staged before the call is durable or failed and its callback has run.
   void Flush();
 
   std::vector<LookupResult> Lookup(const std::vector<std::string>& keys) const;
