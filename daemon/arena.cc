@@ -20,6 +20,16 @@ absl::Status Errno(const std::string& what) {
 
 }  // namespace
 
+absl::StatusOr<std::unique_ptr<Arena>> Arena::MapShared(int fd, uint64_t size) {
+  void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) {
+    const absl::Status s = Errno("mmap arena");
+    close(fd);
+    return s;
+  }
+  return std::unique_ptr<Arena>(new Arena(fd, static_cast<uint8_t*>(base), size));
+}
+
 absl::StatusOr<std::unique_ptr<Arena>> Arena::Create(const std::string& name, uint64_t size) {
   const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   if (size == 0 || size % page != 0) {
@@ -40,13 +50,7 @@ absl::StatusOr<std::unique_ptr<Arena>> Arena::Create(const std::string& name, ui
     close(fd);
     return s;
   }
-  void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (base == MAP_FAILED) {
-    const absl::Status s = Errno("mmap arena");
-    close(fd);
-    return s;
-  }
-  return std::unique_ptr<Arena>(new Arena(fd, static_cast<uint8_t*>(base), size));
+  return MapShared(fd, size);
 }
 
 absl::StatusOr<std::unique_ptr<Arena>> Arena::Map(int fd) {
@@ -61,13 +65,7 @@ absl::StatusOr<std::unique_ptr<Arena>> Arena::Map(int fd) {
     return absl::FailedPreconditionError("arena descriptor has no size");
   }
   const uint64_t size = static_cast<uint64_t>(st.st_size);
-  void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (base == MAP_FAILED) {
-    const absl::Status s = Errno("mmap arena");
-    close(fd);
-    return s;
-  }
-  return std::unique_ptr<Arena>(new Arena(fd, static_cast<uint8_t*>(base), size));
+  return MapShared(fd, size);
 }
 
 Arena::~Arena() {

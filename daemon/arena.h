@@ -34,6 +34,8 @@ class Arena {
 
  private:
   Arena(int fd, uint8_t* base, uint64_t size) : fd_(fd), base_(base), size_(size) {}
+  // Maps `size` bytes of `fd` shared; takes ownership of `fd` (closed on failure).
+  static absl::StatusOr<std::unique_ptr<Arena>> MapShared(int fd, uint64_t size);
   int fd_;
   uint8_t* base_;
   uint64_t size_;
