@@ -192,6 +192,17 @@ absl::StatusOr<std::vector<StepRecord>> Client::Steps(uint32_t max) {
   return out;
 }
 
+absl::StatusOr<Policies> Client::SetPolicies(const std::string& routing, const std::string& batching,
+                                             const std::string& writes) {
+  v1::Policies req, reply;
+  req.set_routing(routing);
+  req.set_batching(batching);
+  req.set_writes(writes);
+  grpc::ClientContext ctx;
+  if (absl::Status s = FromGrpc(impl_->stub->SetPolicies(&ctx, req, &reply)); !s.ok()) return s;
+  return FromProto(reply, Policies{});
+}
+
 absl::StatusOr<EvictResult> Client::Evict(const EvictRequest& request) {
   v1::EvictRequest req;
   ToProto(request, &req);

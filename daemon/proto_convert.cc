@@ -83,6 +83,7 @@ void ToProto(const StoreStats& in, v1::StatsReply* out) {
   out->set_persists(in.persists);
   out->set_persist_failures(in.persist_failures);
   out->set_writes_under_pressure(in.writes_under_pressure);
+  ToProto(in.policies, out->mutable_policies());
 }
 
 StoreStats FromProto(const v1::StatsReply& in) {
@@ -124,6 +125,7 @@ StoreStats FromProto(const v1::StatsReply& in) {
   s.persists = in.persists();
   s.persist_failures = in.persist_failures();
   s.writes_under_pressure = in.writes_under_pressure();
+  if (auto p = FromProto(in.policies(), Policies{}); p.ok()) s.policies = *p;
   return s;
 }
 
@@ -142,6 +144,32 @@ ChunkResult FromProto(const v1::ChunkDone& in) {
   r.size = in.size();
   r.tier_mask = in.tier_mask();
   return r;
+}
+
+absl::StatusOr<Policies> FromProto(const v1::Policies& in, const Policies& current) {
+  Policies p = current;
+  if (!in.routing().empty()) {
+    auto routing = ParseRouting(in.routing());
+    if (!routing.ok()) return routing.status();
+    p.routing = *routing;
+  }
+  if (!in.batching().empty()) {
+    auto batching = ParseBatching(in.batching());
+    if (!batching.ok()) return batching.status();
+    p.batching = *batching;
+  }
+  if (!in.writes().empty()) {
+    auto writes = ParseWrites(in.writes());
+    if (!writes.ok()) return writes.status();
+    p.writes = *writes;
+  }
+  return p;
+}
+
+void ToProto(const Policies& in, v1::Policies* out) {
+  out->set_routing(ToString(in.routing));
+  out->set_batching(std::string(ToString(in.batching)));
+  out->set_writes(std::string(ToString(in.writes)));
 }
 
 EvictRequest FromProto(const v1::EvictRequest& in) { return {in.key(), in.tier(), in.bytes(), in.all()}; }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "kvstream.pb.h"
 #include "kvstream/store.h"
 #include "kvstream/types.h"
@@ -17,6 +18,10 @@ StoreStats FromProto(const v1::StatsReply& in);
 
 void ToProto(const ChunkResult& in, v1::ChunkDone* out);
 ChunkResult FromProto(const v1::ChunkDone& in);
+
+// Empty fields keep `current`'s value; a field that does not parse is InvalidArgument.
+absl::StatusOr<Policies> FromProto(const v1::Policies& in, const Policies& current);
+void ToProto(const Policies& in, v1::Policies* out);
 
 EvictRequest FromProto(const v1::EvictRequest& in);
 void ToProto(const EvictRequest& in, v1::EvictRequest* out);

@@ -384,6 +384,22 @@ grpc::ServerUnaryReactor* Service::Steps(grpc::CallbackServerContext* ctx, const
   return r;
 }
 
+grpc::ServerUnaryReactor* Service::SetPolicies(grpc::CallbackServerContext* ctx, const v1::Policies* req,
+                                               v1::Policies* reply) {
+  auto* r = ctx->DefaultReactor();
+  auto policies = FromProto(*req, store_->policies());
+  if (!policies.ok()) {
+    r->Finish(ToGrpc(policies.status()));
+    return r;
+  }
+  spdlog::info("policies: routing {} batching {} writes {}", ToString(policies->routing),
+               std::string(ToString(policies->batching)), std::string(ToString(policies->writes)));
+  store_->SetPolicies(*policies);
+  ToProto(*policies, reply);
+  r->Finish(grpc::Status::OK);
+  return r;
+}
+
 grpc::ServerUnaryReactor* Service::Evict(grpc::CallbackServerContext* ctx, const v1::EvictRequest* req,
                                          v1::EvictReply* reply) {
   auto* r = ctx->DefaultReactor();

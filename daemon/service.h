@@ -26,6 +26,8 @@ class Service final : public v1::KVStream::CallbackService {
                                   v1::StatsReply* reply) override;
   grpc::ServerUnaryReactor* Steps(grpc::CallbackServerContext* ctx, const v1::StepsRequest* req,
                                   v1::StepsReply* reply) override;
+  grpc::ServerUnaryReactor* SetPolicies(grpc::CallbackServerContext* ctx, const v1::Policies* req,
+                                        v1::Policies* reply) override;
   grpc::ServerUnaryReactor* Evict(grpc::CallbackServerContext* ctx, const v1::EvictRequest* req,
                                   v1::EvictReply* reply) override;
   grpc::ServerUnaryReactor* Health(grpc::CallbackServerContext* ctx, const v1::HealthRequest* req,

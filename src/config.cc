@@ -132,6 +132,8 @@ absl::StatusOr<uint64_t> ParseBytes(std::string_view text_view) {
   return static_cast<uint64_t>(std::llround(bytes));
 }
 
+Policies PoliciesOf(const StoreConfig& config) { return {config.routing, config.batching, config.writes}; }
+
 std::string ToString(const RoutingPolicy& r) {
   switch (r.kind) {
     case RoutingKind::kCompletion: return "completion";

@@ -116,7 +116,9 @@ struct Engine::WriteJob {
 Engine::Engine(StoreConfig config, std::shared_ptr<Reactor> reactor)
     : config_(std::move(config)),
       reactor_(std::move(reactor)),
-      router_(static_cast<int>(config_.tiers.size()), config_.routing, config_.batching) {}
+      router_(static_cast<int>(config_.tiers.size()), config_.routing, config_.batching),
+      public_policies_(PoliciesOf(config_)),
+      policies_(PoliciesOf(config_)) {}
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(StoreConfig config,
                                                        std::vector<std::unique_ptr<TierDevice>> devices,
@@ -415,6 +417,27 @@ void Engine::UnregisterMemory(void* base) {
   });
 }
 
+void Engine::SetPolicies(const Policies& policies) {
+  RunOnLoop([&] {
+    pending_policies_ = policies;
+    MaybeApplyPolicies();
+  });
+}
+
+void Engine::MaybeApplyPolicies() {
+  if (!pending_policies_ || !router_.empty()) return;
+  policies_ = *pending_policies_;
+  pending_policies_.reset();
+  router_.SetPolicy(policies_.routing, policies_.batching);
+  std::lock_guard lock(mu_);
+  public_policies_ = policies_;
+}
+
+Policies Engine::policies() const {
+  std::lock_guard lock(mu_);
+  return public_policies_;
+}
+
 StoreStats Engine::Stats() const {
   std::lock_guard lock(mu_);
   StoreStats s = totals_;
@@ -422,6 +445,7 @@ StoreStats Engine::Stats() const {
   s.staged_bytes = staged_bytes_;
   s.staged_chunks = staged_chunks_;
   s.staging_limit_bytes = config_.staging_limit_bytes;
+  s.policies = public_policies_;
   for (size_t t = 0; t < tiers_.size(); ++t) {
     const Tier& tier = *tiers_[t];
     const DeviceProperties& p = tier.device->properties();
@@ -724,8 +748,8 @@ void Engine::CompleteStep(Step* step) {
     }
   }
   rec.wall_seconds = (step->end_ns - step->start_ns) / 1e9;
-  rec.routing = ToString(config_.routing);
-  rec.batching = std::string(ToString(config_.batching));
+  rec.routing = ToString(policies_.routing);
+  rec.batching = std::string(ToString(policies_.batching));
   double sum_bps = 0;
   for (size_t t = 0; t < tiers_.size(); ++t) {
     const Step::PerTier& pt = step->per_tier[t];
@@ -758,6 +782,7 @@ void Engine::CompleteStep(Step* step) {
     history_.push_back(rec);
     if (history_.size() > kHistoryLimit) history_.pop_front();
   }
+  MaybeApplyPolicies();  // after the record names the policies that ran this step
   if (step->on_done) step->on_done(std::move(rec));
 }
 
@@ -765,7 +790,7 @@ void Engine::CompleteStep(Step* step) {
 // Writes (M2, M3).
 
 bool Engine::WritesAllowed() const {
-  if (config_.writes == WritePolicy::kImmediate || router_.empty()) return true;
+  if (policies_.writes == WritePolicy::kImmediate || router_.empty()) return true;
   // Pressure: staging above its high-water mark, or a producer blocked on staging space.
   if (draining_ || space_waiters_ > 0) return true;
   return staged_bytes_seen_ > config_.staging_high_water * config_.staging_limit_bytes;

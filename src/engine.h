@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -48,9 +49,11 @@ class Engine {
   absl::StatusOr<EvictResult> Evict(const EvictRequest& request);
   absl::Status RegisterMemory(void* base, size_t size);
   void UnregisterMemory(void* base);
+  void SetPolicies(const Policies& policies);
+  Policies policies() const;
   StoreStats Stats() const;
   std::vector<StepRecord> RecentSteps(size_t max) const;
-  const StoreConfig& config() const { return config_; }
+  const StoreConfig& config() const { return config_; }  // as opened
 
   // Stops taking work, finishes pending retrievals and staged writes, and joins the loop.
   void Shutdown();
@@ -79,6 +82,7 @@ class Engine {
   void MaybeCompleteJob(WriteJob* job);
   void RemoveFiles(const std::vector<Victim>& victims);
   bool WritesAllowed() const;
+  void MaybeApplyPolicies();
   void RunOnLoop(std::function<void()> fn);
 
   const StoreConfig config_;
@@ -107,8 +111,11 @@ class Engine {
   std::deque<StepRecord> history_;
   uint64_t next_step_id_ = 0;
   StoreStats totals_;  // the counters of StoreStats not derived elsewhere
+  Policies public_policies_;  // what policies() reports: the ones in force
 
   // Loop-thread state.
+  Policies policies_;                         // in force
+  std::optional<Policies> pending_policies_;  // applied once no retrieval is pending
   std::vector<std::unique_ptr<Step>> steps_;
   std::deque<std::unique_ptr<WriteJob>> jobs_;
   std::map<void*, std::vector<int>> regions_;  // registered memory -> region id per tier

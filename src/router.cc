@@ -1,6 +1,7 @@
 #include "router.h"
 
 #include <algorithm>
+#include <cassert>
 #include <bit>
 #include <cmath>
 
@@ -28,6 +29,12 @@ Router::Router(int tiers, RoutingPolicy routing, BatchingPolicy batching)
     : tiers_(tiers), routing_(routing), batching_(batching), back_(tiers, false) {
   // First tier from the front, last from the back; tiers in between from the front.
   if (tiers >= 2) back_[tiers - 1] = true;
+}
+
+void Router::SetPolicy(RoutingPolicy routing, BatchingPolicy batching) {
+  assert(empty());
+  routing_ = routing;
+  batching_ = batching;
 }
 
 void Router::Place(PoolBatch* b) {

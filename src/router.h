@@ -62,6 +62,8 @@ class Router {
   // REQUIRES: every chunk of the batch is finished.
   void Remove(PoolBatch* batch);
   bool empty() const { return batches_.empty(); }
+  // REQUIRES: empty(). Batches added from now on are placed and claimed under these policies.
+  void SetPolicy(RoutingPolicy routing, BatchingPolicy batching);
 
   // The next block `tier` should read, marked in flight. False when it has nothing to claim.
   bool Claim(int tier, BlockRef* out);

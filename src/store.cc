@@ -59,6 +59,8 @@ size_t Store::PrefixHits(const std::vector<std::string>& keys) const { return en
 absl::StatusOr<EvictResult> Store::Evict(const EvictRequest& request) { return engine_->Evict(request); }
 absl::Status Store::RegisterMemory(void* base, size_t size) { return engine_->RegisterMemory(base, size); }
 void Store::UnregisterMemory(void* base) { engine_->UnregisterMemory(base); }
+void Store::SetPolicies(const Policies& policies) { engine_->SetPolicies(policies); }
+Policies Store::policies() const { return engine_->policies(); }
 StoreStats Store::Stats() const { return engine_->Stats(); }
 std::vector<StepRecord> Store::RecentSteps(size_t max) const { return engine_->RecentSteps(max); }
 const StoreConfig& Store::config() const { return engine_->config(); }

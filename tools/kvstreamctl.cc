@@ -44,6 +44,15 @@ nlohmann::json StepJson(const StepRecord& s) {
   return j;
 }
 
+nlohmann::json PoliciesJson(const Policies& p) {
+  return {{"routing", ToString(p.routing)}, {"batching", ToString(p.batching)}, {"writes", ToString(p.writes)}};
+}
+
+std::string PoliciesText(const Policies& p) {
+  return "routing " + ToString(p.routing) + ", batching " + std::string(ToString(p.batching)) + ", writes " +
+         std::string(ToString(p.writes));
+}
+
 int Fail(const absl::Status& s) {
   std::cerr << "kvstreamctl: " << s.message() << "\n";
   return 1;
@@ -78,6 +87,11 @@ int Main(int argc, char** argv) {
   std::string bytes_text;
   evict->add_option("--bytes", bytes_text, "least recently used chunks until this many bytes per tier (e.g. 10GiB)");
   evict->add_flag("--all", ev.all, "everything");
+  auto* policy = app.add_subcommand("policy", "show or switch routing/batching/write policies at run time");
+  std::string routing, batching, writes;
+  policy->add_option("--routing", routing, "completion | static:<g> | fastest");
+  policy->add_option("--batching", batching, "step | serial");
+  policy->add_option("--writes", writes, "deferred | immediate");
   CLI11_PARSE(app, argc, argv);
 
   if (put->parsed() || get->parsed()) {
@@ -140,7 +154,8 @@ int Main(int argc, char** argv) {
                             {"steps", s->steps}, {"retrieve_hits", s->retrieve_hits},
                             {"retrieve_misses", s->retrieve_misses}, {"retrieve_failures", s->retrieve_failures},
                             {"persists", s->persists}, {"persist_failures", s->persist_failures},
-                            {"writes_under_pressure", s->writes_under_pressure}};
+                            {"writes_under_pressure", s->writes_under_pressure},
+                            {"policies", PoliciesJson(s->policies)}};
         std::cout << j.dump(2) << "\n";
       } else {
         std::printf("chunks %llu, sessions %u, steps %llu (hits %llu, misses %llu, failures %llu)\n",
@@ -152,6 +167,7 @@ int Main(int argc, char** argv) {
                     static_cast<unsigned long long>(s->staged_chunks), static_cast<unsigned long long>(s->persists),
                     static_cast<unsigned long long>(s->persist_failures),
                     static_cast<unsigned long long>(s->writes_under_pressure));
+        std::printf("policies: %s\n", PoliciesText(s->policies).c_str());
       }
     } else if (json) {
       nlohmann::json j = nlohmann::json::array();
@@ -201,6 +217,20 @@ int Main(int argc, char** argv) {
         std::printf("\n");
       }
       std::printf("prefix hits: %zu of %zu\n", prefix, keys.size());
+    }
+  } else if (policy->parsed()) {
+    absl::StatusOr<Policies> p;
+    if (routing.empty() && batching.empty() && writes.empty()) {
+      auto s = c.Stats();
+      p = s.ok() ? absl::StatusOr<Policies>(s->policies) : s.status();
+    } else {
+      p = c.SetPolicies(routing, batching, writes);
+    }
+    if (!p.ok()) return Fail(p.status());
+    if (json) {
+      std::cout << PoliciesJson(*p).dump() << "\n";
+    } else {
+      std::printf("%s\n", PoliciesText(*p).c_str());
     }
   } else if (evict->parsed()) {
     if (!bytes_text.empty()) {

@@ -34,7 +34,7 @@ struct ArenaChunk {
 class Client {
  public:
   static absl::StatusOr<std::unique_ptr<Client>> Attach(const std::string& socket_path, const AttachOptions& options);
-  // A connection without a session (no arena): Lookup, Stats, Steps and Evict only. Fails with
+  // A connection without a session (no arena): Lookup, Stats, Steps, Evict and SetPolicies only. Fails with
   // Unavailable when no daemon answers on the socket.
   static absl::StatusOr<std::unique_ptr<Client>> Connect(const std::string& socket_path);
   ~Client();
@@ -55,6 +55,10 @@ class Client {
   absl::StatusOr<StoreStats> Stats(uint32_t* sessions = nullptr);
   absl::StatusOr<std::vector<StepRecord>> Steps(uint32_t max);
   absl::StatusOr<EvictResult> Evict(const EvictRequest& request);
+  // Switches the daemon's policies (Store::SetPolicies); empty strings keep the current value.
+  // Returns the policies in force afterwards.
+  absl::StatusOr<Policies> SetPolicies(const std::string& routing, const std::string& batching,
+                                       const std::string& writes);
 
   struct Impl;
 

@@ -43,6 +43,14 @@ enum class FsyncPolicy {
   kChunk,  // fdatasync each replica file before it is renamed into place and reported durable
 };
 
+// The policies a running store can switch between (Store::SetPolicies), e.g. to compare them
+// side by side on the same tiers and chunks.
+struct Policies {
+  RoutingPolicy routing;
+  BatchingPolicy batching = BatchingPolicy::kStep;
+  WritePolicy writes = WritePolicy::kDeferred;
+};
+
 struct TierConfig {
   std::string name;                 // unique, [A-Za-z0-9_-]{1,32}
   std::string path;                 // directory; created if missing
@@ -81,6 +89,8 @@ absl::StatusOr<ReplicationPolicy> ParseReplication(std::string_view text);  // "
 absl::StatusOr<FsyncPolicy> ParseFsync(std::string_view text);         // "none" | "chunk"
 // Parses "64MiB", "1.5G", "4096" (binary units; K/M/G/T with optional "iB"/"B").
 absl::StatusOr<uint64_t> ParseBytes(std::string_view text);
+
+Policies PoliciesOf(const StoreConfig& config);
 
 std::string ToString(const RoutingPolicy& routing);
 std::string_view ToString(BatchingPolicy batching);

@@ -85,10 +85,15 @@ class Store {
   absl::Status RegisterMemory(void* base, size_t size);
   void UnregisterMemory(void* base);
 
+  // Switches routing, batching and write policies. Retrievals already pending finish under the
+  // old ones; the new ones apply once no retrieval is pending (at once when idle). Returns then.
+  void SetPolicies(const Policies& policies);
+  Policies policies() const;  // the ones in force
+
   StoreStats Stats() const;
   // The most recent step records, oldest first (at most `max` of them).
   std::vector<StepRecord> RecentSteps(size_t max) const;
-  const StoreConfig& config() const;
+  const StoreConfig& config() const;  // as opened (policies may have changed since)
 
   // Wraps an engine built by Open.
   explicit Store(std::unique_ptr<Engine> engine);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "kvstream/config.h"
 
 namespace kvstream {
 
@@ -109,6 +110,7 @@ struct StoreStats {
   uint64_t persists = 0;
   uint64_t persist_failures = 0;
   uint64_t writes_under_pressure = 0;  // write ops issued while reads were pending
+  Policies policies;                   // in force
 };
 
 }  // namespace kvstream

@@ -235,7 +235,7 @@ int Ctl(const DaemonProcess& d, const std::string& args, std::string* out = null
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-TEST_CASE("kvstreamctl put, get, lookup, stats, steps and evict round trip") {
+TEST_CASE("kvstreamctl put, get, lookup, stats, steps, evict and policy round trip") {
   TempDir dir;
   DaemonProcess d(dir);
   REQUIRE(d.Start());
@@ -264,6 +264,16 @@ TEST_CASE("kvstreamctl put, get, lookup, stats, steps and evict round trip") {
   CHECK(out.find("not stored") != std::string::npos);
   CHECK(Ctl(d, "evict --tier nosuch --all", &out) == 1);
   CHECK(out.find("no tier named") != std::string::npos);
+  REQUIRE(Ctl(d, "policy", &out) == 0);
+  CHECK(out.find("routing completion, batching step, writes deferred") != std::string::npos);
+  REQUIRE(Ctl(d, "policy --routing static:0.25 --writes immediate", &out) == 0);
+  CHECK(out.find("routing static:0.25, batching step, writes immediate") != std::string::npos);
+  REQUIRE(Ctl(d, "--json stats", &out) == 0);
+  CHECK(out.find("\"routing\": \"static:0.25\"") != std::string::npos);
+  CHECK(Ctl(d, "policy --routing sideways", &out) == 1);  // refused, nothing changed
+  CHECK(out.find("not one of") != std::string::npos);
+  REQUIRE(Ctl(d, "policy", &out) == 0);
+  CHECK(out.find("routing static:0.25") != std::string::npos);
   d.Stop();
   CHECK(Ctl(d, "stats", &out) == 1);
   CHECK(out.find("no kvstreamd answers") != std::string::npos);
