@@ -7,6 +7,7 @@ PACKAGES=(
   liburing-dev libabsl-dev libspdlog-dev libfmt-dev libxxhash-dev
   catch2 libyaml-cpp-dev libcli11-dev nlohmann-json3-dev gnuplot-nox
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  fio e2fsprogs util-linux
 )
 missing=()
 for p in "${PACKAGES[@]}"; do
