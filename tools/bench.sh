@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The headline benchmark: kvstreamd on two emulated tiers (tools/tierlab: loop devices with
+# O_DIRECT and blkio read caps of FAST and SLOW MB/s), driven by kvbench as 2 tensor-parallel
+# ranks with 8 MiB chunks, every policy side by side against the bound measured in the same run:
+#   1. steady caps, with fio on the fast tier's files as the single-tier reference and
+#      deferred vs immediate writes of each step's new chunks;
+#   2. the slow tier fluctuating per step (periodic SLOW / SLOW/3, as a shared parallel FS).
+# Needs root. Results (JSON, PNG) go to OUT. Tears everything down, also on failure.
+# Usage: sudo tools/bench.sh [--fast MBPS] [--slow MBPS] [--steps N] [--out DIR] [--check GAP]
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+fast=300 slow=150 steps=8 out=/var/tmp/kvstream-bench-results check=""
+while [ $# -gt 0 ]; do
+  case $1 in
+    --fast) fast=$2; shift 2 ;;
+    --slow) slow=$2; shift 2 ;;
+    --steps) steps=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    --check) check=$2; shift 2 ;;
+    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    *) echo "bench: unknown argument '$1'" >&2; exit 2 ;;
+  esac
+done
+build="${BUILD_DIR:-$root/build}"
+work="${BENCH_DIR:-/var/tmp/kvstream-bench}"
+tierlab="$root/tools/tierlab"
+[ "$(id -u)" -eq 0 ] || { echo "bench: must run as root (loop devices, mounts, cgroups)" >&2; exit 1; }
+for b in daemon/kvstreamd tools/kvbench; do
+  [ -x "$build/$b" ] || { echo "bench: $build/$b not built (cmake --build build, or tests/run.sh)" >&2; exit 1; }
+done
+mkdir -p "$out"
+"$tierlab" down --dir "$work"
+daemon=""
+cleanup() {
+  set +e
+  [ -n "$daemon" ] && kill -TERM "$daemon" 2>/dev/null && wait "$daemon"
+  "$tierlab" down --dir "$work"
+}
+trap cleanup EXIT
+"$tierlab" up --dir "$work" --tier "t0:8G:$fast" --tier "t1:8G:$slow"
+sock="$work/kvstreamd.sock"
+cat > "$work/kvstreamd.yaml" <<YAML
+socket: {path: $sock, mode: "0600"}
+sessions: {max_arena: 1GiB}
+logging: {level: warn}
+tiers:
+  - {name: t0, path: $work/mnt/t0/kvstream, capacity: 7GiB}
+  - {name: t1, path: $work/mnt/t1/kvstream, capacity: 7GiB}
+YAML
+# The daemon (which does the reads) and kvbench (and fio under it) run inside the capped cgroup.
+"$tierlab" run --dir "$work" -- "$build/daemon/kvstreamd" --config "$work/kvstreamd.yaml" 2> "$out/kvstreamd.log" &
+daemon=$!
+for _ in $(seq 200); do [ -S "$sock" ] && break; sleep 0.05; done
+[ -S "$sock" ] || { cat "$out/kvstreamd.log"; echo "bench: kvstreamd did not start" >&2; exit 1; }
+common=(--socket "$sock" --ranks 2 --steps "$steps" --requests 4 --chunks 8 --hit-ratio 0.75 --chunk-size 8MiB)
+echo "== 1. steady caps: t0 $fast MB/s, t1 $slow MB/s"
+"$tierlab" run --dir "$work" -- "$build/tools/kvbench" "${common[@]}" --fio "$work/mnt/t0/kvstream" \
+  --json "$out/steady.json" --plot "$out/steady.png" ${check:+--check "$check"}
+low=$((slow / 3))
+echo
+echo "== 2. fluctuating t1: per step, periodic $slow/$low MB/s (2 steps each), t0 steady $fast MB/s"
+"$tierlab" run --dir "$work" -- "$build/tools/kvbench" "${common[@]}" \
+  --policies completion,static:0.5,static:0.67,static:0.75,static:0.86,fastest,serial --write-policies "" \
+  --step-hook "$tierlab cap --dir $work t1 periodic:$slow:$low:4 --at {step}" \
+  --json "$out/fluctuating.json" --plot "$out/fluctuating.png"
+echo
+echo "bench: results in $out (steady.json/png, fluctuating.json/png, kvstreamd.log)"

@@ -1,0 +1,57 @@
+#include "bench_math.h"
+
+namespace kvbench {
+
+double Bandwidth(const Run& run) {
+  double seconds = 0, bytes = 0;
+  for (const StepSample& s : run.steps) {
+    seconds += s.seconds;
+    bytes += static_cast<double>(s.bytes);
+  }
+  return seconds > 0 ? bytes / seconds : 0;
+}
+
+std::vector<double> StepBounds(const Run& run, const std::vector<const Run*>& alone) {
+  std::vector<double> bounds(run.steps.size(), 0);
+  for (size_t i = 0; i < run.steps.size(); ++i) {
+    double sum_bps = 0;
+    bool complete = !alone.empty();
+    for (const Run* a : alone) {
+      if (i >= a->steps.size() || a->steps[i].seconds <= 0) {
+        complete = false;
+        break;
+      }
+      sum_bps += a->steps[i].bytes / a->steps[i].seconds;
+    }
+    if (complete && sum_bps > 0) bounds[i] = run.steps[i].bytes / sum_bps;
+  }
+  return bounds;
+}
+
+Summary Summarize(const Run& run, const std::vector<const Run*>& alone, const Run* serial) {
+  Summary s;
+  s.label = run.label;
+  std::vector<uint64_t> tier_bytes;
+  uint64_t read = 0;
+  for (const StepSample& step : run.steps) {
+    s.total_seconds += step.seconds;
+    s.bytes += step.bytes;
+    if (tier_bytes.size() < step.tier_bytes.size()) tier_bytes.resize(step.tier_bytes.size(), 0);
+    for (size_t t = 0; t < step.tier_bytes.size(); ++t) {
+      tier_bytes[t] += step.tier_bytes[t];
+      read += step.tier_bytes[t];
+    }
+  }
+  for (double b : StepBounds(run, alone)) s.bound_seconds += b;
+  if (s.bound_seconds > 0) s.gap = s.total_seconds / s.bound_seconds - 1;
+  if (s.total_seconds > 0) s.throughput_bps = s.bytes / s.total_seconds;
+  if (serial && s.total_seconds > 0) {
+    double serial_seconds = 0;
+    for (const StepSample& step : serial->steps) serial_seconds += step.seconds;
+    s.speedup_vs_serial = serial_seconds / s.total_seconds;
+  }
+  for (uint64_t b : tier_bytes) s.tier_share.push_back(read ? static_cast<double>(b) / read : 0);
+  return s;
+}
+
+}  // namespace kvbench
