@@ -4,7 +4,8 @@
 # ranks with 8 MiB chunks, every policy side by side against the bound measured in the same run:
 #   1. steady caps, with fio on the fast tier's files as the single-tier reference and
 #      deferred vs immediate writes of each step's new chunks;
-#   2. the slow tier fluctuating per step (periodic SLOW / SLOW/3, as a shared parallel FS).
+#   2. the slow tier fluctuating per step (periodic SLOW / SLOW/3, as a shared parallel FS);
+#   3. a production request trace (TRACE, default ../shared/traces/conversation_trace.jsonl).
 # Needs root. Results (JSON, PNG) go to OUT. Tears everything down, also on failure.
 # Usage: sudo tools/bench.sh [--fast MBPS] [--slow MBPS] [--steps N] [--out DIR] [--check GAP]
 set -euo pipefail
@@ -17,12 +18,13 @@ while [ $# -gt 0 ]; do
     --steps) steps=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --check) check=$2; shift 2 ;;
-    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
     *) echo "bench: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
 build="${BUILD_DIR:-$root/build}"
 work="${BENCH_DIR:-/var/tmp/kvstream-bench}"
+trace="${TRACE:-$root/../shared/traces/conversation_trace.jsonl}"
 tierlab="$root/tools/tierlab"
 [ "$(id -u)" -eq 0 ] || { echo "bench: must run as root (loop devices, mounts, cgroups)" >&2; exit 1; }
 for b in daemon/kvstreamd tools/kvbench; do
@@ -41,7 +43,7 @@ trap cleanup EXIT
 sock="$work/kvstreamd.sock"
 cat > "$work/kvstreamd.yaml" <<YAML
 socket: {path: $sock, mode: "0600"}
-sessions: {max_arena: 1GiB}
+sessions: {max_arena: 4GiB}
 logging: {level: warn}
 tiers:
   - {name: t0, path: $work/mnt/t0/kvstream, capacity: 7GiB}
@@ -63,5 +65,12 @@ echo "== 2. fluctuating t1: per step, periodic $slow/$low MB/s (2 steps each), t
   --policies completion,static:0.5,static:0.67,static:0.75,static:0.86,fastest,serial --write-policies "" \
   --step-hook "$tierlab cap --dir $work t1 periodic:$slow:$low:4 --at {step}" \
   --json "$out/fluctuating.json" --plot "$out/fluctuating.png"
+"$tierlab" cap --dir "$work" t1 "$slow"
 echo
-echo "bench: results in $out (steady.json/png, fluctuating.json/png, kvstreamd.log)"
+echo "== 3. request trace ($trace): 8 requests per step through a 2 GiB host LRU, 16 MiB chunks"
+"$tierlab" run --dir "$work" -- "$build/tools/kvbench" --socket "$sock" --ranks 2 --workload trace --trace "$trace" \
+  --kv-bytes-per-token 32768 --host-cache 2GiB --batch 8 --warmup 2000 --trace-requests 400 --max-steps 4 \
+  --policies completion,static:0.67,fastest,serial --write-policies "" \
+  --json "$out/trace.json" --plot "$out/trace.png"
+echo
+echo "bench: results in $out (steady, fluctuating and trace .json/.png, kvstreamd.log)"

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <iterator>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -210,8 +211,13 @@ double FioBandwidth(const std::string& dir, uint64_t block, uint32_t depth) {
                                        " > /dev/null 2>&1");
   if (std::system(cmd.c_str()) != 0) return 0;
   try {
-    nlohmann::json j = nlohmann::json::parse(std::ifstream(out));
+    std::ifstream in(out);
+    std::string text((std::istreambuf_iterator<char>(in)), {});
     std::remove(out.c_str());
+    // fio prints notes ("file ... may be ignored") before the JSON document.
+    const size_t start = text.find('{');
+    if (start == std::string::npos) return 0;
+    nlohmann::json j = nlohmann::json::parse(text.substr(start));
     return j.at("jobs").at(0).at("read").at("bw_bytes").get<double>();
   } catch (const std::exception&) {
     return 0;
@@ -280,7 +286,7 @@ int Main(int argc, char** argv) {
   std::string write_policies_text = "deferred,immediate";
   double check = -1;
   int settle = 3;
-  bool allow_buffered = false;
+  bool allow_buffered = false, dry_run = false;
   app.add_option("--socket", socket, "kvstreamd's control socket")->capture_default_str();
   app.add_option("--ranks", ranks, "tensor-parallel ranks: one session each, reading concurrently")->capture_default_str();
   app.add_option("--workload", workload_kind, "synthetic | trace")->capture_default_str();
@@ -311,6 +317,7 @@ int Main(int argc, char** argv) {
   app.add_option("--plot", plot_path, "write a PNG plot (per-step time vs bound, tier share) to this file");
   app.add_option("--check", check, "exit 3 if the completion policy's gap exceeds this (e.g. 0.03)");
   app.add_flag("--allow-buffered", allow_buffered, "run even when a tier falls back to buffered I/O (page cache)");
+  app.add_flag("--dry-run", dry_run, "print the workload (steps, bytes, host/storage/new chunks) and exit");
   CLI11_PARSE(app, argc, argv);
 
   auto fail = [](const std::string& what, const absl::Status& s) {
@@ -331,6 +338,18 @@ int Main(int argc, char** argv) {
                                           ? Synthetic(syn)
                                           : absl::InvalidArgumentError("--workload is synthetic or trace");
   if (!workload.ok()) return fail("workload", workload.status()), 2;
+  if (dry_run) {
+    uint64_t reads = 0, writes = 0;
+    for (const BenchStep& s : workload->steps) {
+      reads += s.reads.size();
+      writes += s.writes.size();
+    }
+    std::printf("%s\n%zu steps; per rank: %llu chunk reads (%.1f MiB per step), %llu new chunks; %zu chunks to populate\n",
+                workload->description.c_str(), workload->steps.size(), static_cast<unsigned long long>(reads),
+                reads * workload->chunk_bytes / 1048576.0 / workload->steps.size(), static_cast<unsigned long long>(writes),
+                workload->populate.size());
+    return 0;
+  }
   std::vector<RunSpec> specs;
   for (const std::string& p : std::vector<std::string>(absl::StrSplit(policies_text, ',', absl::SkipEmpty()))) {
     if (p == "serial") {
@@ -440,7 +459,19 @@ int Main(int argc, char** argv) {
   uint64_t step_bytes = 0;
   for (const auto& s : results[0].steps) step_bytes += s.bytes;
   std::printf("%zu steps, %.1f MiB per step on average\n", w.steps.size(), step_bytes / 1048576.0 / w.steps.size());
-  for (const Run* a : alone) std::printf("%-12s alone: %8.1f MB/s\n", a->label.substr(5).c_str(), Bandwidth(*a) / 1e6);
+  // Together: each tier's bytes over the completion run's time (both tiers busy all the step).
+  const Run* completion = nullptr;
+  for (const Run& r : results) {
+    if (r.label == "completion") completion = &r;
+  }
+  for (size_t t = 0; t < alone.size(); ++t) {
+    std::printf("%-12s alone: %8.1f MB/s", tier_names[t].c_str(), Bandwidth(*alone[t]) / 1e6);
+    if (completion) {
+      const Summary c = Summarize(*completion, alone, nullptr);
+      std::printf("   together (completion): %8.1f MB/s", c.tier_share[t] * c.throughput_bps / 1e6);
+    }
+    std::printf("\n");
+  }
   if (fio_bps > 0) {
     std::printf("fio on %s: %8.1f MB/s; %s through kvstreamd alone = %.3f x fio\n", fio_dir.c_str(), fio_bps / 1e6,
                 tier_names[0].c_str(), alone.empty() ? 0 : Bandwidth(*alone[0]) / fio_bps);
