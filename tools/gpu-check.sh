@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# GPU check for a machine with a CUDA device: builds with the CUDA copier and runs its tests
-# (on a machine without a GPU they are skipped). Usage: tools/gpu-check.sh
+# GPU check for a machine with a CUDA device (and PyPI for the Python environment): builds with
+# the CUDA copier and runs its tests (skipped in tests/run.sh without a GPU), then vLLM with the
+# kvstream connector and LMCache plugin end to end (tools/gpu_check_vllm.py). Usage: tools/gpu-check.sh
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${BUILD_DIR:-$root/build-gpu}"
@@ -8,4 +9,7 @@ build="${BUILD_DIR:-$root/build-gpu}"
 nvidia-smi -L || { echo "gpu-check: no GPU visible" >&2; exit 1; }
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVSTREAM_WITH_CUDA=ON
 cmake --build "$build" -j "$(nproc)" --target cuda_test kvstreamd
-cd "$build" && ctest -R cuda_test --output-on-failure
+(cd "$build" && ctest -R cuda_test --output-on-failure)
+# vLLM + LMCache + kvstreamd end to end (tiny dummy-weight model, two passes, step batching).
+python="$("$root/deploy/python-env.sh")"
+cd "$root" && BUILD_DIR="$build" "$python" tools/gpu_check_vllm.py --build "$build"

@@ -1,0 +1,62 @@
+"""Conversions between the generated protobuf messages and the plain types of kvstream.types."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Iterable, List, Sequence, Type, TypeVar, Union
+
+from ._proto import pb
+from .errors import Code
+from .types import (
+    Chunk,
+    ChunkResult,
+    Health,
+    Policies,
+    Stats,
+    StepRecord,
+    TierStats,
+    TierStep,
+)
+
+T = TypeVar("T")
+ChunkLike = Union[Chunk, Sequence[Any]]
+
+
+def _scalars(cls: Type[T], msg: Any, **overrides: Any) -> T:
+    """Builds dataclass `cls` from the equally named fields of `msg` (nested ones in `overrides`)."""
+    values = {f.name: getattr(msg, f.name) for f in dataclasses.fields(cls) if f.name not in overrides}
+    return cls(**values, **overrides)
+
+
+def chunks_to_proto(chunks: Iterable[ChunkLike]) -> List[Any]:
+    """(key, offset, length) tuples to pb.ChunkRange messages."""
+    out = []
+    for c in chunks:
+        key, offset, length = c
+        out.append(pb.ChunkRange(key=key, offset=int(offset), length=int(length)))
+    return out
+
+
+def chunk_result(msg: Any) -> ChunkResult:
+    return ChunkResult(msg.index, Code.of(msg.code), msg.message, msg.size, msg.tier_mask)
+
+
+def step_record(msg: Any) -> StepRecord:
+    return _scalars(StepRecord, msg, tiers=[_scalars(TierStep, t) for t in msg.tiers])
+
+
+def policies(msg: Any) -> Policies:
+    return _scalars(Policies, msg)
+
+
+def stats(msg: Any) -> Stats:
+    return _scalars(
+        Stats,
+        msg,
+        tiers=[_scalars(TierStats, t) for t in msg.tiers],
+        policies=policies(msg.policies),
+    )
+
+
+def health(msg: Any) -> Health:
+    return Health(msg.serving, msg.version, list(msg.degraded_tiers))

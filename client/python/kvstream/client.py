@@ -1,0 +1,414 @@
+"""kvstream.Client: one tensor-parallel rank's connection to kvstreamd (mirrors include/kvstream/client.h).
+
+Attaching opens a session (a gRPC stream that lives as long as the Client) with a shared-memory
+arena that both sides map; retrieves land in the arena and persists are copied from it, addressed
+by (key, offset, length). Data never travels through gRPC.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import threading
+import weakref
+from typing import Any, Callable, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple, TypeVar
+
+import grpc
+
+from . import _convert
+from ._convert import ChunkLike
+from ._proto import pb, pb_grpc
+from ._session import Arena, receive_arena_fd
+from .errors import Code, KVStreamError, Unavailable, from_rpc_error
+from .types import ChunkResult, EvictResult, Health, LookupEntry, PersistResult, Policies, Stats, StepRecord
+
+T = TypeVar("T")
+
+CONNECT_TIMEOUT_S = 2.0  # how long connect/attach wait for the daemon to answer
+RPC_TIMEOUT_S = 30.0  # deadline of the unary calls (lookup, stats, ...)
+CLOSE_TIMEOUT_S = 2.0  # how long close() waits for the daemon to end the session stream
+
+
+class RetrieveResult(NamedTuple):
+    """A finished retrieve: one ChunkResult per requested chunk (request order) and the step record."""
+
+    results: List[ChunkResult]
+    step: StepRecord
+
+
+class PersistError(KVStreamError):
+    """Some chunks of a persist did not become durable: the first failure, with every `results`."""
+
+    def __init__(self, first: PersistResult, results: List[PersistResult]) -> None:
+        failed = sum(not r.ok for r in results)
+        super().__init__(first.code, f"{failed} of {len(results)} chunks not durable; chunk {first.index}: {first.message}")
+        self.results = results
+
+
+def _spawn(name: str, fn: Callable[[], T]) -> "concurrent.futures.Future[T]":
+    """Runs `fn` on a new daemon thread; its outcome lands in the returned future."""
+    future: "concurrent.futures.Future[T]" = concurrent.futures.Future()
+
+    def run() -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            future.set_result(fn())
+        except BaseException as e:  # noqa: BLE001 - handed to the future's owner
+            future.set_exception(e)
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return future
+
+
+class _SessionRequests:
+    """The Session stream's requests: the attach, then nothing until close() ends the stream (WritesDone)."""
+
+    def __init__(self, attach: Any) -> None:
+        self._attach = attach
+        self._done = threading.Event()
+
+    def end(self) -> None:
+        self._done.set()
+
+    def __iter__(self) -> Iterator[Any]:
+        yield self._attach
+        self._done.wait()
+
+
+class Client:
+    """A connection to kvstreamd, with a session (Client.attach) or without (Client.connect).
+
+    Thread-safe: calls may be issued from several threads at once (retrieves of one session share
+    the daemon's step pool). Use as a context manager, or call close(), to end the session.
+    """
+
+    def __init__(self, socket_path: str, channel: grpc.Channel, rpc_timeout: Optional[float]) -> None:
+        """Internal: use Client.attach or Client.connect."""
+        self._socket_path = socket_path
+        self._channel = channel
+        self._stub = pb_grpc.KVStreamStub(channel)
+        self._rpc_timeout = rpc_timeout
+        self._session_call: Optional[Any] = None
+        self._session_requests: Optional[_SessionRequests] = None
+        self._arena: Optional[Arena] = None
+        self._session_id = 0
+        self._token = b""
+        self._closed = False
+        self._session_ended = threading.Event()
+        self._lock = threading.Lock()
+
+    # -- construction -------------------------------------------------------------------------
+
+    @classmethod
+    def connect(
+        cls, socket_path: str, timeout: float = CONNECT_TIMEOUT_S, rpc_timeout: Optional[float] = RPC_TIMEOUT_S
+    ) -> "Client":
+        """A connection without a session (no arena): lookup, stats, steps, evict, set_policies, health.
+
+        Raises Unavailable (naming the socket) within `timeout` seconds when no daemon answers.
+        """
+        path = os.path.abspath(socket_path)
+        if not os.path.exists(path):
+            raise Unavailable(f"no kvstreamd socket at {path} (is kvstreamd running?)")
+        channel = grpc.insecure_channel("unix:" + path, options=[("grpc.enable_http_proxy", 0)])
+        try:
+            grpc.channel_ready_future(channel).result(timeout=timeout)
+        except grpc.FutureTimeoutError:
+            channel.close()
+            raise Unavailable(f"no kvstreamd answers on {path} (waited {timeout:g} s)") from None
+        return cls(path, channel, rpc_timeout)
+
+    @classmethod
+    def attach(
+        cls,
+        socket_path: str,
+        model: str = "",
+        rank: int = 0,
+        world_size: int = 1,
+        arena_bytes: int = 256 << 20,
+        timeout: float = CONNECT_TIMEOUT_S,
+        rpc_timeout: Optional[float] = RPC_TIMEOUT_S,
+    ) -> "Client":
+        """Attaches a session for tensor-parallel `rank` of `world_size` with an arena of at least
+        `arena_bytes` (rounded up to a page by the daemon; see `arena_size`).
+
+        Raises Unavailable when no daemon answers within `timeout`, KVStreamError when the daemon
+        refuses the session (e.g. INVALID_ARGUMENT: arena above sessions.max_arena, bad rank).
+        """
+        client = cls.connect(socket_path, timeout=timeout, rpc_timeout=rpc_timeout)
+        try:
+            client._attach(model, rank, world_size, arena_bytes, timeout)
+        except BaseException:
+            client.close()
+            raise
+        return client
+
+    def _attach(self, model: str, rank: int, world_size: int, arena_bytes: int, timeout: float) -> None:
+        attach = pb.SessionRequest(
+            attach=pb.SessionRequest.Attach(model=model, rank=rank, world_size=world_size, arena_bytes=arena_bytes)
+        )
+        self._session_requests = _SessionRequests(attach)
+        call = self._stub.Session(iter(self._session_requests))
+        self._session_call = call
+        # The daemon answers an attach at once; a silent one must not hang us.
+        timer = threading.Timer(timeout, call.cancel)
+        timer.daemon = True
+        timer.start()
+        try:
+            event = next(call)
+        except StopIteration:
+            raise Unavailable(f"kvstreamd on {self._socket_path} closed the session stream before attaching") from None
+        except grpc.RpcError as e:
+            if e.code() == grpc.StatusCode.CANCELLED and not timer.is_alive():
+                raise Unavailable(f"kvstreamd on {self._socket_path} did not answer the attach within {timeout:g} s") from None
+            raise from_rpc_error(e, self._socket_path, "attach") from None
+        finally:
+            timer.cancel()
+        if event.WhichOneof("kind") != "attached":
+            raise KVStreamError(Code.INTERNAL, "kvstreamd answered the attach with an unexpected event")
+        attached = event.attached
+        self._session_id = attached.session_id
+        self._token = bytes(attached.token)
+        self._arena = Arena(receive_arena_fd(attached.data_socket, self._token))
+        # The stream ends when the daemon ends the session (it stopped, restarted or dropped us).
+        call.add_done_callback(lambda _call: self._session_ended.set())
+        # A Client dropped without close() still ends its session.
+        weakref.finalize(self, self._session_requests.end)
+
+    # -- session ------------------------------------------------------------------------------
+
+    @property
+    def socket_path(self) -> str:
+        return self._socket_path
+
+    @property
+    def session_id(self) -> int:
+        """The session's id (0 without a session)."""
+        return self._session_id
+
+    @property
+    def session_alive(self) -> bool:
+        """False once the session stream has ended (daemon stopped or restarted, or close())."""
+        return self._session_call is not None and not self._session_ended.is_set() and not self._closed
+
+    @property
+    def arena(self) -> memoryview:
+        """The session arena, a writable zero-copy memoryview (bytes-like; numpy/torch.frombuffer work)."""
+        return self._need_session("arena").view
+
+    @property
+    def arena_size(self) -> int:
+        """Bytes in the arena (0 without a session)."""
+        return self._arena.size if self._arena is not None else 0
+
+    def close(self) -> None:
+        """Ends the session stream (reads in flight finish into the arena on the daemon's side, then it
+        is freed), unmaps the arena and closes the channel. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        call, requests = self._session_call, self._session_requests
+        if requests is not None:
+            requests.end()  # WritesDone: detach
+        if call is not None:
+            timer = threading.Timer(CLOSE_TIMEOUT_S, call.cancel)
+            timer.daemon = True
+            timer.start()
+            try:
+                for _ in call:  # until the daemon ends the stream
+                    pass
+            except grpc.RpcError:
+                pass  # cancelled, or the daemon is gone: the session is over either way
+            finally:
+                timer.cancel()
+        if self._arena is not None:
+            self._arena.close()
+        self._channel.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- data path ----------------------------------------------------------------------------
+
+    def lookup(self, keys: Sequence[str]) -> Tuple[List[LookupEntry], int]:
+        """Presence of each key (request order) and the prefix hit count (leading keys present)."""
+        reply = self._unary(self._stub.Lookup, pb.LookupRequest(keys=list(keys)), "lookup")
+        entries = [LookupEntry(e.present, e.size, e.tier_mask) for e in reply.entries]
+        return entries, reply.prefix_hits
+
+    def retrieve(
+        self,
+        chunks: Sequence[ChunkLike],
+        on_chunk: Optional[Callable[[ChunkResult], None]] = None,
+        timeout: Optional[float] = None,
+    ) -> RetrieveResult:
+        """Reads one step's chunks, each (key, offset, length), into the arena.
+
+        `on_chunk` fires once per chunk, on the calling thread, as soon as it has landed (copy it out
+        while the others are still in flight). Per-chunk outcomes (OK, NOT_FOUND for a miss,
+        DATA_LOSS, ...) are in the results; a bad request as a whole (range outside the arena:
+        OUT_OF_RANGE, malformed key: INVALID_ARGUMENT) raises KVStreamError. If `on_chunk` raises,
+        the call is cancelled and the exception propagates.
+        """
+        request = self._data_request(pb.RetrieveRequest, chunks, "retrieve")
+        n = len(request.chunks)
+        results: List[Optional[ChunkResult]] = [None] * n
+        step: Optional[StepRecord] = None
+        call = self._stub.Retrieve(request, timeout=timeout)
+        try:
+            for event in call:
+                kind = event.WhichOneof("kind")
+                if kind == "chunk":
+                    r = _convert.chunk_result(event.chunk)
+                    if r.index < n:
+                        results[r.index] = r
+                    if on_chunk is not None:
+                        on_chunk(r)
+                elif kind == "step":
+                    step = _convert.step_record(event.step)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e, self._socket_path, "retrieve") from None
+        except BaseException:
+            call.cancel()
+            raise
+        if step is None:
+            raise KVStreamError(Code.DATA_LOSS, "kvstreamd ended the retrieve without a step record")
+        filled = [
+            r if r is not None else ChunkResult(i, Code.DATA_LOSS, "kvstreamd sent no completion for this chunk")
+            for i, r in enumerate(results)
+        ]
+        return RetrieveResult(filled, step)
+
+    def retrieve_async(
+        self,
+        chunks: Sequence[ChunkLike],
+        on_chunk: Optional[Callable[[ChunkResult], None]] = None,
+        timeout: Optional[float] = None,
+    ) -> "concurrent.futures.Future[RetrieveResult]":
+        """retrieve() on a background thread: returns at once with a future of the RetrieveResult.
+
+        `on_chunk` runs on that thread. The request is validated by the daemon, so a bad one
+        surfaces as the future's exception.
+        """
+        self._need_session("retrieve")
+        chunks = list(chunks)
+        return _spawn("kvstream-retrieve", lambda: self.retrieve(chunks, on_chunk, timeout))
+
+    def persist(
+        self, chunks: Sequence[ChunkLike], check: bool = True, timeout: Optional[float] = None
+    ) -> List[PersistResult]:
+        """Stores each (key, offset, length) range of the arena and waits until every chunk is durable
+        on its tiers (or failed). Results are in request order. With `check`, raises PersistError if
+        any chunk failed; gRPC-level failures always raise KVStreamError."""
+        return self.persist_async(chunks, check=check, timeout=timeout).result()
+
+    def persist_async(
+        self,
+        chunks: Sequence[ChunkLike],
+        on_durable: Optional[Callable[[PersistResult], None]] = None,
+        check: bool = True,
+        timeout: Optional[float] = None,
+    ) -> "concurrent.futures.Future[List[PersistResult]]":
+        """Stages the chunks and returns once every one is STAGED (copied out of the arena: the
+        ranges may be reused now), with a future of the results once each is DURABLE.
+
+        Blocks while the daemon's staging is full. `on_durable` fires per chunk on a background
+        thread. A request refused as a whole (e.g. OUT_OF_RANGE) raises here.
+        """
+        request = self._data_request(pb.PersistRequest, chunks, "persist")
+        n = len(request.chunks)
+        staged = threading.Event()
+        all_staged = [False]
+        call = self._stub.Persist(request, timeout=timeout)
+
+        def run() -> List[PersistResult]:
+            results: List[Optional[PersistResult]] = [None] * n
+            staged_count = 0
+            try:
+                for event in call:
+                    if event.stage == pb.PersistEvent.STAGED:
+                        staged_count += 1
+                        if staged_count == n:
+                            all_staged[0] = True
+                            staged.set()
+                    elif event.stage == pb.PersistEvent.DURABLE and event.index < n:
+                        r = PersistResult(event.index, Code.of(event.code), event.message, event.tier_mask)
+                        results[event.index] = r
+                        if on_durable is not None:
+                            on_durable(r)
+            except grpc.RpcError as e:
+                raise from_rpc_error(e, self._socket_path, "persist") from None
+            finally:
+                staged.set()
+            filled = [
+                r if r is not None else PersistResult(i, Code.DATA_LOSS, "kvstreamd sent no durability for this chunk")
+                for i, r in enumerate(results)
+            ]
+            failed = next((r for r in filled if not r.ok), None)
+            if check and failed is not None:
+                raise PersistError(failed, filled)
+            return filled
+
+        future = _spawn("kvstream-persist", run)
+        staged.wait()
+        if not all_staged[0]:  # refused as a whole, or the daemon went away: the stream is over
+            error = future.exception()
+            if error is not None:
+                raise error
+        return future
+
+    # -- control ------------------------------------------------------------------------------
+
+    def stats(self) -> Stats:
+        """Counters of the store, per tier, the staging state, sessions and policies in force."""
+        return _convert.stats(self._unary(self._stub.Stats, pb.StatsRequest(), "stats"))
+
+    def steps(self, max: int = 32) -> List[StepRecord]:  # noqa: A002 - mirrors the proto field
+        """The `max` most recent step records, oldest first (0: the daemon's default, 32)."""
+        reply = self._unary(self._stub.Steps, pb.StepsRequest(max=max), "steps")
+        return [_convert.step_record(s) for s in reply.steps]
+
+    def evict(
+        self,
+        key: str = "",
+        tier: str = "",
+        bytes: int = 0,  # noqa: A002 - mirrors the proto field
+        all: bool = False,  # noqa: A002 - mirrors the proto field
+    ) -> EvictResult:
+        """Evicts `key` (from `tier`, or every tier); with no key, least recently used chunks until
+        `bytes` per tier, or everything with `all`."""
+        request = pb.EvictRequest(key=key, tier=tier, bytes=bytes, all=all)
+        reply = self._unary(self._stub.Evict, request, "evict")
+        return EvictResult(reply.replicas, reply.bytes)
+
+    def set_policies(self, routing: str = "", batching: str = "", writes: str = "") -> Policies:
+        """Switches policies at run time (empty keeps the current value); returns those in force."""
+        request = pb.Policies(routing=routing, batching=batching, writes=writes)
+        return _convert.policies(self._unary(self._stub.SetPolicies, request, "set_policies"))
+
+    def health(self) -> Health:
+        return _convert.health(self._unary(self._stub.Health, pb.HealthRequest(), "health"))
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _need_session(self, what: str) -> Arena:
+        if self._arena is None:
+            raise KVStreamError(Code.FAILED_PRECONDITION, f"{what} needs an attached session (Client.attach)")
+        if self._closed:
+            raise KVStreamError(Code.FAILED_PRECONDITION, f"{what}: the session is closed")
+        return self._arena
+
+    def _data_request(self, cls: Any, chunks: Iterable[ChunkLike], what: str) -> Any:
+        self._need_session(what)
+        return cls(session_id=self._session_id, token=self._token, chunks=_convert.chunks_to_proto(chunks))
+
+    def _unary(self, method: Any, request: Any, what: str) -> Any:
+        try:
+            return method(request, timeout=self._rpc_timeout)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e, self._socket_path, what) from None

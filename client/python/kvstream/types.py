@@ -1,0 +1,155 @@
+"""Plain result types of the client API (mirroring include/kvstream/types.h and the proto)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, NamedTuple
+
+from .errors import Code
+
+
+class Chunk(NamedTuple):
+    """A chunk in the arena: retrieve writes up to `length` bytes at `offset`; persist stores
+    [offset, offset + length). Plain (key, offset, length) tuples are accepted wherever a Chunk is."""
+
+    key: str
+    offset: int
+    length: int
+
+
+class LookupEntry(NamedTuple):
+    """Presence of one key: its payload size and the tiers holding it (bit i = tier i)."""
+
+    present: bool
+    size: int
+    tier_mask: int
+
+
+@dataclass(frozen=True)
+class ChunkResult:
+    """One chunk of a retrieve: `code` OK (landed, `size` bytes at its offset), NOT_FOUND (miss),
+    DATA_LOSS, ...; `index` is its position in the request."""
+
+    index: int
+    code: Code
+    message: str = ""
+    size: int = 0
+    tier_mask: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.code == Code.OK
+
+
+@dataclass(frozen=True)
+class PersistResult:
+    """Final state of one persisted chunk: `code` OK when durable on the tiers in `tier_mask`."""
+
+    index: int
+    code: Code
+    message: str = ""
+    tier_mask: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.code == Code.OK
+
+
+@dataclass(frozen=True)
+class TierStep:
+    tier: str
+    blocks: int
+    bytes: int
+    busy_seconds: float
+    bandwidth_bps: float
+    eligible: bool
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """What one retrieval step did: chunks, hits, time, the bound D / sum(b_k), the gap, per tier."""
+
+    id: int
+    start_unix_ns: int
+    chunks: int
+    hits: int
+    misses: int
+    failed: int
+    bytes: int
+    wall_seconds: float
+    bound_seconds: float
+    gap: float
+    routing: str
+    batching: str
+    tiers: List[TierStep] = field(default_factory=list)
+
+    def as_dict(self) -> Dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class Policies:
+    routing: str
+    batching: str
+    writes: str
+
+
+@dataclass(frozen=True)
+class TierStats:
+    name: str
+    path: str
+    direct_io: bool
+    mem_alignment: int
+    offset_alignment: int
+    fixed_buffers: bool
+    queue_depth: int
+    capacity_bytes: int
+    used_bytes: int
+    chunks: int
+    bytes_read: int
+    blocks_read: int
+    bytes_written: int
+    replicas_written: int
+    read_errors: int
+    checksum_failures: int
+    write_errors: int
+    evictions: int
+    bounce_reads: int
+    resubmits: int
+    fixed_ops: int
+    reference_bandwidth_bps: float
+
+
+@dataclass(frozen=True)
+class Stats:
+    tiers: List[TierStats]
+    chunks: int
+    staged_bytes: int
+    staged_chunks: int
+    staging_limit_bytes: int
+    steps: int
+    retrieve_hits: int
+    retrieve_misses: int
+    retrieve_failures: int
+    persists: int
+    persist_failures: int
+    writes_under_pressure: int
+    sessions: int
+    policies: Policies
+
+    def as_dict(self) -> Dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class EvictResult:
+    replicas: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class Health:
+    serving: bool
+    version: str
+    degraded_tiers: List[str]

@@ -1,0 +1,95 @@
+"""Fixtures: a real kvstreamd (the built binary) on a temporary socket and two tier directories."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+KVSTREAMD = os.environ.get("KVSTREAMD", str(REPO / "build" / "daemon" / "kvstreamd"))
+
+
+class Daemon:
+    """kvstreamd with its state in `root` (kept across restart)."""
+
+    def __init__(self, root: Path, extra_yaml: str = "") -> None:
+        self.root = root
+        self.socket = str(root / "kvstreamd.sock")
+        self.config = root / "kvstreamd.yaml"
+        self.log = root / "kvstreamd.log"
+        self.config.write_text(
+            f'socket: {{path: {self.socket}, mode: "0600"}}\n'
+            "sessions: {max_arena: 512MiB}\n"
+            "block_size: 256KiB\n"
+            "logging: {level: warn}\n"
+            f"{extra_yaml}"
+            "tiers:\n"
+            f"  - {{name: fast, path: {root / 't0'}, capacity: 1GiB}}\n"
+            f"  - {{name: slow, path: {root / 't1'}, capacity: 1GiB}}\n"
+        )
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        if not os.access(KVSTREAMD, os.X_OK):
+            pytest.fail(f"kvstreamd not built at {KVSTREAMD} (cmake --build build, or set KVSTREAMD)")
+        with open(self.log, "ab") as log:
+            self.process = subprocess.Popen([KVSTREAMD, "--config", str(self.config)], stderr=log)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"kvstreamd exited with {self.process.returncode}: {self.log.read_text()}")
+            if self.connectable():
+                return
+            time.sleep(0.01)
+        raise RuntimeError(f"kvstreamd did not open {self.socket}: {self.log.read_text()}")
+
+    def stop(self) -> int:
+        if self.process is None:
+            return -1
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            code = self.process.wait(15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            code = self.process.wait()
+        self.process = None
+        return code
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def connectable(self) -> bool:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.connect(self.socket)
+            return True
+        except OSError:
+            return False
+        finally:
+            s.close()
+
+
+@pytest.fixture
+def state_dir() -> Iterator[Path]:
+    """A short temporary directory (Unix socket paths are limited to 108 bytes)."""
+    path = Path(tempfile.mkdtemp(prefix="kvs-py-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def daemon(state_dir: Path) -> Iterator[Daemon]:
+    d = Daemon(state_dir)
+    d.start()
+    yield d
+    d.stop()

@@ -1,0 +1,134 @@
+"""kvstream.Client against a real kvstreamd."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+
+import kvstream
+from kvstream import Code, KVStreamError
+
+
+def fill(client: kvstream.Client, offset: int, n: int, seed: int) -> bytes:
+    data = bytes((seed * 131 + i * 7) % 251 for i in range(n))
+    client.arena[offset: offset + n] = data
+    return data
+
+
+def test_persist_then_retrieve_round_trip(daemon):
+    with kvstream.Client.attach(daemon.socket, model="m", rank=0, arena_bytes=16 << 20) as c:
+        assert c.arena_size >= 16 << 20 and c.session_id > 0
+        sizes = [1 << 20, 300_000, 4096]
+        written = [fill(c, i * (2 << 20), n, i) for i, n in enumerate(sizes)]
+        results = c.persist([(f"m@k{i}", i * (2 << 20), n) for i, n in enumerate(sizes)])
+        assert all(r.ok and r.tier_mask == 0b11 for r in results)
+
+        c.arena[:] = bytes(c.arena_size)
+        landed = []
+        chunks = [(f"m@k{i}", 8 << 20 | i * (2 << 20), 2 << 20) for i in range(3)] + [("m@absent", 0, 4096)]
+        results, step = c.retrieve(chunks, on_chunk=lambda r: landed.append(r.index))
+        assert sorted(landed) == [0, 1, 2, 3]
+        assert [r.code for r in results] == [Code.OK, Code.OK, Code.OK, Code.NOT_FOUND]
+        for i, n in enumerate(sizes):
+            assert results[i].size == n
+            off = 8 << 20 | i * (2 << 20)
+            assert bytes(c.arena[off: off + n]) == written[i]
+        assert step.chunks == 4 and step.hits == 3 and step.misses == 1
+
+
+def test_lookup_prefix_and_sizes(daemon):
+    with kvstream.Client.attach(daemon.socket, arena_bytes=4 << 20) as c:
+        fill(c, 0, 8192, 1)
+        c.persist([("p@0", 0, 8192), ("p@1", 0, 100), ("p@3", 0, 5000)])
+        entries, prefix = c.lookup(["p@0", "p@1", "p@2", "p@3"])
+        assert prefix == 2
+        assert [e.present for e in entries] == [True, True, False, True]
+        assert [e.size for e in entries] == [8192, 100, 0, 5000]
+
+
+def test_bad_requests_raise_clear_errors(daemon):
+    with kvstream.Client.attach(daemon.socket, arena_bytes=1 << 20) as c:
+        with pytest.raises(KVStreamError) as e:
+            c.retrieve([("k", c.arena_size - 10, 4096)])
+        assert e.value.code == Code.OUT_OF_RANGE
+        with pytest.raises(KVStreamError) as e:
+            c.persist([("", 0, 10)])
+        assert e.value.code == Code.INVALID_ARGUMENT
+        with pytest.raises(KVStreamError) as e:
+            kvstream.Client.attach(daemon.socket, arena_bytes=1 << 40)
+        assert e.value.code == Code.INVALID_ARGUMENT
+        # The session survives refused requests.
+        fill(c, 0, 4096, 3)
+        assert c.persist([("k", 0, 4096)])[0].ok
+
+
+def test_control_calls_without_session(daemon):
+    with kvstream.Client.connect(daemon.socket) as c:
+        assert c.health().serving
+        policies = c.set_policies(routing="static:0.5")
+        assert policies.routing == "static:0.5"
+        assert c.stats().policies.routing == "static:0.5"
+        assert [t.name for t in c.stats().tiers] == ["fast", "slow"]
+        with pytest.raises(KVStreamError) as e:
+            c.retrieve([("k", 0, 1)])
+        assert e.value.code == Code.FAILED_PRECONDITION
+    with kvstream.Client.attach(daemon.socket, arena_bytes=1 << 20) as c:
+        fill(c, 0, 4096, 4)
+        c.persist([("e@1", 0, 4096)])
+        assert c.evict(key="e@1").replicas == 2
+        assert not c.lookup(["e@1"])[0][0].present
+
+
+def test_no_daemon_is_unavailable_quickly(state_dir):
+    start = time.monotonic()
+    with pytest.raises(kvstream.Unavailable):
+        kvstream.Client.connect(str(state_dir / "absent.sock"), timeout=0.5)
+    with pytest.raises(kvstream.Unavailable):
+        kvstream.Client.attach(str(state_dir / "absent.sock"), timeout=0.5)
+    assert time.monotonic() - start < 5
+
+
+def test_session_ends_when_the_daemon_stops(daemon):
+    c = kvstream.Client.attach(daemon.socket, arena_bytes=1 << 20)
+    assert c.session_alive
+    daemon.stop()
+    deadline = time.monotonic() + 5
+    while c.session_alive and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not c.session_alive
+    with pytest.raises(KVStreamError):
+        c.lookup(["k"])
+    c.close()
+
+
+def test_concurrent_retrieves_share_one_session(daemon):
+    with kvstream.Client.attach(daemon.socket, arena_bytes=8 << 20) as c:
+        fill(c, 0, 256 << 10, 5)
+        c.persist([(f"c@{i}", 0, 256 << 10) for i in range(8)])
+        errors = []
+
+        def reader(t: int) -> None:
+            try:
+                results, _ = c.retrieve([(f"c@{i}", (t + 1) << 20, 256 << 10) for i in range(8)])
+                assert all(r.ok for r in results)
+            except BaseException as e:  # noqa: BLE001
+                errors.append(e)
+
+        threads = [threading.Thread(target=reader, args=(t,)) for t in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+
+
+def test_arena_is_a_sealed_shared_mapping(daemon):
+    with kvstream.Client.attach(daemon.socket, arena_bytes=1 << 20) as c:
+        fd_count = len(os.listdir("/proc/self/fd"))
+        assert c.arena.nbytes == c.arena_size
+        c.arena[0:4] = b"abcd"
+        assert bytes(c.arena[0:4]) == b"abcd"
+    assert len(os.listdir("/proc/self/fd")) <= fd_count

@@ -1,0 +1,249 @@
+"""KVStreamBackend inside real LMCache (StorageManager, CreateStorageBackends) against a real kvstreamd."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import pytest
+
+pytest.importorskip("lmcache", reason="the LMCache plugin tests need LMCache (tests/run.sh installs it)")
+
+import torch  # noqa: E402
+
+import kvstream  # noqa: E402
+from kvstream.lmcache import KVStreamBackend  # noqa: E402
+from lmcache_support import key, make_storage_manager, random_chunks  # noqa: E402
+
+
+class Captured(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+@pytest.fixture
+def captured():
+    handler = Captured()
+    log = logging.getLogger("kvstream.lmcache.daemon_link")
+    backend_log = logging.getLogger("kvstream.lmcache.backend")
+    for lg in (log, backend_log):
+        lg.addHandler(handler)
+    yield handler
+    for lg in (log, backend_log):
+        lg.removeHandler(handler)
+
+
+@pytest.fixture
+def manager(daemon):
+    sm = make_storage_manager(daemon.socket)
+    yield sm
+    sm.close()
+
+
+def put(sm, keys, seed=0):
+    objs, tensors = random_chunks(sm, len(keys), seed)
+    sm.batched_put(keys, objs)  # LMCache drops its references right after submitting
+    assert backend_of(sm).flush(30)
+    return tensors
+
+
+def backend_of(sm) -> KVStreamBackend:
+    backend = sm.storage_backends["kvstream"]
+    assert isinstance(backend, KVStreamBackend)
+    return backend
+
+
+def check_and_release(objs, tensors):
+    assert len(objs) == len(tensors)
+    for obj, expected in zip(objs, tensors):
+        assert obj is not None
+        assert torch.equal(obj.tensor, expected)
+        obj.ref_count_down()
+
+
+def daemon_steps(socket_path):
+    with kvstream.Client.connect(socket_path) as c:
+        return c.stats().steps, c.steps(1)
+
+
+def test_put_and_get_through_lmcache_are_byte_identical_in_one_retrieve(daemon, manager):
+    keys = [key(i) for i in range(8)]
+    tensors = put(manager, keys)
+    hits, mapping = manager.batched_contains(keys)
+    assert hits == 8 and list(mapping) == ["kvstream"]
+    steps_before, _ = daemon_steps(daemon.socket)
+    objs = manager.batched_get(keys, location="kvstream")
+    steps_after, last = daemon_steps(daemon.socket)
+    check_and_release(objs, tensors)
+    assert steps_after == steps_before + 1, "a batched get is ONE daemon retrieve"
+    assert last[0].chunks == 8 and last[0].hits == 8
+    # The plain blocking path (StorageManager.get) reaches the plugin too.
+    obj = manager.get(keys[3])
+    check_and_release([obj], [tensors[3]])
+
+
+def test_put_honours_refcounts_and_completion_callbacks(daemon, manager):
+    backend = backend_of(manager)
+    objs, tensors = random_chunks(manager, 3, seed=1)
+    keys = [key(100 + i) for i in range(3)]
+    done = []
+    futures = backend.batched_submit_put_task(keys, objs, on_complete_callback=done.append)
+    assert len(futures) == 3
+    assert all(f.result(30) for f in futures)
+    assert backend.flush(30)
+    assert sorted(k.chunk_hash for k in done) == [100, 101, 102]  # once per key, once durable
+    assert [o.get_ref_count() for o in objs] == [1, 1, 1]  # the backend dropped its reference
+    assert not any(backend.exists_in_put_tasks(k) for k in keys)
+    # A put of keys the daemon already holds completes without writing them again.
+    with kvstream.Client.connect(daemon.socket) as c:
+        written = sum(t.replicas_written for t in c.stats().tiers)
+        futures = backend.batched_submit_put_task(keys, objs, on_complete_callback=done.append)
+        assert all(f.result(30) for f in futures)
+        assert sum(t.replicas_written for t in c.stats().tiers) == written
+    for o in objs:
+        o.ref_count_down()
+
+
+def test_prefix_hits_and_removal(daemon, manager):
+    put(manager, [key(i) for i in (0, 1, 2, 4)])
+    backend = backend_of(manager)
+    assert backend.batched_contains([key(i) for i in range(5)]) == 3
+    assert backend.contains(key(4)) and not backend.contains(key(3))
+    assert manager.remove(key(1)) >= 1
+    assert backend.batched_contains([key(i) for i in range(5)]) == 1
+    assert backend.get_blocking(key(1)) is None
+
+
+def test_restarted_daemon_still_hits(daemon, manager):
+    keys = [key(i) for i in range(4)]
+    tensors = put(manager, keys, seed=2)
+    daemon.restart()
+    backend = backend_of(manager)
+    assert backend.batched_contains(keys) == 4
+    check_and_release(backend.batched_get_blocking(keys), tensors)
+
+
+def test_stopped_daemon_means_misses_and_a_clear_error_then_recovery(daemon, manager, captured):
+    keys = [key(i) for i in range(2)]
+    tensors = put(manager, keys, seed=3)
+    backend = backend_of(manager)
+    daemon.stop()
+    assert manager.contains(keys[0]) is None
+    assert backend.batched_contains(keys) == 0
+    assert backend.batched_get_blocking(keys) == [None, None]
+    assert manager.batched_get(keys, location="kvstream") == [None, None]
+    objs, _ = random_chunks(manager, 1, seed=4)
+    manager.batched_put([key(50)], objs)  # dropped, no exception
+    assert backend.flush(10)
+    assert any("unavailable" in m for m in captured.messages), captured.messages
+    daemon.start()
+    deadline = time.monotonic() + 5
+    while backend.batched_contains(keys) != 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    check_and_release(backend.batched_get_blocking(keys), tensors)
+    assert any("reconnected" in m for m in captured.messages), captured.messages
+
+
+def test_lmcache_starts_while_the_daemon_is_down(state_dir, captured):
+    from conftest import Daemon
+
+    daemon = Daemon(state_dir)
+    sm = make_storage_manager(daemon.socket)
+    try:
+        backend = backend_of(sm)
+        assert not backend.contains(key(1))
+        assert any("unavailable" in m for m in captured.messages)
+        daemon.start()
+        time.sleep(0.1)  # past kvstream.retry_interval
+        tensors = put(sm, [key(1)], seed=5)
+        check_and_release([sm.get(key(1))], tensors)
+    finally:
+        sm.close()
+        daemon.stop()
+
+
+def test_scheduler_role_looks_up_without_a_session(daemon, manager):
+    put(manager, [key(7)], seed=6)
+    scheduler = make_storage_manager(daemon.socket, role="scheduler")
+    try:
+        backend = backend_of(scheduler)
+        assert not backend.with_session
+        assert backend.contains(key(7)) and not backend.contains(key(8))
+        assert backend.get_blocking(key(7)) is None
+        with pytest.raises(RuntimeError):
+            backend.get_allocator_backend()
+        with kvstream.Client.connect(daemon.socket) as c:
+            assert c.stats().sessions == 1  # only the worker's
+    finally:
+        scheduler.close()
+
+
+def test_async_lookup_and_load_pair(daemon, manager):
+    keys = [key(i) for i in range(4)]
+    tensors = put(manager, keys, seed=7)
+    backend = backend_of(manager)
+    loop = asyncio.new_event_loop()
+    try:
+        assert loop.run_until_complete(backend.batched_async_contains("req-1", keys, pin=True)) == 4
+        objs = loop.run_until_complete(backend.batched_get_non_blocking("req-1", keys))
+        check_and_release(objs, tensors)
+        assert all(backend.unpin(k) for k in keys) and not backend.unpin(keys[0])
+        manager.remove(keys[2])
+        objs = loop.run_until_complete(backend.batched_get_non_blocking("req-2", keys))
+        check_and_release(objs, tensors[:2])  # the leading chunks that could be read
+    finally:
+        loop.close()
+
+
+def test_gets_larger_than_the_arena_run_in_waves(state_dir):
+    from conftest import Daemon
+
+    daemon = Daemon(state_dir)
+    daemon.start()
+    sm = make_storage_manager(daemon.socket, **{"kvstream.arena_bytes": 8 << 20})  # holds 1 chunk of 4 MiB + header
+    try:
+        keys = [key(i) for i in range(5)]
+        tensors = put(sm, keys, seed=8)
+        check_and_release(backend_of(sm).batched_get_blocking(keys), tensors)
+    finally:
+        sm.close()
+        daemon.stop()
+
+
+def test_foreign_payload_under_a_key_is_a_miss_not_an_exception(daemon, manager):
+    k = key(9)
+    with kvstream.Client.attach(daemon.socket, arena_bytes=1 << 20) as c:
+        c.arena[0:4096] = b"\x01" * 4096
+        c.persist([(k.to_string(), 0, 4096)])
+    assert backend_of(manager).contains(k)
+    assert backend_of(manager).get_blocking(k) is None
+
+
+def test_each_rank_is_a_session(daemon):
+    from lmcache.v1.event_manager import EventManager
+    from lmcache.v1.storage_backend.storage_manager import StorageManager
+    from lmcache_support import make_config, make_metadata
+
+    managers = [StorageManager(config=make_config(daemon.socket), metadata=make_metadata(worker_id=r, world_size=2),
+                               event_manager=EventManager()) for r in range(2)]
+    try:
+        with kvstream.Client.connect(daemon.socket) as c:
+            assert c.stats().sessions == 2
+    finally:
+        for m in managers:
+            m.close()
+
+
+def test_bad_plugin_settings_are_clear_errors():
+    from kvstream.lmcache import Settings
+
+    with pytest.raises(ValueError, match="kvstream.arena_bytes"):
+        Settings({"kvstream.arena_bytes": "lots"})
+    with pytest.raises(ValueError, match="positive"):
+        Settings({"kvstream.io_timeout": 0})
+    assert Settings(None).socket_path == "/run/kvstream/kvstreamd.sock"

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# LMCache's own LocalDiskBackend on the fast tier versus the kvstream plugin on both tiers, through
+# LMCache's StorageManager on two emulated tiers (tools/tierlab: loop devices, O_DIRECT, blkio read
+# caps of FAST and SLOW MB/s), same keys, chunk sizes and steps; then kvbench on the same daemon
+# and steps for the tiers' alone bandwidths, the bound ratio (b0+b1)/b0 and the plugin's overhead.
+# Needs root, a build (kvstreamd, kvbench) and the Python environment (deploy/python-env.sh).
+# Usage: sudo tools/bench-lmcache.sh [--fast MBPS] [--slow MBPS] [--steps N] [--out DIR]
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+fast=300 slow=150 steps=6 out=/var/tmp/kvstream-bench-results
+while [ $# -gt 0 ]; do
+  case $1 in
+    --fast) fast=$2; shift 2 ;;
+    --slow) slow=$2; shift 2 ;;
+    --steps) steps=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    -h|--help) sed -n '2,7p' "$0"; exit 0 ;;
+    *) echo "bench-lmcache: unknown argument '$1'" >&2; exit 2 ;;
+  esac
+done
+build="${BUILD_DIR:-$root/build}"
+work="${BENCH_DIR:-/var/tmp/kvstream-bench}"
+tierlab="$root/tools/tierlab"
+[ "$(id -u)" -eq 0 ] || { echo "bench-lmcache: must run as root (loop devices, mounts, cgroups)" >&2; exit 1; }
+for b in daemon/kvstreamd tools/kvbench; do
+  [ -x "$build/$b" ] || { echo "bench-lmcache: $build/$b not built (tests/run.sh)" >&2; exit 1; }
+done
+python="$("$root/deploy/python-env.sh")"
+mkdir -p "$out"
+"$tierlab" down --dir "$work"
+daemon=""
+cleanup() {
+  set +e
+  [ -n "$daemon" ] && kill -TERM "$daemon" 2>/dev/null && wait "$daemon"
+  "$tierlab" down --dir "$work"
+}
+trap cleanup EXIT
+"$tierlab" up --dir "$work" --tier "t0:8G:$fast" --tier "t1:8G:$slow"
+sock="$work/kvstreamd.sock"
+cat > "$work/kvstreamd.yaml" <<YAML
+socket: {path: $sock, mode: "0600"}
+sessions: {max_arena: 4GiB}
+logging: {level: warn}
+tiers:
+  - {name: t0, path: $work/mnt/t0/kvstream, capacity: 3GiB}
+  - {name: t1, path: $work/mnt/t1/kvstream, capacity: 7GiB}
+YAML
+"$tierlab" run --dir "$work" -- "$build/daemon/kvstreamd" --config "$work/kvstreamd.yaml" 2> "$out/kvstreamd-lmcache.log" &
+daemon=$!
+for _ in $(seq 200); do [ -S "$sock" ] && break; sleep 0.05; done
+[ -S "$sock" ] || { cat "$out/kvstreamd-lmcache.log"; echo "bench-lmcache: kvstreamd did not start" >&2; exit 1; }
+echo "== kvbench: the same step shape (1 rank, 4 requests x 8 chunks x 8 MiB), tiers alone and completion"
+"$tierlab" run --dir "$work" -- "$build/tools/kvbench" --socket "$sock" --ranks 1 --steps "$steps" --requests 4 \
+  --chunks 8 --hit-ratio 1 --chunk-size 8MiB --policies completion,serial --write-policies "" \
+  --json "$out/lmcache-kvbench.json"
+echo
+echo "== LMCache StorageManager: LocalDiskBackend on t0 (O_DIRECT) vs the kvstream plugin on t0+t1"
+"$tierlab" run --dir "$work" -- "$python" "$root/tools/lmcache_bench.py" --socket "$sock" \
+  --disk-dir "$work/mnt/t0/lmcache-disk" --steps "$steps" --requests 4 --chunks 8 --chunk-mib 8 \
+  --kvbench "$out/lmcache-kvbench.json" --json "$out/lmcache.json"
