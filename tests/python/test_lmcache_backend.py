@@ -247,3 +247,12 @@ def test_bad_plugin_settings_are_clear_errors():
     with pytest.raises(ValueError, match="positive"):
         Settings({"kvstream.io_timeout": 0})
     assert Settings(None).socket_path == "/run/kvstream/kvstreamd.sock"
+
+
+def test_a_refused_session_is_a_clear_error_not_an_outage(daemon, captured):
+    sm = make_storage_manager(daemon.socket, **{"kvstream.arena_bytes": 1 << 40})  # above sessions.max_arena
+    try:
+        assert not backend_of(sm).contains(key(1))
+        assert any("refused the session" in m and "INVALID_ARGUMENT" in m for m in captured.messages), captured.messages
+    finally:
+        sm.close()

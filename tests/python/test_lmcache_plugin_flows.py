@@ -105,3 +105,25 @@ def test_wrong_module_path_is_skipped_without_an_exception(daemon, loop):
         assert "kvstream" not in backends
     finally:
         close_all(backends)
+
+
+def test_the_shipped_lmcache_yaml_loads_the_plugin(daemon, loop):
+    """deploy/lmcache-kvstream.yaml, read by LMCache's own config loader, creates a working plugin."""
+    from lmcache.v1.config import LMCacheEngineConfig
+
+    from conftest import REPO
+
+    config = LMCacheEngineConfig.from_file(str(REPO / "deploy" / "lmcache-kvstream.yaml"))
+    assert config.storage_plugins == ["kvstream"] and config.local_cpu is False
+    assert config.extra_config["kvstream.socket_path"] == "/run/kvstream/kvstreamd.sock"
+    assert config.extra_config["kvstream.arena_bytes"] == 1 << 30
+    config.extra_config["kvstream.socket_path"] = daemon.socket  # the test's daemon,
+    config.extra_config["kvstream.arena_bytes"] = 64 << 20  # whose sessions.max_arena is 512 MiB
+    config.max_local_cpu_size = 0.25
+    backends = CreateStorageBackends(config=config, metadata=make_metadata(), loop=loop, dst_device="cpu")
+    try:
+        backend = backends["kvstream"]
+        assert backend.settings.io_timeout == 60 and backend.settings.retry_interval == 1
+        assert backend.link.connected
+    finally:
+        close_all(backends)

@@ -15,7 +15,7 @@ from typing import Callable, Optional
 
 from ..arena_alloc import ArenaAllocator
 from ..client import Client
-from ..errors import KVStreamError
+from ..errors import KVStreamError, Unavailable
 
 
 class Session:
@@ -75,8 +75,11 @@ class DaemonLink:
                 self._next_try = now + self._retry_interval
                 try:
                     self._session = Session(self._connect())
-                except KVStreamError as e:
+                except Unavailable as e:
                     self._note_down(now, str(e))
+                    return None
+                except KVStreamError as e:  # the daemon answered but refused: a configuration error
+                    self._note_down(now, f"it refused the session: {e}")
                     return None
                 if self._down_since is not None:
                     self._log.warning("kvstream: reconnected to %s after %.1f s", self._describe, now - self._down_since)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""bench_overhead: the per-step cost of the pure-Python client against the C++ client, side by side.
+"""bench_py_overhead: the per-step cost of the pure-Python client against the C++ client, side by side.
 
 Starts kvstreamd on two tier directories on fast storage (default /dev/shm, so that I/O does not
 hide the control plane), stores C chunks, and times the same retrieve step (C chunks into the
@@ -10,7 +10,7 @@ session arena) through:
                    plugin does into its MemoryObjs)
   LMCache plugin   KVStreamBackend.batched_get_blocking (if LMCache is installed)
 Prints the median per step and per chunk. Usage (from the repository root, after a build):
-  python client/python/bench_overhead.py [--build build] [--dir /dev/shm/kvs-ovh] [--steps 200]
+  python tools/bench_py_overhead.py [--build build] [--dir /dev/shm/kvs-overhead] [--steps 200]
 """
 
 from __future__ import annotations
