@@ -23,35 +23,9 @@ while [ $# -gt 0 ]; do
 done
 build="${BUILD_DIR:-$root/build}"
 work="${BENCH_DIR:-/var/tmp/kvstream-bench}"
-tierlab="$root/tools/tierlab"
-[ "$(id -u)" -eq 0 ] || { echo "bench-lmcache: must run as root (loop devices, mounts, cgroups)" >&2; exit 1; }
-for b in daemon/kvstreamd tools/kvbench; do
-  [ -x "$build/$b" ] || { echo "bench-lmcache: $build/$b not built (tests/run.sh)" >&2; exit 1; }
-done
+source "$root/tools/bench-tiers.sh"
+bench_up bench-lmcache 3GiB "$out/kvstreamd-lmcache.log"
 python="$("$root/deploy/python-env.sh")"
-mkdir -p "$out"
-"$tierlab" down --dir "$work"
-daemon=""
-cleanup() {
-  set +e
-  [ -n "$daemon" ] && kill -TERM "$daemon" 2>/dev/null && wait "$daemon"
-  "$tierlab" down --dir "$work"
-}
-trap cleanup EXIT
-"$tierlab" up --dir "$work" --tier "t0:8G:$fast" --tier "t1:8G:$slow"
-sock="$work/kvstreamd.sock"
-cat > "$work/kvstreamd.yaml" <<YAML
-socket: {path: $sock, mode: "0600"}
-sessions: {max_arena: 4GiB}
-logging: {level: warn}
-tiers:
-  - {name: t0, path: $work/mnt/t0/kvstream, capacity: 3GiB}
-  - {name: t1, path: $work/mnt/t1/kvstream, capacity: 7GiB}
-YAML
-"$tierlab" run --dir "$work" -- "$build/daemon/kvstreamd" --config "$work/kvstreamd.yaml" 2> "$out/kvstreamd-lmcache.log" &
-daemon=$!
-for _ in $(seq 200); do [ -S "$sock" ] && break; sleep 0.05; done
-[ -S "$sock" ] || { cat "$out/kvstreamd-lmcache.log"; echo "bench-lmcache: kvstreamd did not start" >&2; exit 1; }
 echo "== kvbench: the same step shape (1 rank, $requests requests x $chunks chunks x 8 MiB), tiers alone and completion"
 "$tierlab" run --dir "$work" -- "$build/tools/kvbench" --socket "$sock" --ranks 1 --steps "$steps" --requests "$requests" \
   --chunks "$chunks" --hit-ratio 1 --chunk-size 8MiB --policies completion,serial --write-policies "" \

@@ -25,35 +25,8 @@ done
 build="${BUILD_DIR:-$root/build}"
 work="${BENCH_DIR:-/var/tmp/kvstream-bench}"
 trace="${TRACE:-$root/../shared/traces/conversation_trace.jsonl}"
-tierlab="$root/tools/tierlab"
-[ "$(id -u)" -eq 0 ] || { echo "bench: must run as root (loop devices, mounts, cgroups)" >&2; exit 1; }
-for b in daemon/kvstreamd tools/kvbench; do
-  [ -x "$build/$b" ] || { echo "bench: $build/$b not built (cmake --build build, or tests/run.sh)" >&2; exit 1; }
-done
-mkdir -p "$out"
-"$tierlab" down --dir "$work"
-daemon=""
-cleanup() {
-  set +e
-  [ -n "$daemon" ] && kill -TERM "$daemon" 2>/dev/null && wait "$daemon"
-  "$tierlab" down --dir "$work"
-}
-trap cleanup EXIT
-"$tierlab" up --dir "$work" --tier "t0:8G:$fast" --tier "t1:8G:$slow"
-sock="$work/kvstreamd.sock"
-cat > "$work/kvstreamd.yaml" <<YAML
-socket: {path: $sock, mode: "0600"}
-sessions: {max_arena: 4GiB}
-logging: {level: warn}
-tiers:
-  - {name: t0, path: $work/mnt/t0/kvstream, capacity: 7GiB}
-  - {name: t1, path: $work/mnt/t1/kvstream, capacity: 7GiB}
-YAML
-# The daemon (which does the reads) and kvbench (and fio under it) run inside the capped cgroup.
-"$tierlab" run --dir "$work" -- "$build/daemon/kvstreamd" --config "$work/kvstreamd.yaml" 2> "$out/kvstreamd.log" &
-daemon=$!
-for _ in $(seq 200); do [ -S "$sock" ] && break; sleep 0.05; done
-[ -S "$sock" ] || { cat "$out/kvstreamd.log"; echo "bench: kvstreamd did not start" >&2; exit 1; }
+source "$root/tools/bench-tiers.sh"
+bench_up bench 7GiB "$out/kvstreamd.log"
 common=(--socket "$sock" --ranks 2 --steps "$steps" --requests 4 --chunks 8 --hit-ratio 0.75 --chunk-size 8MiB)
 echo "== 1. steady caps: t0 $fast MB/s, t1 $slow MB/s"
 "$tierlab" run --dir "$work" -- "$build/tools/kvbench" "${common[@]}" --fio "$work/mnt/t0/kvstream" \

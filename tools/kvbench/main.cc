@@ -42,6 +42,9 @@ struct RunSpec {
   std::string label;
   std::string routing, batching = "step", writes = "deferred";
   bool with_writes = false;  // also persist each step's new chunks during it
+  // Seconds without reads before every step (the forward pass), counted from the end of the
+  // previous step's reads; with writes, a step also waits until the previous one's are durable.
+  double idle = 0;
 };
 
 // The first 8 bytes of every populated chunk: a tag derived from its key, so a step can check
@@ -119,8 +122,11 @@ class Bench {
     if (!policies.ok()) return policies.status();
     Run run;
     run.label = spec.label;
+    double previous_end = Now();
     for (size_t s = 0; s < w_.steps.size(); ++s) {
       if (hook) hook(s);
+      const double idle = previous_end + spec.idle - Now();
+      if (idle > 0) std::this_thread::sleep_for(std::chrono::duration<double>(idle));
       const BenchStep& step = w_.steps[s];
       auto before = control_->Stats();
       if (!before.ok()) return before.status();
@@ -147,6 +153,7 @@ class Bench {
       double end = start;
       for (double d : done) end = std::max(end, d);
       for (auto& t : writers) t.join();  // the forward pass: deferred writes drain here
+      previous_end = end;
       for (const absl::Status& st : status) {
         if (!st.ok()) return absl::Status(st.code(), absl::StrCat(spec.label, " step ", s, ": ", st.message()));
       }
@@ -286,6 +293,7 @@ int Main(int argc, char** argv) {
   std::string write_policies_text = "deferred,immediate";
   double check = -1;
   int settle = 3;
+  double step_gap = 0, write_gap = 0.3;
   bool allow_buffered = false, dry_run = false;
   app.add_option("--socket", socket, "kvstreamd's control socket")->capture_default_str();
   app.add_option("--ranks", ranks, "tensor-parallel ranks: one session each, reading concurrently")->capture_default_str();
@@ -313,6 +321,11 @@ int Main(int argc, char** argv) {
   std::string fio_block_text = "1MiB";
   app.add_option("--fio-block", fio_block_text, "fio's block size: the daemon's block_size")->capture_default_str();
   app.add_option("--settle", settle, "seconds to wait after populating, before timing")->capture_default_str();
+  app.add_option("--step-gap", step_gap, "idle seconds before every step of the policy runs (0: back to back)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--write-gap", write_gap, "idle seconds before every step of the runs with writes (the forward pass, "
+                 "during which deferred writes drain), and of their reads-only reference run completion+idle")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("--json", json_path, "write the results as JSON to this file");
   app.add_option("--plot", plot_path, "write a PNG plot (per-step time vs bound, tier share) to this file");
   app.add_option("--check", check, "exit 3 if the completion policy's gap exceeds this (e.g. 0.03)");
@@ -353,16 +366,22 @@ int Main(int argc, char** argv) {
   std::vector<RunSpec> specs;
   for (const std::string& p : std::vector<std::string>(absl::StrSplit(policies_text, ',', absl::SkipEmpty()))) {
     if (p == "serial") {
-      specs.push_back({p, "fastest", "serial"});
+      specs.push_back({p, "fastest", "serial", "deferred", false, step_gap});
     } else if (auto r = kvstream::ParseRouting(p); r.ok()) {
-      specs.push_back({p, p});
+      specs.push_back({p, p, "step", "deferred", false, step_gap});
     } else {
       return fail("--policies", r.status()), 2;
     }
   }
-  for (const std::string& w : std::vector<std::string>(absl::StrSplit(write_policies_text, ',', absl::SkipEmpty()))) {
+  const std::vector<std::string> write_policies = absl::StrSplit(write_policies_text, ',', absl::SkipEmpty());
+  if (!write_policies.empty()) {
+    // The reference for "reads with writes": the same reads with the same idle time between steps
+    // and no writes (an idle device and its throttle behave differently from a busy one).
+    specs.push_back({"completion+idle", "completion", "step", "deferred", false, write_gap});
+  }
+  for (const std::string& w : write_policies) {
     if (auto s = kvstream::ParseWrites(w); !s.ok()) return fail("--write-policies", s.status()), 2;
-    specs.push_back({"completion+writes:" + w, "completion", "step", w, true});
+    specs.push_back({"completion+writes:" + w, "completion", "step", w, true, write_gap});
   }
 
   auto control = Client::Connect(socket);
@@ -492,13 +511,13 @@ int Main(int argc, char** argv) {
     if (s.label == "completion") {
       completion_gap = s.gap;
       have_completion_gap = s.bound_seconds > 0;
-      reads_alone = s.throughput_bps;
     }
+    if (s.label == "completion+idle") reads_alone = s.throughput_bps;  // same idle time as the write runs
     out["runs"].push_back(RunJson(r, s, StepBounds(r, alone)));
   }
   for (const Run& r : results) {
     if (r.label.rfind("completion+writes:", 0) == 0 && reads_alone > 0) {
-      std::printf("%s: reads at %.3f x reads alone\n", r.label.c_str(), Bandwidth(r) / reads_alone);
+      std::printf("%s: reads at %.3f x reads alone (completion+idle)\n", r.label.c_str(), Bandwidth(r) / reads_alone);
     }
   }
   if (!json_path.empty()) std::ofstream(json_path) << out.dump(2) << "\n";

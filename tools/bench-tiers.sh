@@ -1,0 +1,38 @@
+# Sourced by tools/bench.sh and tools/bench-lmcache.sh: two emulated tiers (tools/tierlab) capped at
+# $fast and $slow MB/s under $work, and kvstreamd on them inside the capped cgroup, torn down on exit.
+# The caller sets root, build, work, fast, slow and out; this sets tierlab, sock and daemon.
+
+# bench_up NAME T0_CAPACITY DAEMON_LOG: checks root and the build, brings the tiers and the daemon up.
+bench_up() {
+  local name=$1 t0_capacity=$2 log=$3
+  tierlab="$root/tools/tierlab"
+  [ "$(id -u)" -eq 0 ] || { echo "$name: must run as root (loop devices, mounts, cgroups)" >&2; exit 1; }
+  for b in daemon/kvstreamd tools/kvbench; do
+    [ -x "$build/$b" ] || { echo "$name: $build/$b not built (cmake --build build, or tests/run.sh)" >&2; exit 1; }
+  done
+  mkdir -p "$out"
+  "$tierlab" down --dir "$work"
+  daemon=""
+  trap bench_down EXIT
+  "$tierlab" up --dir "$work" --tier "t0:8G:$fast" --tier "t1:8G:$slow"
+  sock="$work/kvstreamd.sock"
+  cat > "$work/kvstreamd.yaml" <<YAML
+socket: {path: $sock, mode: "0600"}
+sessions: {max_arena: 4GiB}
+logging: {level: warn}
+tiers:
+  - {name: t0, path: $work/mnt/t0/kvstream, capacity: $t0_capacity}
+  - {name: t1, path: $work/mnt/t1/kvstream, capacity: 7GiB}
+YAML
+  # The daemon (which does the reads) runs inside the capped cgroup, as do the benchmarks.
+  "$tierlab" run --dir "$work" -- "$build/daemon/kvstreamd" --config "$work/kvstreamd.yaml" 2> "$log" &
+  daemon=$!
+  for _ in $(seq 200); do [ -S "$sock" ] && break; sleep 0.05; done
+  [ -S "$sock" ] || { cat "$log"; echo "$name: kvstreamd did not start" >&2; exit 1; }
+}
+
+bench_down() {
+  set +e
+  [ -n "$daemon" ] && kill -TERM "$daemon" 2>/dev/null && wait "$daemon"
+  "$tierlab" down --dir "$work"
+}
