@@ -256,3 +256,29 @@ def test_a_refused_session_is_a_clear_error_not_an_outage(daemon, captured):
         assert any("refused the session" in m and "INVALID_ARGUMENT" in m for m in captured.messages), captured.messages
     finally:
         sm.close()
+
+
+def test_puts_whose_durability_never_comes_are_finished_as_failed(daemon, manager):
+    """The daemon takes the bytes (STAGED) and the stream then ends without DURABLE (it went away):
+    the puts must not stay pending forever (flush, exists_in_put_tasks, futures, references)."""
+    import concurrent.futures
+
+    backend = backend_of(manager)
+    session = backend.link.session()
+    real = session.client.persist_async
+
+    def staged_then_lost(chunks, on_durable=None, check=True, timeout=None):
+        real(chunks, check=False, timeout=timeout).result()  # really staged and written, events dropped
+        lost = concurrent.futures.Future()
+        lost.set_exception(kvstream.Unavailable("the persist stream ended"))
+        return lost
+
+    session.client.persist_async = staged_then_lost
+    objs, _ = random_chunks(manager, 2, seed=9)
+    done = []
+    futures = backend.batched_submit_put_task([key(70), key(71)], objs, on_complete_callback=done.append)
+    assert [f.result(30) for f in futures] == [False, False]
+    assert backend.flush(5) and not backend.exists_in_put_tasks(key(70))
+    assert done == [] and [o.get_ref_count() for o in objs] == [1, 1]
+    for o in objs:
+        o.ref_count_down()

@@ -31,7 +31,7 @@ import concurrent.futures
 import queue
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import torch
 from lmcache.logging import init_logger
@@ -110,7 +110,7 @@ class KVStreamBackend(StoragePluginInterface):
         self._lock = threading.Lock()
         self._sizes: "collections.OrderedDict[str, int]" = collections.OrderedDict()  # payload sizes seen in lookups
         self._pins: Dict[CacheEngineKey, int] = {}
-        self._put_tasks: Dict[CacheEngineKey, int] = {}  # keys queued or staging -> count
+        self._put_tasks: Set[CacheEngineKey] = set()  # keys queued, being staged or being written
         self._prefetched: Dict[CacheEngineKey, "concurrent.futures.Future[Optional[MemoryObj]]"] = {}
         self._puts: "queue.Queue[Optional[_PutBatch]]" = queue.Queue()
         self._put_worker = threading.Thread(target=self._put_loop, name="kvstream-put", daemon=True)
@@ -370,7 +370,7 @@ class KVStreamBackend(StoragePluginInterface):
                 if key in self._put_tasks or key in batch.keys:
                     continue
                 obj.ref_count_up()
-                self._put_tasks[key] = 1
+                self._put_tasks.add(key)
                 batch.keys.append(key)
                 batch.objs.append(obj)
                 batch.futures.append(concurrent.futures.Future())
@@ -439,12 +439,22 @@ class KVStreamBackend(StoragePluginInterface):
             self._finish_puts(batch, [staged[r.index][0]], durable=r.ok)
 
         try:
-            session.client.persist_async(chunks, on_durable=on_durable, check=False, timeout=self.settings.io_timeout)
+            durable = session.client.persist_async(chunks, on_durable=on_durable, check=False,
+                                                   timeout=self.settings.io_timeout)
         except Exception as e:  # noqa: BLE001
             logger.error("kvstream: persist of %d chunks failed: %s", len(chunks), e)
             self.link.fail(session, e)
             self._finish_puts(batch, [i for i, _, _ in staged], durable=False)
             return
+
+        def on_stream_end(future: "concurrent.futures.Future[Any]") -> None:
+            # Every DURABLE event has been handled by now; chunks without one (the daemon went
+            # away after staging them) are not durable.
+            if future.exception() is not None:
+                logger.error("kvstream: persist stream of %d chunks ended early: %s", len(chunks), future.exception())
+            self._finish_puts(batch, [i for i, _, _ in staged], durable=False)
+
+        durable.add_done_callback(on_stream_end)
         # Staged: the daemon has copied the bytes, so the arena ranges and the MemoryObjs are free.
         for i, offset, _ in staged:
             allocator.free(offset)
@@ -462,7 +472,7 @@ class KVStreamBackend(StoragePluginInterface):
             self._release_obj(batch, i)
             key = batch.keys[i]
             with self._lock:
-                self._put_tasks.pop(key, None)
+                self._put_tasks.discard(key)
             future = batch.futures[i]
             if future.done():
                 continue
