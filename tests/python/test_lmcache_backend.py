@@ -282,3 +282,24 @@ def test_puts_whose_durability_never_comes_are_finished_as_failed(daemon, manage
     assert done == [] and [o.get_ref_count() for o in objs] == [1, 1]
     for o in objs:
         o.ref_count_down()
+
+
+def test_a_retrieve_that_ends_without_a_chunk_drops_the_session_and_misses_it(daemon, manager):
+    keys = [key(i) for i in range(3)]
+    tensors = put(manager, keys, seed=10)
+    backend = backend_of(manager)
+    session = backend.link.session()
+    real = session.client.retrieve
+
+    def loses_last_completion(chunks, on_chunk=None, timeout=None):
+        return real(chunks, on_chunk=lambda r: r.index != len(chunks) - 1 and on_chunk(r), timeout=timeout)
+
+    session.client.retrieve = loses_last_completion
+    objs = backend.batched_get_blocking(keys)
+    assert objs[2] is None
+    check_and_release(objs[:2], tensors[:2])
+    assert backend.link.session() is not session  # the arena it may still write into is dropped
+    deadline = time.monotonic() + 5
+    while backend.link.session() is None and time.monotonic() < deadline:  # reattach after retry_interval
+        time.sleep(0.01)
+    check_and_release(backend.batched_get_blocking(keys), tensors)

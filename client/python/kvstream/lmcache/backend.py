@@ -40,6 +40,7 @@ from lmcache.v1.memory_management import MemoryFormat, MemoryObj
 from lmcache.v1.storage_backend.abstract_backend import StoragePluginInterface
 
 from ..client import CONNECT_TIMEOUT_S, Client
+from ..errors import Code, KVStreamError
 from ..types import Chunk
 from . import chunk_codec
 from .daemon_link import DaemonLink, Session
@@ -302,6 +303,8 @@ class KVStreamBackend(StoragePluginInterface):
 
         try:
             session.client.retrieve(chunks, on_chunk=on_chunk, timeout=self.settings.io_timeout)
+            if not all(delivered):  # a chunk without completion may still be landing: drop the arena
+                raise KVStreamError(Code.DATA_LOSS, "kvstreamd ended a retrieve without completing every chunk")
         except Exception as e:  # noqa: BLE001 - daemon gone or call refused: misses
             logger.error("kvstream: retrieve of %d chunks failed: %s", len(chunks), e)
             self.link.fail(session, e)  # its arena is dropped with it: reads may still land there
