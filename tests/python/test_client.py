@@ -132,3 +132,16 @@ def test_arena_is_a_sealed_shared_mapping(daemon):
         c.arena[0:4] = b"abcd"
         assert bytes(c.arena[0:4]) == b"abcd"
     assert len(os.listdir("/proc/self/fd")) <= fd_count
+
+
+def test_a_dead_daemons_socket_is_unavailable_at_once(state_dir):
+    import socket
+
+    path = str(state_dir / "stale.sock")
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(path)  # the file stays, nobody listens (a daemon killed with SIGKILL leaves this)
+    s.close()
+    start = time.monotonic()
+    with pytest.raises(kvstream.Unavailable, match="no kvstreamd listens"):
+        kvstream.Client.attach(path, timeout=10)
+    assert time.monotonic() - start < 5  # at once, not after the whole connect timeout

@@ -303,3 +303,19 @@ def test_a_retrieve_that_ends_without_a_chunk_drops_the_session_and_misses_it(da
     while backend.link.session() is None and time.monotonic() < deadline:  # reattach after retry_interval
         time.sleep(0.01)
     check_and_release(backend.batched_get_blocking(keys), tensors)
+
+
+def test_a_killed_daemon_does_not_stall_lmcache(daemon, manager):
+    """SIGKILL leaves the socket file behind: reconnect attempts must fail at once, not after
+    kvstream.connect_timeout each, or every LMCache lookup would stall while the daemon is dead."""
+    keys = [key(i) for i in range(2)]
+    put(manager, keys, seed=11)
+    daemon.process.kill()
+    daemon.process.wait()
+    daemon.process = None
+    backend = backend_of(manager)
+    start = time.monotonic()
+    for _ in range(20):  # with retry_interval 0.05 s, several reconnect attempts
+        assert backend.batched_contains(keys) == 0
+        time.sleep(0.05)
+    assert time.monotonic() - start < 10  # 20 x (connect_timeout 1 s) if each attempt waited

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import socket
 import threading
 import weakref
 from typing import Any, Callable, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple, TypeVar
@@ -111,6 +112,15 @@ class Client:
         path = os.path.abspath(socket_path)
         if not os.path.exists(path):
             raise Unavailable(f"no kvstreamd socket at {path} (is kvstreamd running?)")
+        # gRPC would keep retrying a socket nobody listens on (a daemon that died) for the whole
+        # timeout; a plain connect says so at once.
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(path)
+        except OSError as e:
+            raise Unavailable(f"no kvstreamd listens on {path} ({e.strerror or e})") from None
+        finally:
+            probe.close()
         channel = grpc.insecure_channel("unix:" + path, options=[("grpc.enable_http_proxy", 0)])
         try:
             grpc.channel_ready_future(channel).result(timeout=timeout)
