@@ -159,7 +159,9 @@ def test_lmcache_starts_while_the_daemon_is_down(state_dir, captured):
         assert not backend.contains(key(1))
         assert any("unavailable" in m for m in captured.messages)
         daemon.start()
-        time.sleep(0.1)  # past kvstream.retry_interval
+        deadline = time.monotonic() + 5
+        while backend.link.session() is None and time.monotonic() < deadline:  # reconnects in the background
+            time.sleep(0.01)
         tensors = put(sm, [key(1)], seed=5)
         check_and_release([sm.get(key(1))], tensors)
     finally:
@@ -319,3 +321,32 @@ def test_a_killed_daemon_does_not_stall_lmcache(daemon, manager):
         assert backend.batched_contains(keys) == 0
         time.sleep(0.05)
     assert time.monotonic() - start < 10  # 20 x (connect_timeout 1 s) if each attempt waited
+
+
+def test_a_hung_daemon_costs_one_lookup_timeout_then_misses_at_once(daemon, captured):
+    import signal
+
+    sm = make_storage_manager(daemon.socket, **{"kvstream.lookup_timeout": 0.5})
+    try:
+        keys = [key(i) for i in range(2)]
+        put(sm, keys, seed=12)
+        backend = backend_of(sm)
+        daemon.process.send_signal(signal.SIGSTOP)
+        try:
+            start = time.monotonic()
+            assert backend.batched_contains(keys) == 0  # waits lookup_timeout, then gives up on the session
+            first = time.monotonic() - start
+            start = time.monotonic()
+            for _ in range(20):  # reconnects run in the background: callers never wait for them
+                assert backend.batched_contains(keys) == 0
+                time.sleep(0.02)
+            rest = time.monotonic() - start
+        finally:
+            daemon.process.send_signal(signal.SIGCONT)
+        assert first < 3 and rest < 3, (first, rest)  # lookup_timeout 0.5 s; connect_timeout 1 s per attempt
+        deadline = time.monotonic() + 10
+        while backend.batched_contains(keys) != 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert backend.batched_contains(keys) == 2
+    finally:
+        sm.close()

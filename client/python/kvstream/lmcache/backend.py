@@ -58,6 +58,7 @@ class Settings:
         "kvstream.socket_path": ("socket_path", str, DEFAULT_SOCKET),
         "kvstream.arena_bytes": ("arena_bytes", int, 1 << 30),  # per session (TP rank)
         "kvstream.io_timeout": ("io_timeout", float, 60.0),  # seconds for one retrieve / persist
+        "kvstream.lookup_timeout": ("lookup_timeout", float, 5.0),  # seconds for a lookup / evict
         "kvstream.connect_timeout": ("connect_timeout", float, CONNECT_TIMEOUT_S),
         "kvstream.retry_interval": ("retry_interval", float, 1.0),  # between reconnect attempts
     }
@@ -101,11 +102,11 @@ class KVStreamBackend(StoragePluginInterface):
 
             def connect() -> Client:
                 return Client.attach(s.socket_path, model=model, rank=rank, world_size=world,
-                                     arena_bytes=s.arena_bytes, timeout=s.connect_timeout, rpc_timeout=s.io_timeout)
+                                     arena_bytes=s.arena_bytes, timeout=s.connect_timeout, rpc_timeout=s.lookup_timeout)
             describe = f"kvstreamd on {s.socket_path} (session for {model or 'model'} rank {rank}/{world})"
         else:
             def connect() -> Client:
-                return Client.connect(s.socket_path, timeout=s.connect_timeout, rpc_timeout=s.io_timeout)
+                return Client.connect(s.socket_path, timeout=s.connect_timeout, rpc_timeout=s.lookup_timeout)
             describe = f"kvstreamd on {s.socket_path} (lookups only, role {role or 'unknown'})"
         self.link = DaemonLink(describe, connect, logger, retry_interval=s.retry_interval)
         self._lock = threading.Lock()
@@ -117,7 +118,7 @@ class KVStreamBackend(StoragePluginInterface):
         self._put_worker = threading.Thread(target=self._put_loop, name="kvstream-put", daemon=True)
         self._put_worker.start()
         self._closed = False
-        self.link.session()  # connect now if the daemon is up; otherwise say so once and retry later
+        self.link.connect_now()  # connect now if the daemon is up; otherwise say so once and retry later
 
     def __str__(self) -> str:
         return "KVStreamBackend"

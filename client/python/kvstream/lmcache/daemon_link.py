@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Callable, Optional
+from typing import Callable, Optional, Tuple
 
 from ..arena_alloc import ArenaAllocator
 from ..client import Client
@@ -27,12 +27,20 @@ class Session:
         self.allocator: Optional[ArenaAllocator] = ArenaAllocator(client.arena_size) if client.arena_size else None
 
 
-class DaemonLink:
-    """Connects lazily and reconnects after failures. Thread-safe.
+def _close_in_background(session: Session) -> None:
+    """Ends a dropped session without making the caller wait for a daemon that may not answer."""
+    threading.Thread(target=session.client.close, name="kvstream-close", daemon=True).start()
 
-    `connect` opens a Client (attach for a worker, connect for a scheduler); `fail(session, error)`
-    is called by users of a session whose call failed for a reason other than the request itself,
-    and drops that session so that the next `session()` reconnects.
+
+class DaemonLink:
+    """Connects lazily and reconnects after failures, without ever making a caller wait for a
+    daemon that is down or hung. Thread-safe.
+
+    `connect` opens a Client (attach for a worker, connect for a scheduler). The first attempt
+    (`connect_now`) and the one right after the daemon ended the session stream (it stopped or
+    restarted, so the attempt is quick either way) run on the caller's thread; every other
+    reconnect runs on a background thread at most once per `retry_interval`, and callers get None
+    meanwhile. `fail(session, error)` drops a session whose call failed (daemon gone, timed out).
     """
 
     def __init__(
@@ -53,43 +61,40 @@ class DaemonLink:
         self._lock = threading.Lock()
         self._session: Optional[Session] = None
         self._next_try = 0.0
+        self._connecting = False  # a background attempt is running
         self._last_log = -float("inf")
         self._down_since: Optional[float] = None
         self._closed = False
 
+    def connect_now(self) -> Optional[Session]:
+        """One attempt on the caller's thread (unless connected already)."""
+        with self._lock:
+            if self._session is None and not self._closed:
+                self._install(self._attempt())
+            return self._session
+
     def session(self) -> Optional[Session]:
-        """The live session, connecting first if it is time to try; None while the daemon is down."""
+        """The live session; None while there is none (a reconnect may be under way)."""
         stale: Optional[Session] = None
         try:
             with self._lock:
                 current = self._session
                 if current is not None and current.attached and not current.client.session_alive:
-                    # The daemon ended the session (it stopped or restarted): attach again now.
-                    stale, self._session, self._next_try = current, None, 0.0
+                    stale, self._session = current, None
                     self._note_down(self._clock(), "the session stream ended")
+                    self._install(self._attempt())
+                    self._next_try = self._clock() + self._retry_interval
                 if self._session is not None or self._closed:
                     return self._session
                 now = self._clock()
-                if now < self._next_try:
-                    return None
-                self._next_try = now + self._retry_interval
-                try:
-                    self._session = Session(self._connect())
-                except Unavailable as e:
-                    self._note_down(now, str(e))
-                    return None
-                except KVStreamError as e:  # the daemon answered but refused: a configuration error
-                    self._note_down(now, f"it refused the session: {e}")
-                    return None
-                if self._down_since is not None:
-                    self._log.warning("kvstream: reconnected to %s after %.1f s", self._describe, now - self._down_since)
-                else:
-                    self._log.info("kvstream: connected to %s", self._describe)
-                self._down_since = None
-                return self._session
+                if now >= self._next_try and not self._connecting:
+                    self._next_try = now + self._retry_interval
+                    self._connecting = True
+                    threading.Thread(target=self._connect_in_background, name="kvstream-reconnect", daemon=True).start()
+                return None
         finally:
             if stale is not None:
-                stale.client.close()
+                _close_in_background(stale)
 
     def fail(self, session: Session, error: BaseException) -> None:
         """Drops `session` after a failed call (a no-op if it was already replaced)."""
@@ -99,8 +104,40 @@ class DaemonLink:
             self._session = None
             self._next_try = self._clock() + self._retry_interval
             self._note_down(self._clock(), str(error))
-        # Closing waits for the daemon to end the stream (bounded): do it outside the lock.
-        session.client.close()
+        _close_in_background(session)
+
+    def _connect_in_background(self) -> None:
+        attempt = self._attempt()
+        with self._lock:
+            self._connecting = False
+            if self._session is None and not self._closed:
+                self._install(attempt)
+                return
+        if attempt[0] is not None:  # closed meanwhile, or connected by another path
+            attempt[0].client.close()
+
+    def _attempt(self) -> Tuple[Optional[Session], str]:
+        """Connects: the session, or None and why not. Takes no lock."""
+        try:
+            return Session(self._connect()), ""
+        except Unavailable as e:
+            return None, str(e)
+        except KVStreamError as e:  # the daemon answered but refused: a configuration error
+            return None, f"it refused the session: {e}"
+
+    def _install(self, attempt: Tuple[Optional[Session], str]) -> None:
+        """REQUIRES: the lock. Makes the attempt's session current, or notes why there is none."""
+        session, reason = attempt
+        now = self._clock()
+        if session is None:
+            self._note_down(now, reason)
+            return
+        self._session = session
+        if self._down_since is not None:
+            self._log.warning("kvstream: reconnected to %s after %.1f s", self._describe, now - self._down_since)
+        else:
+            self._log.info("kvstream: connected to %s", self._describe)
+        self._down_since = None
 
     @property
     def connected(self) -> bool:
