@@ -189,14 +189,22 @@ def test_async_lookup_and_load_pair(daemon, manager):
     keys = [key(i) for i in range(4)]
     tensors = put(manager, keys, seed=7)
     backend = backend_of(manager)
+    from lmcache.v1.pin_monitor import PinMonitor
+
+    PinMonitor.GetOrCreate(manager.config)  # as LMCache's engine does at start
     loop = asyncio.new_event_loop()
     try:
         assert loop.run_until_complete(backend.batched_async_contains("req-1", keys, pin=True)) == 4
         objs = loop.run_until_complete(backend.batched_get_non_blocking("req-1", keys))
+        assert all(o.is_pinned for o in objs)  # LMCache's engine unpins async-loaded objects after use
+        for o in objs:
+            o.unpin()
         check_and_release(objs, tensors)
         assert all(backend.unpin(k) for k in keys) and not backend.unpin(keys[0])
         manager.remove(keys[2])
         objs = loop.run_until_complete(backend.batched_get_non_blocking("req-2", keys))
+        for o in objs:
+            o.unpin()
         check_and_release(objs, tensors[:2])  # the leading chunks that could be read
     finally:
         loop.close()

@@ -196,12 +196,15 @@ class KVStreamBackend(StoragePluginInterface):
 
     async def batched_get_non_blocking(self, lookup_id: str, keys: List[CacheEngineKey],
                                        transfer_spec: Any = None) -> List[MemoryObj]:
-        """The leading keys that could be read, from one retrieve on an executor thread."""
+        """The leading keys that could be read, from one retrieve on an executor thread. As with
+        LMCache's own backends, each returned MemoryObj is pinned (the engine unpins it once it is
+        loaded) and holds one reference."""
         objs = await asyncio.get_running_loop().run_in_executor(None, self.batched_get_blocking, list(keys))
         leading: List[MemoryObj] = []
         for obj in objs:
             if obj is None:
                 break
+            obj.pin()
             leading.append(obj)
         for obj in objs[len(leading):]:
             if obj is not None:
