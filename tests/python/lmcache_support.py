@@ -30,9 +30,9 @@ def plugin_extra_config(socket_path: str, **overrides: object) -> dict:
 
 
 def make_config(socket_path: str, local_cpu: bool = False, plugins: Optional[List[str]] = None,
-                **overrides: object) -> LMCacheEngineConfig:
+                cpu_gb: float = 0.25, **overrides: object) -> LMCacheEngineConfig:
     config = LMCacheEngineConfig.from_defaults(
-        chunk_size=256, local_cpu=local_cpu, max_local_cpu_size=0.25, lmcache_instance_id="kvstream-test")
+        chunk_size=256, local_cpu=local_cpu, max_local_cpu_size=cpu_gb, lmcache_instance_id="kvstream-test")
     config.storage_plugins = ["kvstream"] if plugins is None else plugins
     config.extra_config = plugin_extra_config(socket_path, **overrides)
     return config
@@ -67,3 +67,16 @@ def random_chunks(manager: StorageManager, n: int, seed: int = 0, shape: torch.S
         objs.append(obj)
         tensors.append(values)
     return objs, tensors
+
+
+def free_chunk_buffers(sm: StorageManager) -> int:
+    """How many chunk buffers LMCache's CPU allocator can hand out right now (all are given back)."""
+    taken = []
+    while True:
+        obj = sm.allocate(CHUNK_SHAPE, torch.bfloat16, eviction=False, busy_loop=False)
+        if obj is None:
+            break
+        taken.append(obj)
+    for obj in taken:
+        obj.ref_count_down()
+    return len(taken)

@@ -125,13 +125,31 @@ def test_concurrent_retrieves_share_one_session(daemon):
         assert errors == []
 
 
-def test_arena_is_a_sealed_shared_mapping(daemon):
-    with kvstream.Client.attach(daemon.socket, arena_bytes=1 << 20) as c:
-        fd_count = len(os.listdir("/proc/self/fd"))
-        assert c.arena.nbytes == c.arena_size
-        c.arena[0:4] = b"abcd"
-        assert bytes(c.arena[0:4]) == b"abcd"
-    assert len(os.listdir("/proc/self/fd")) <= fd_count
+def test_arena_is_a_shared_mapping_and_sessions_leave_no_descriptors(daemon):
+    def session_cycle():
+        with kvstream.Client.attach(daemon.socket, arena_bytes=1 << 20) as c:
+            assert c.arena.nbytes == c.arena_size
+            c.arena[0:4] = b"abcd"
+            c.persist([("shared", 0, 4)])  # the daemon copies what this process wrote
+            c.arena[0:4] = b"\0\0\0\0"
+            c.retrieve([("shared", 0, 4096)])
+            assert bytes(c.arena[0:4]) == b"abcd"
+
+    session_cycle()  # gRPC's process-wide descriptors exist from here on
+    fds = len(os.listdir("/proc/self/fd"))
+    for _ in range(5):
+        session_cycle()
+    assert len(os.listdir("/proc/self/fd")) <= fds + 1  # none per session (the memfd is closed once mapped)
+
+
+def test_an_arena_descriptor_without_size_seals_is_refused():
+    from kvstream._session import Arena
+
+    fd = os.memfd_create("unsealed", os.MFD_ALLOW_SEALING)
+    os.ftruncate(fd, 1 << 20)
+    with pytest.raises(KVStreamError) as e:
+        Arena(fd)  # it could shrink under the mapping (SIGBUS)
+    assert e.value.code == Code.FAILED_PRECONDITION
 
 
 def test_a_dead_daemons_socket_is_unavailable_at_once(state_dir):

@@ -14,7 +14,7 @@ import torch  # noqa: E402
 
 import kvstream  # noqa: E402
 from kvstream.lmcache import KVStreamBackend  # noqa: E402
-from lmcache_support import key, make_storage_manager, random_chunks  # noqa: E402
+from lmcache_support import free_chunk_buffers, key, make_storage_manager, random_chunks  # noqa: E402
 
 
 class Captured(logging.Handler):
@@ -189,23 +189,19 @@ def test_async_lookup_and_load_pair(daemon, manager):
     keys = [key(i) for i in range(4)]
     tensors = put(manager, keys, seed=7)
     backend = backend_of(manager)
-    from lmcache.v1.pin_monitor import PinMonitor
-
-    PinMonitor.GetOrCreate(manager.config)  # as LMCache's engine does at start
+    free = free_chunk_buffers(manager)
     loop = asyncio.new_event_loop()
     try:
         assert loop.run_until_complete(backend.batched_async_contains("req-1", keys, pin=True)) == 4
         objs = loop.run_until_complete(backend.batched_get_non_blocking("req-1", keys))
-        assert all(o.is_pinned for o in objs)  # LMCache's engine unpins async-loaded objects after use
-        for o in objs:
-            o.unpin()
+        # Not pinned: the engine drops chunks it does not use with ref_count_down alone.
+        assert not any(o.is_pinned for o in objs)
         check_and_release(objs, tensors)
-        assert all(backend.unpin(k) for k in keys) and not backend.unpin(keys[0])
+        assert free_chunk_buffers(manager) == free
         manager.remove(keys[2])
         objs = loop.run_until_complete(backend.batched_get_non_blocking("req-2", keys))
-        for o in objs:
-            o.unpin()
         check_and_release(objs, tensors[:2])  # the leading chunks that could be read
+        assert free_chunk_buffers(manager) == free  # the chunk after the gap was released too
     finally:
         loop.close()
 
@@ -324,11 +320,13 @@ def test_a_killed_daemon_does_not_stall_lmcache(daemon, manager):
     daemon.process.wait()
     daemon.process = None
     backend = backend_of(manager)
-    start = time.monotonic()
+    slowest = 0.0
     for _ in range(20):  # with retry_interval 0.05 s, several reconnect attempts
+        start = time.monotonic()
         assert backend.batched_contains(keys) == 0
+        slowest = max(slowest, time.monotonic() - start)
         time.sleep(0.05)
-    assert time.monotonic() - start < 10  # 20 x (connect_timeout 1 s) if each attempt waited
+    assert slowest < 0.5, slowest  # no call waits for a connect attempt (connect_timeout is 1 s)
 
 
 def test_a_hung_daemon_costs_one_lookup_timeout_then_misses_at_once(daemon, captured):

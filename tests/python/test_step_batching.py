@@ -12,7 +12,13 @@ from lmcache.v1.token_database import ChunkedTokenDatabase  # noqa: E402
 
 import kvstream  # noqa: E402
 from kvstream.lmcache.step_batch import StepLoad, find_backend, step_keys  # noqa: E402
-from lmcache_support import make_config, make_metadata, make_storage_manager, random_chunks  # noqa: E402
+from lmcache_support import (  # noqa: E402
+    free_chunk_buffers,
+    make_config,
+    make_metadata,
+    make_storage_manager,
+    random_chunks,
+)
 
 CHUNK = 256
 
@@ -20,10 +26,10 @@ CHUNK = 256
 class Engine:
     """The parts of LMCache's LMCacheEngine that step batching uses, built from real LMCache objects."""
 
-    def __init__(self, socket_path: str) -> None:
+    def __init__(self, socket_path: str, cpu_gb: float = 0.25) -> None:
         self.config = make_config(socket_path)
         self.token_database = ChunkedTokenDatabase(self.config, make_metadata())
-        self.storage_manager = make_storage_manager(socket_path)
+        self.storage_manager = make_storage_manager(socket_path, cpu_gb=cpu_gb)
 
     def store(self, tokens, seed):
         """Stores every chunk of `tokens` as LMCache's store would (keys from the token database)."""
@@ -102,19 +108,6 @@ def test_one_daemon_retrieve_serves_every_request_of_the_step(daemon, engine):
     assert daemon_step_count(daemon.socket)[0] == after + 3
 
 
-def free_chunk_buffers(sm):
-    """How many chunk buffers LMCache's CPU allocator can hand out right now (all are given back)."""
-    taken = []
-    while True:
-        obj = sm.allocate(torch.Size((4, 2, 256, 1024)), torch.bfloat16, eviction=False, busy_loop=False)
-        if obj is None:
-            break
-        taken.append(obj)
-    for obj in taken:
-        obj.ref_count_down()
-    return len(taken)
-
-
 def test_unclaimed_prefetches_are_released(engine):
     loads, _ = requests_of_a_step(engine)
     name, backend = find_backend(engine.storage_manager)
@@ -127,3 +120,27 @@ def test_unclaimed_prefetches_are_released(engine):
         obj.ref_count_down()
     assert backend.release_prefetched() == 5
     assert free_chunk_buffers(engine.storage_manager) == free_before  # every buffer went back
+
+
+def test_chunks_a_tight_cpu_pool_could_not_prefetch_are_read_on_demand(daemon):
+    """The prefetch allocates the whole step at once; with LMCache's CPU pool too small for that,
+    the chunks it could not place are read when their request asks, as without batching."""
+    engine = Engine(daemon.socket, cpu_gb=0.02)  # about 5 chunks of 4 MiB
+    try:
+        gen = torch.Generator().manual_seed(3)
+        loads, expected = [], {}
+        for i in range(3):
+            tokens = torch.randint(0, 32000, (3 * CHUNK,), generator=gen).tolist()
+            expected.update(engine.store(tokens, seed=40 + i))
+            loads.append(StepLoad(tokens, 0))
+        name, backend = find_backend(engine.storage_manager)
+        assert backend.prefetch(step_keys(engine.token_database, engine.storage_manager, name, loads, CHUNK)) == 9
+        for load in loads:  # request after request, each released before the next, as LMCache does
+            got = engine.retrieve(load)
+            assert len(got) == 3 and all(obj is not None for obj in got.values())
+            for k, obj in got.items():
+                assert torch.equal(obj.tensor, expected[k])
+                obj.ref_count_down()
+        backend.release_prefetched()
+    finally:
+        engine.storage_manager.close()

@@ -22,7 +22,7 @@ from lmcache.integration.vllm.vllm_v1_adapter import LMCacheConnectorMetadata, L
 from vllm.config import KVTransferConfig  # noqa: E402
 from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory  # noqa: E402
 
-from kvstream.lmcache.step_batch import find_backend  # noqa: E402
+from lmcache_support import free_chunk_buffers  # noqa: E402
 from kvstream.lmcache.vllm_connector import KVStreamConnectorV1, step_loads  # noqa: E402
 from test_step_batching import CHUNK, Engine, daemon_step_count  # noqa: E402
 
@@ -80,6 +80,7 @@ def test_start_load_kv_reads_the_whole_step_in_one_daemon_retrieve(daemon, engin
     connector = KVStreamConnectorV1.__new__(KVStreamConnectorV1)  # vLLM's config needs a model: wire by hand
     connector._lmcache_engine = LoadByRequest(engine, connector)
     connector.bind_connector_metadata(metadata)
+    free_before = free_chunk_buffers(engine.storage_manager)
     before, _ = daemon_step_count(daemon.socket)
     connector.start_load_kv(types.SimpleNamespace(attn_metadata=object()))
     after, last = daemon_step_count(daemon.socket)
@@ -90,7 +91,7 @@ def test_start_load_kv_reads_the_whole_step_in_one_daemon_retrieve(daemon, engin
         assert obj is not None and torch.equal(obj.tensor, expected[key])
         obj.ref_count_down()
     assert after == before + 1 and last[0].chunks == 7, "one daemon retrieve for the whole step"
-    assert find_backend(engine.storage_manager)[1].release_prefetched() == 0
+    assert free_chunk_buffers(engine.storage_manager) == free_before  # nothing prefetched is left held
 
 
 def test_layerwise_loading_keeps_lmcache_path(daemon, engine):

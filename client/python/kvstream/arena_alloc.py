@@ -30,6 +30,7 @@ class ArenaAllocator:
         self._free: List[Tuple[int, int]] = [(0, self.capacity)] if self.capacity else []  # sorted by offset
         self._used: dict[int, int] = {}  # offset -> size
         self._cond = threading.Condition()
+        self.closed = False  # set by close(): nothing more is handed out
 
     def rounded(self, size: int) -> int:
         """`size` rounded up to the alignment (what an allocation of `size` bytes takes)."""
@@ -39,7 +40,7 @@ class ArenaAllocator:
         """The offset of a free aligned range of at least `size` bytes, or None when none is free."""
         need = self.rounded(size)
         with self._cond:
-            return self._take(need)
+            return None if self.closed else self._take(need)
 
     def allocate(self, size: int, timeout: Optional[float] = None) -> Optional[int]:
         """Like try_allocate, but waits up to `timeout` seconds (None: forever) for ranges to be freed.
@@ -50,11 +51,17 @@ class ArenaAllocator:
         if need > self.capacity:
             return None
         with self._cond:
-            offset = self._take(need)
-            if offset is None:
-                self._cond.wait_for(lambda: self._fits(need), timeout)
-                offset = self._take(need)
+            offset = None if self.closed else self._take(need)
+            if offset is None and not self.closed:
+                self._cond.wait_for(lambda: self.closed or self._fits(need), timeout)
+                offset = None if self.closed else self._take(need)
             return offset
+
+    def close(self) -> None:
+        """Refuses every allocation from now on and wakes those waiting (the arena is gone)."""
+        with self._cond:
+            self.closed = True
+            self._cond.notify_all()
 
     def free(self, offset: int) -> None:
         with self._cond:

@@ -77,10 +77,23 @@ class Settings:
 
 
 class _PutBatch:
-    def __init__(self, keys: List[CacheEngineKey], objs: List[MemoryObj],
-                 futures: List["concurrent.futures.Future[bool]"],
-                 on_complete: Optional[Callable[[CacheEngineKey], None]]) -> None:
-        self.keys, self.objs, self.futures, self.on_complete = keys, objs, futures, on_complete
+    """Chunks of one batched_submit_put_task call. `finished` and `submitted` (indices) are
+    guarded by the backend's lock: a chunk finishes once; a submitted one finishes on its stream."""
+
+    def __init__(self, on_complete: Optional[Callable[[CacheEngineKey], None]]) -> None:
+        self.keys: List[CacheEngineKey] = []
+        self.objs: List[Optional[MemoryObj]] = []
+        self.futures: List["concurrent.futures.Future[bool]"] = []
+        self.on_complete = on_complete
+        self.finished: Set[int] = set()
+        self.submitted: Set[int] = set()
+
+
+def _release_result(future: "concurrent.futures.Future[Optional[MemoryObj]]") -> None:
+    """Drops the reference a prefetched MemoryObj holds (once its read has finished)."""
+    obj = future.result()
+    if obj is not None:
+        obj.ref_count_down()
 
 
 class KVStreamBackend(StoragePluginInterface):
@@ -111,7 +124,6 @@ class KVStreamBackend(StoragePluginInterface):
         self.link = DaemonLink(describe, connect, logger, retry_interval=s.retry_interval)
         self._lock = threading.Lock()
         self._sizes: "collections.OrderedDict[str, int]" = collections.OrderedDict()  # payload sizes seen in lookups
-        self._pins: Dict[CacheEngineKey, int] = {}
         self._put_tasks: Set[CacheEngineKey] = set()  # keys queued, being staged or being written
         self._prefetched: Dict[CacheEngineKey, "concurrent.futures.Future[Optional[MemoryObj]]"] = {}
         self._puts: "queue.Queue[Optional[_PutBatch]]" = queue.Queue()
@@ -130,11 +142,7 @@ class KVStreamBackend(StoragePluginInterface):
 
     def batched_contains(self, keys: List[CacheEngineKey], pin: bool = False) -> int:
         """Leading keys present, from ONE daemon lookup."""
-        hits = self._lookup_prefix(keys)
-        if pin:
-            for key in keys[:hits]:
-                self.pin(key)
-        return hits
+        return self._lookup_prefix(keys)
 
     async def batched_async_contains(self, lookup_id: str, keys: List[CacheEngineKey], pin: bool = False) -> int:
         return await asyncio.get_running_loop().run_in_executor(None, self.batched_contains, keys, pin)
@@ -187,24 +195,27 @@ class KVStreamBackend(StoragePluginInterface):
                     waiting.append((i, future))
                 else:
                     rest.append(i)
-        if rest:
-            for i, obj in zip(rest, self._read([keys[i] for i in rest])):
-                out[i] = obj
         for i, future in waiting:
             out[i] = future.result()
+            if out[i] is None:  # the prefetch could not read it (e.g. no CPU memory then): try now
+                rest.append(i)
+        if rest:
+            rest.sort()
+            for i, obj in zip(rest, self._read([keys[i] for i in rest])):
+                out[i] = obj
         return out
 
     async def batched_get_non_blocking(self, lookup_id: str, keys: List[CacheEngineKey],
                                        transfer_spec: Any = None) -> List[MemoryObj]:
-        """The leading keys that could be read, from one retrieve on an executor thread. As with
-        LMCache's own backends, each returned MemoryObj is pinned (the engine unpins it once it is
-        loaded) and holds one reference."""
+        """The leading keys that could be read, from one retrieve on an executor thread. Each
+        returned MemoryObj holds one reference and no pin, as LocalCPUBackend returns them: the
+        engine drops chunks it does not use with ref_count_down alone (a pinned one would stay
+        allocated until LMCache's pin timeout)."""
         objs = await asyncio.get_running_loop().run_in_executor(None, self.batched_get_blocking, list(keys))
         leading: List[MemoryObj] = []
         for obj in objs:
             if obj is None:
                 break
-            obj.pin()
             leading.append(obj)
         for obj in objs[len(leading):]:
             if obj is not None:
@@ -217,10 +228,16 @@ class KVStreamBackend(StoragePluginInterface):
         The gets that follow (batched_get_blocking) take these keys' MemoryObjs as they land.
         Step batching: a connector calls this with the chunks of all requests of a step before
         LMCache retrieves them request after request. Returns the number of keys submitted."""
+        wanted = dict.fromkeys(keys)
         with self._lock:
-            fresh = [k for k in dict.fromkeys(keys) if k not in self._prefetched]
+            # What an earlier step prefetched and nobody took, and this step does not want, is stale.
+            stale = [f for k, f in self._prefetched.items() if k not in wanted]
+            self._prefetched = {k: f for k, f in self._prefetched.items() if k in wanted}
+            fresh = [k for k in wanted if k not in self._prefetched]
             futures = [concurrent.futures.Future() for _ in fresh]
             self._prefetched.update(zip(fresh, futures))
+        for future in stale:
+            future.add_done_callback(_release_result)
         if not fresh:
             return 0
 
@@ -233,7 +250,16 @@ class KVStreamBackend(StoragePluginInterface):
                 if not f.done():
                     f.set_result(None)
 
-        threading.Thread(target=run, name="kvstream-prefetch", daemon=True).start()
+        try:
+            threading.Thread(target=run, name="kvstream-prefetch", daemon=True).start()
+        except RuntimeError as e:  # no thread: the gets read these keys themselves
+            logger.error("kvstream: cannot start a prefetch: %s", e)
+            with self._lock:
+                for key in fresh:
+                    self._prefetched.pop(key, None)
+            for f in futures:
+                f.set_result(None)
+            return 0
         return len(fresh)
 
     def release_prefetched(self) -> int:
@@ -241,9 +267,8 @@ class KVStreamBackend(StoragePluginInterface):
         with self._lock:
             stale, self._prefetched = self._prefetched, {}
         for future in stale.values():
-            obj = future.result()
-            if obj is not None:
-                obj.ref_count_down()
+            future.result()  # waits for its read to finish
+            _release_result(future)
         return len(stale)
 
     def _read(self, keys: Sequence[CacheEngineKey],
@@ -281,18 +306,21 @@ class KVStreamBackend(StoragePluginInterface):
                     break
                 wave.append((i, offset))
             if not wave:
-                logger.error("kvstream: a chunk of %d bytes does not fit the %d-byte arena (kvstream.arena_bytes)",
-                             sizes[pending[0]], allocator.capacity)
+                if not allocator.closed:
+                    logger.error("kvstream: no room for a chunk of %d bytes in the %d-byte arena within %g s "
+                                 "(kvstream.arena_bytes)", sizes[pending[0]], allocator.capacity,
+                                 self.settings.io_timeout)
                 break
             pending = pending[len(wave):]
-            if not self._read_wave(session, names, sizes, wave, deliver):
+            if not self._read_wave(session, names, sizes, wave, deliver, prefetch=futures is not None):
                 break
         for i in pending:
             deliver(i, None)
         return out
 
     def _read_wave(self, session: Session, names: List[str], sizes: List[Optional[int]],
-                   wave: List[Tuple[int, int]], deliver: Callable[[int, Optional[MemoryObj]], None]) -> bool:
+                   wave: List[Tuple[int, int]], deliver: Callable[[int, Optional[MemoryObj]], None],
+                   prefetch: bool) -> bool:
         allocator = session.allocator
         assert allocator is not None
         chunks = [Chunk(names[i], offset, allocator.rounded(sizes[i] or 0)) for i, offset in wave]
@@ -300,7 +328,7 @@ class KVStreamBackend(StoragePluginInterface):
 
         def on_chunk(r: Any) -> None:
             i, offset = wave[r.index]
-            obj = self._to_memory_obj(session, names[i], offset, r.size) if r.ok else None
+            obj = self._to_memory_obj(session, names[i], offset, r.size, on_demand=not prefetch) if r.ok else None
             allocator.free(offset)
             delivered[r.index] = True
             deliver(i, obj)
@@ -336,29 +364,52 @@ class KVStreamBackend(StoragePluginInterface):
                         self._remember_size(names[i], entry.size)
         return sizes
 
-    def _to_memory_obj(self, session: Session, name: str, offset: int, size: int) -> Optional[MemoryObj]:
+    def _drop_landed_prefetches(self) -> int:
+        """Releases prefetched chunks that have landed and no get has taken yet (a later get of
+        one reads it again). Returns how many were released."""
+        with self._lock:
+            landed = {k: f for k, f in self._prefetched.items() if f.done() and f.result() is not None}
+            for k in landed:
+                del self._prefetched[k]
+        for future in landed.values():
+            _release_result(future)
+        return len(landed)
+
+    def _to_memory_obj(self, session: Session, name: str, offset: int, size: int,
+                       on_demand: bool = True) -> Optional[MemoryObj]:
         """Allocates a MemoryObj for the chunk that landed at `offset` and copies its bytes in."""
         try:
             layout, data = chunk_codec.decode(session.client.arena[offset: offset + size])
             shapes = [torch.Size(s) for s in layout.shapes]
-            dtypes = [getattr(torch, d) for d in layout.dtypes]
+            dtypes = [getattr(torch, d, None) for d in layout.dtypes]
+            if not all(isinstance(d, torch.dtype) for d in dtypes):
+                raise chunk_codec.ChunkFormatError(f"unknown dtype in {layout.dtypes}")
             fmt = MemoryFormat[layout.fmt]
-        except (chunk_codec.ChunkFormatError, AttributeError, KeyError) as e:
+        except (chunk_codec.ChunkFormatError, KeyError, TypeError, ValueError) as e:
             logger.error("kvstream: chunk %s is not readable as an LMCache chunk: %s", name, e)
             return None
-        obj = self.local_cpu_backend.allocate(shapes if len(shapes) > 1 else shapes[0],
-                                              dtypes if len(dtypes) > 1 else dtypes[0], fmt, busy_loop=False)
-        if obj is None:
-            logger.error("kvstream: no CPU memory for chunk %s (%d bytes); reporting a miss", name, layout.nbytes)
-            return None
-        if obj.get_size() != layout.nbytes:
-            if layout.nbytes > obj.get_physical_size():
-                logger.error("kvstream: chunk %s holds %d bytes, its layout %d", name, layout.nbytes, obj.get_size())
-                obj.ref_count_down()
+        obj = None
+        try:
+            for _ in range(3):
+                obj = self.local_cpu_backend.allocate(shapes if len(shapes) > 1 else shapes[0],
+                                                      dtypes if len(dtypes) > 1 else dtypes[0], fmt, busy_loop=False)
+                # A get that cannot find memory takes it back from chunks prefetched for later requests.
+                if obj is not None or not on_demand or self._drop_landed_prefetches() == 0:
+                    break
+            if obj is None:
+                logger.error("kvstream: no CPU memory for chunk %s (%d bytes); reporting a miss", name, layout.nbytes)
                 return None
-            obj.set_used_size(layout.nbytes)
-        obj.byte_array.cast("B")[:] = data
-        return obj
+            if obj.get_size() != layout.nbytes:
+                if layout.nbytes > obj.get_physical_size():
+                    raise ValueError(f"it holds {layout.nbytes} bytes, its layout {obj.get_size()}")
+                obj.set_used_size(layout.nbytes)
+            obj.byte_array.cast("B")[:] = data
+            return obj
+        except Exception as e:  # noqa: BLE001 - one bad chunk is a miss, not a failed session
+            logger.error("kvstream: cannot load chunk %s into LMCache memory: %s", name, e)
+            if obj is not None:
+                obj.ref_count_down()
+            return None
 
     # -- puts --------------------------------------------------------------------------------
 
@@ -369,10 +420,12 @@ class KVStreamBackend(StoragePluginInterface):
         """Queues the chunks for persisting and returns at once with one future per chunk queued
         (True once durable, False if it was dropped). Keys already queued are skipped. Each queued
         MemoryObj is referenced (ref_count_up) until the daemon has staged its bytes."""
-        if self._closed or not self.with_session:
+        if not self.with_session:
             return None
-        batch = _PutBatch([], [], [], on_complete_callback)
-        with self._lock:
+        batch = _PutBatch(on_complete_callback)
+        with self._lock:  # with close(): nothing is queued behind the worker's stop marker
+            if self._closed:
+                return None
             for key, obj in zip(keys, objs):
                 if key in self._put_tasks or key in batch.keys:
                     continue
@@ -381,9 +434,9 @@ class KVStreamBackend(StoragePluginInterface):
                 batch.keys.append(key)
                 batch.objs.append(obj)
                 batch.futures.append(concurrent.futures.Future())
-        if not batch.keys:
-            return None
-        self._puts.put(batch)
+            if not batch.keys:
+                return None
+            self._puts.put(batch)
         return batch.futures
 
     def _put_loop(self) -> None:
@@ -395,7 +448,9 @@ class KVStreamBackend(StoragePluginInterface):
                 self._persist(batch)
             except BaseException as e:  # noqa: BLE001 - the worker must survive anything
                 logger.error("kvstream: persist of %d chunks failed: %s", len(batch.keys), e)
-                self._finish_puts(batch, range(len(batch.keys)), durable=False)
+                with self._lock:
+                    unsubmitted = [i for i in range(len(batch.keys)) if i not in batch.submitted]
+                self._finish_puts(batch, unsubmitted, durable=False)
 
     def _persist(self, batch: _PutBatch) -> None:
         session = self.link.session()
@@ -416,31 +471,62 @@ class KVStreamBackend(StoragePluginInterface):
         allocator = session.allocator
         while todo:
             staged: List[Tuple[int, int, int]] = []  # (index in batch, arena offset, bytes)
+            taken = 0  # chunks of `todo` handled in this wave (staged or failed)
+            wave_bytes = 0
             for i in todo:
                 obj = batch.objs[i]
-                header = chunk_codec.ChunkLayout(
-                    obj.get_memory_format().name, [list(s) for s in obj.get_shapes()],
-                    [str(d).removeprefix("torch.") for d in obj.get_dtypes()], obj.get_size()).encode_header()
+                assert obj is not None
+                header = self._encode_header(obj, batch.keys[i])
+                if header is None:
+                    self._finish_puts(batch, [i], durable=False)
+                    taken += 1
+                    continue
                 size = len(header) + obj.get_size()
+                if staged and wave_bytes + size > allocator.capacity // 2:
+                    break  # puts never hold more than half the arena: gets keep room
                 offset = allocator.allocate(size, self.settings.io_timeout) if not staged else allocator.try_allocate(size)
                 if offset is None:
                     break
-                arena = session.client.arena
-                arena[offset: offset + len(header)] = header
-                arena[offset + len(header): offset + size] = obj.byte_array.cast("B")
+                wave_bytes += allocator.rounded(size)
+                try:
+                    arena = session.client.arena
+                    arena[offset: offset + len(header)] = header
+                    arena[offset + len(header): offset + size] = obj.byte_array.cast("B")
+                except Exception as e:  # noqa: BLE001 - e.g. the session was dropped meanwhile
+                    logger.error("kvstream: cannot stage %s into the arena: %s", batch.keys[i], e)
+                    allocator.free(offset)
+                    self._finish_puts(batch, [i], durable=False)
+                    taken += 1
+                    continue
                 staged.append((i, offset, size))
-            if not staged:
-                logger.error("kvstream: a chunk does not fit the %d-byte arena (kvstream.arena_bytes)", allocator.capacity)
+                taken += 1
+            todo = todo[taken:]
+            if staged:
+                self._persist_wave(session, batch, names, staged)
+            elif todo:
+                if not allocator.closed:
+                    logger.error("kvstream: no room to stage a chunk in the %d-byte arena within %g s "
+                                 "(kvstream.arena_bytes)", allocator.capacity, self.settings.io_timeout)
                 self._finish_puts(batch, todo, durable=False)
                 return
-            todo = todo[len(staged):]
-            self._persist_wave(session, batch, names, staged)
+
+    @staticmethod
+    def _encode_header(obj: MemoryObj, key: CacheEngineKey) -> Optional[bytes]:
+        try:
+            return chunk_codec.ChunkLayout(
+                obj.get_memory_format().name, [list(s) for s in obj.get_shapes()],
+                [str(d).removeprefix("torch.") for d in obj.get_dtypes()], obj.get_size()).encode_header()
+        except Exception as e:  # noqa: BLE001 - a MemoryObj this plugin cannot describe
+            logger.error("kvstream: cannot store %s: %s", key, e)
+            return None
 
     def _persist_wave(self, session: Session, batch: _PutBatch, names: List[str],
                       staged: List[Tuple[int, int, int]]) -> None:
         allocator = session.allocator
         assert allocator is not None
         chunks = [Chunk(names[i], offset, size) for i, offset, size in staged]
+        with self._lock:
+            batch.submitted.update(i for i, _, _ in staged)
 
         def on_durable(r: Any) -> None:
             self._finish_puts(batch, [staged[r.index][0]], durable=r.ok)
@@ -475,15 +561,16 @@ class KVStreamBackend(StoragePluginInterface):
             obj.ref_count_down()
 
     def _finish_puts(self, batch: _PutBatch, indices: Any, durable: bool) -> None:
+        """Finishes each chunk once (later calls for it are no-ops), from whichever thread."""
         for i in indices:
             self._release_obj(batch, i)
             key = batch.keys[i]
             with self._lock:
+                if i in batch.finished:
+                    continue
+                batch.finished.add(i)
                 self._put_tasks.discard(key)
-            future = batch.futures[i]
-            if future.done():
-                continue
-            future.set_result(durable)
+            batch.futures[i].set_result(durable)
             if durable and batch.on_complete is not None:
                 try:
                     batch.on_complete(key)
@@ -504,23 +591,13 @@ class KVStreamBackend(StoragePluginInterface):
     # -- pins, removal, lifecycle ------------------------------------------------------------
 
     def pin(self, key: CacheEngineKey) -> bool:
-        """Counts a pin on `key` (held by an LMCache lookup until its retrieve). The daemon's LRU
-        eviction skips only chunks a pending read uses, so a pinned key can still be evicted under
-        capacity pressure: the retrieve then reports a miss."""
-        with self._lock:
-            self._pins[key] = self._pins.get(key, 0) + 1
+        """Accepted and not recorded: the daemon has no pins (its LRU eviction skips only chunks a
+        pending read uses), and LMCache's async lookups pin keys they never unpin. A key evicted
+        under capacity pressure before its get is a miss."""
         return True
 
     def unpin(self, key: CacheEngineKey) -> bool:
-        with self._lock:
-            count = self._pins.get(key, 0)
-            if count == 0:
-                return False
-            if count == 1:
-                del self._pins[key]
-            else:
-                self._pins[key] = count - 1
-            return True
+        return True
 
     def remove(self, key: CacheEngineKey, force: bool = True) -> bool:
         """Evicts the key from every tier of the daemon."""
@@ -535,7 +612,6 @@ class KVStreamBackend(StoragePluginInterface):
             return False
         with self._lock:
             self._sizes.pop(name, None)
-            self._pins.pop(key, None)
         return removed
 
     def get_allocator_backend(self) -> Any:
@@ -548,10 +624,11 @@ class KVStreamBackend(StoragePluginInterface):
 
     def close(self) -> None:
         """Persists what is queued (bounded by io_timeout), then ends the session."""
-        if self._closed:
-            return
-        self._closed = True
-        self._puts.put(None)
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._puts.put(None)
         self._put_worker.join(self.settings.io_timeout)
         if not self.flush(self.settings.io_timeout):
             logger.warning("kvstream: closing with chunks still being persisted")

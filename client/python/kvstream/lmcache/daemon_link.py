@@ -28,7 +28,10 @@ class Session:
 
 
 def _close_in_background(session: Session) -> None:
-    """Ends a dropped session without making the caller wait for a daemon that may not answer."""
+    """Ends a dropped session without making the caller wait for a daemon that may not answer.
+    Its arena refuses allocations at once (threads still holding the session give up)."""
+    if session.allocator is not None:
+        session.allocator.close()
     threading.Thread(target=session.client.close, name="kvstream-close", daemon=True).start()
 
 
@@ -61,40 +64,48 @@ class DaemonLink:
         self._lock = threading.Lock()
         self._session: Optional[Session] = None
         self._next_try = 0.0
-        self._connecting = False  # a background attempt is running
+        self._connecting = False  # an attempt is running (on some thread)
         self._last_log = -float("inf")
         self._down_since: Optional[float] = None
         self._closed = False
 
     def connect_now(self) -> Optional[Session]:
-        """One attempt on the caller's thread (unless connected already)."""
+        """One attempt on the caller's thread (unless connected, or an attempt is under way)."""
         with self._lock:
-            if self._session is None and not self._closed:
-                self._install(self._attempt())
+            if self._session is not None or self._closed or self._connecting:
+                return self._session
+            self._connecting = True
+        self._connect_and_install()
+        with self._lock:
             return self._session
 
     def session(self) -> Optional[Session]:
         """The live session; None while there is none (a reconnect may be under way)."""
-        stale: Optional[Session] = None
-        try:
-            with self._lock:
-                current = self._session
-                if current is not None and current.attached and not current.client.session_alive:
-                    stale, self._session = current, None
-                    self._note_down(self._clock(), "the session stream ended")
-                    self._install(self._attempt())
-                    self._next_try = self._clock() + self._retry_interval
-                if self._session is not None or self._closed:
-                    return self._session
-                now = self._clock()
-                if now >= self._next_try and not self._connecting:
-                    self._next_try = now + self._retry_interval
+        reattach = False
+        with self._lock:
+            current = self._session
+            if current is not None and current.attached and not current.client.session_alive:
+                # The daemon ended the session (it stopped or restarted): attach again at once, on
+                # this thread (quick either way); other callers see no session meanwhile.
+                self._session = None
+                self._note_down(self._clock(), "the session stream ended")
+                _close_in_background(current)
+                reattach = not self._connecting
+                if reattach:
                     self._connecting = True
-                    threading.Thread(target=self._connect_in_background, name="kvstream-reconnect", daemon=True).start()
+            elif self._session is not None or self._closed:
+                return self._session
+            elif not self._connecting and self._clock() >= self._next_try:
+                self._next_try = self._clock() + self._retry_interval
+                self._connecting = True
+                threading.Thread(target=self._connect_and_install, name="kvstream-reconnect", daemon=True).start()
                 return None
-        finally:
-            if stale is not None:
-                _close_in_background(stale)
+            else:
+                return None
+        if reattach:
+            self._connect_and_install()
+        with self._lock:
+            return self._session
 
     def fail(self, session: Session, error: BaseException) -> None:
         """Drops `session` after a failed call (a no-op if it was already replaced)."""
@@ -106,14 +117,19 @@ class DaemonLink:
             self._note_down(self._clock(), str(error))
         _close_in_background(session)
 
-    def _connect_in_background(self) -> None:
-        attempt = self._attempt()
-        with self._lock:
-            self._connecting = False
-            if self._session is None and not self._closed:
-                self._install(attempt)
-                return
-        if attempt[0] is not None:  # closed meanwhile, or connected by another path
+    def _connect_and_install(self) -> None:
+        """REQUIRES: this thread set _connecting. One attempt, outside the lock; then installs it."""
+        attempt: Tuple[Optional[Session], str] = (None, "not attempted")
+        try:
+            attempt = self._attempt()
+        finally:
+            with self._lock:
+                self._connecting = False
+                self._next_try = self._clock() + self._retry_interval
+                install = self._session is None and not self._closed
+                if install:
+                    self._install(attempt)
+        if not install and attempt[0] is not None:  # closed meanwhile
             attempt[0].client.close()
 
     def _attempt(self) -> Tuple[Optional[Session], str]:
@@ -124,6 +140,8 @@ class DaemonLink:
             return None, str(e)
         except KVStreamError as e:  # the daemon answered but refused: a configuration error
             return None, f"it refused the session: {e}"
+        except Exception as e:  # noqa: BLE001 - e.g. out of descriptors: never into LMCache
+            return None, f"{type(e).__name__}: {e}"
 
     def _install(self, attempt: Tuple[Optional[Session], str]) -> None:
         """REQUIRES: the lock. Makes the attempt's session current, or notes why there is none."""
