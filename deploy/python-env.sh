@@ -4,7 +4,7 @@
 # then the kvstream package from client/python. Prints the environment's python on stdout.
 # Usage: deploy/python-env.sh [VENV]     (default: $KVSTREAM_VENV or /var/tmp/kvstream-venv)
 # The requirements install once per environment (a stamp records what was installed; about
-# 2 minutes and 6 GiB the first time); kvstream itself is reinstalled on every call.
+# 3 minutes and 9 GiB the first time); kvstream itself is reinstalled on every call.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${1:-${KVSTREAM_VENV:-/var/tmp/kvstream-venv}}"
