@@ -118,14 +118,14 @@ def plugin_step_us(sock: str, args: argparse.Namespace):
         from lmcache.v1.event_manager import EventManager
         from lmcache.v1.metadata import LMCacheMetadata
         from lmcache.v1.storage_backend.storage_manager import StorageManager
+
+        from kvstream.lmcache import extra_config
     except ImportError:
         return None
     config = LMCacheEngineConfig.from_defaults(chunk_size=256, local_cpu=False, max_local_cpu_size=0.5,
                                                lmcache_instance_id="bench-overhead")
     config.storage_plugins = ["kvstream"]
-    config.extra_config = {"storage_plugin.kvstream.module_path": "kvstream.lmcache",
-                           "storage_plugin.kvstream.class_name": "KVStreamBackend",
-                           "kvstream.socket_path": sock, "kvstream.arena_bytes": 64 << 20}
+    config.extra_config = extra_config(sock, arena_bytes=64 << 20)
     meta = LMCacheMetadata(model_name="ovh", world_size=1, local_world_size=1, worker_id=0, local_worker_id=0,
                            kv_dtype=torch.bfloat16, kv_shape=(4, 2, 256, 8, 128))
     sm = StorageManager(config=config, metadata=meta, event_manager=EventManager())

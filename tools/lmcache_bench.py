@@ -31,7 +31,7 @@ from lmcache.v1.metadata import LMCacheMetadata
 from lmcache.v1.storage_backend.storage_manager import StorageManager
 
 import kvstream
-from kvstream.lmcache import KVStreamBackend
+from kvstream.lmcache import KVStreamBackend, extra_config
 
 MODEL = "bench/model"
 
@@ -51,12 +51,8 @@ def manager(args: argparse.Namespace, mode: str) -> StorageManager:
         config.extra_config = {"use_odirect": True}
     else:
         config.storage_plugins = ["kvstream"]
-        config.extra_config = {
-            "storage_plugin.kvstream.module_path": "kvstream.lmcache",
-            "storage_plugin.kvstream.class_name": "KVStreamBackend",
-            "kvstream.socket_path": args.socket,
-            "kvstream.arena_bytes": (args.requests * args.chunks * args.chunk_mib + 64) << 20,
-        }
+        config.extra_config = extra_config(args.socket,
+                                           arena_bytes=(args.requests * args.chunks * args.chunk_mib + 64) << 20)
     return StorageManager(config=config, metadata=metadata(), event_manager=EventManager())
 
 

@@ -11,21 +11,16 @@ from lmcache.v1.event_manager import EventManager
 from lmcache.v1.metadata import LMCacheMetadata
 from lmcache.v1.storage_backend.storage_manager import StorageManager
 
+from kvstream.lmcache import extra_config
+
 MODEL = "test/model"
 KV_SHAPE = (4, 2, 256, 8, 128)  # layers, K/V, chunk tokens, heads, head dim
 CHUNK_SHAPE = torch.Size((4, 2, 256, 8 * 128))  # KV_2LTD
 
 
 def plugin_extra_config(socket_path: str, **overrides: object) -> dict:
-    extra = {
-        "storage_plugin.kvstream.module_path": "kvstream.lmcache",
-        "storage_plugin.kvstream.class_name": "KVStreamBackend",
-        "kvstream.socket_path": socket_path,
-        "kvstream.arena_bytes": 64 << 20,
-        "kvstream.retry_interval": 0.05,
-        "kvstream.connect_timeout": 1.0,
-    }
-    extra.update(overrides)
+    extra = extra_config(socket_path, arena_bytes=64 << 20, retry_interval=0.05, connect_timeout=1.0)
+    extra.update(overrides)  # full extra_config keys
     return extra
 
 

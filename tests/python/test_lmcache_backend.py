@@ -253,6 +253,11 @@ def test_bad_plugin_settings_are_clear_errors():
     with pytest.raises(ValueError, match="positive"):
         Settings({"kvstream.io_timeout": 0})
     assert Settings(None).socket_path == "/run/kvstream/kvstreamd.sock"
+    from kvstream.lmcache import extra_config
+
+    assert Settings(extra_config("/s", arena_bytes=4096)).arena_bytes == 4096
+    with pytest.raises(ValueError, match="unknown kvstream settings"):
+        extra_config("/s", arena=1)
 
 
 def test_a_refused_session_is_a_clear_error_not_an_outage(daemon, captured):

@@ -4,6 +4,6 @@
 - kvstream.lmcache.vllm_connector.KVStreamConnectorV1: LMCache's vLLM v1 connector with step batching.
 """
 
-from .backend import KVStreamBackend, Settings
+from .backend import KVStreamBackend, Settings, extra_config
 
-__all__ = ["KVStreamBackend", "Settings"]
+__all__ = ["KVStreamBackend", "Settings", "extra_config"]

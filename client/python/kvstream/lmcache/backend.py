@@ -41,7 +41,7 @@ from lmcache.v1.storage_backend.abstract_backend import StoragePluginInterface
 
 from ..client import CONNECT_TIMEOUT_S, Client
 from ..errors import Code, KVStreamError
-from ..types import Chunk
+from ..types import Chunk, LookupEntry
 from . import chunk_codec
 from .daemon_link import DaemonLink, Session
 
@@ -74,6 +74,22 @@ class Settings:
             if cast is not str and value <= 0:
                 raise ValueError(f"extra_config {key} must be positive, got {raw!r}")
             setattr(self, attr, value)
+
+
+def extra_config(socket_path: str, **settings: Any) -> Dict[str, Any]:
+    """LMCache extra_config entries that load this plugin as storage plugin "kvstream", with the
+    daemon's socket and any other Settings by attribute name (e.g. arena_bytes=1 << 30)."""
+    by_attr = {attr: key for key, (attr, _, _) in Settings.KEYS.items()}
+    unknown = sorted(set(settings) - set(by_attr))
+    if unknown:
+        raise ValueError(f"unknown kvstream settings {unknown}; known: {sorted(by_attr)}")
+    extra: Dict[str, Any] = {
+        "storage_plugin.kvstream.module_path": "kvstream.lmcache",
+        "storage_plugin.kvstream.class_name": KVStreamBackend.__name__,
+        "kvstream.socket_path": socket_path,
+    }
+    extra.update({by_attr[attr]: value for attr, value in settings.items()})
+    return extra
 
 
 class _PutBatch:
@@ -152,22 +168,25 @@ class KVStreamBackend(StoragePluginInterface):
             return key in self._put_tasks
 
     def _lookup_prefix(self, keys: Sequence[CacheEngineKey]) -> int:
-        if not keys:
-            return 0
-        session = self.link.session()
+        session = self.link.session() if keys else None
         if session is None:
             return 0
-        names = [k.to_string() for k in keys]
+        found = self._lookup(session, [k.to_string() for k in keys])
+        return found[1] if found is not None else 0
+
+    def _lookup(self, session: Session, names: List[str]) -> Optional[Tuple[List[LookupEntry], int]]:
+        """One daemon lookup (entries, prefix hits), remembering the sizes of the keys present.
+        None when the call failed: the session is then dropped (a miss, never an exception)."""
         try:
             entries, prefix = session.client.lookup(names)
-        except Exception as e:  # noqa: BLE001 - the daemon went away: a miss, never an exception
+        except Exception as e:  # noqa: BLE001 - the daemon went away
             self.link.fail(session, e)
-            return 0
+            return None
         with self._lock:
             for name, entry in zip(names, entries):
                 if entry.present:
                     self._remember_size(name, entry.size)
-        return prefix
+        return entries, prefix
 
     def _remember_size(self, name: str, size: int) -> None:
         self._sizes[name] = size
@@ -352,16 +371,12 @@ class KVStreamBackend(StoragePluginInterface):
             sizes: List[Optional[int]] = [self._sizes.get(n) for n in names]
         unknown = [i for i, s in enumerate(sizes) if s is None]
         if unknown:
-            try:
-                entries, _ = session.client.lookup([names[i] for i in unknown])
-            except Exception as e:  # noqa: BLE001
-                self.link.fail(session, e)
+            found = self._lookup(session, [names[i] for i in unknown])
+            if found is None:
                 return [None] * len(names)
-            with self._lock:
-                for i, entry in zip(unknown, entries):
-                    if entry.present:
-                        sizes[i] = entry.size
-                        self._remember_size(names[i], entry.size)
+            for i, entry in zip(unknown, found[0]):
+                if entry.present:
+                    sizes[i] = entry.size
         return sizes
 
     def _drop_landed_prefetches(self) -> int:
@@ -460,12 +475,11 @@ class KVStreamBackend(StoragePluginInterface):
             return
         # Chunks the daemon already holds are done (it would not rewrite them anyway).
         names = [k.to_string() for k in batch.keys]
-        try:
-            entries, _ = session.client.lookup(names)
-        except Exception as e:  # noqa: BLE001
-            self.link.fail(session, e)
+        found = self._lookup(session, names)
+        if found is None:
             self._finish_puts(batch, range(len(batch.keys)), durable=False)
             return
+        entries = found[0]
         self._finish_puts(batch, [i for i, e in enumerate(entries) if e.present], durable=True)
         todo = [i for i, e in enumerate(entries) if not e.present]
         allocator = session.allocator
