@@ -193,13 +193,14 @@ absl::StatusOr<std::vector<StepRecord>> Client::Steps(uint32_t max) {
 }
 
 absl::StatusOr<Policies> Client::SetPolicies(const std::string& routing, const std::string& batching,
-                                             const std::string& writes) {
+                                             const std::string& writes, bool* pending) {
   v1::Policies req, reply;
   req.set_routing(routing);
   req.set_batching(batching);
   req.set_writes(writes);
   grpc::ClientContext ctx;
   if (absl::Status s = FromGrpc(impl_->stub->SetPolicies(&ctx, req, &reply)); !s.ok()) return s;
+  if (pending) *pending = reply.pending();
   return FromProto(reply, Policies{});
 }
 

@@ -6,8 +6,7 @@
 #include <thread>
 #include <vector>
 
-#include "chunk_format.h"
-#include "kvstream/client.h"
+#include "kvstream/key.h"
 #include "proto_convert.h"
 #include "spdlog/spdlog.h"
 
@@ -394,8 +393,9 @@ grpc::ServerUnaryReactor* Service::SetPolicies(grpc::CallbackServerContext* ctx,
   }
   spdlog::info("policies: routing {} batching {} writes {}", ToString(policies->routing),
                std::string(ToString(policies->batching)), std::string(ToString(policies->writes)));
-  store_->SetPolicies(*policies);
-  ToProto(*policies, reply);
+  const bool applied = store_->SetPolicies(*policies);
+  ToProto(store_->policies(), reply);
+  reply->set_pending(!applied);
   r->Finish(grpc::Status::OK);
   return r;
 }

@@ -100,11 +100,13 @@ void EncodeChunkFile(const ChunkMeta& meta, const void* payload, void* image) {
   std::memset(out + header_size + meta.payload_size, 0, padded - meta.payload_size);
 }
 
-absl::StatusOr<ChunkMeta> DecodeChunkHeader(const void* bytes, size_t size) {
+namespace {
+
+// Reads and checks the fixed part of a header (everything but the header checksum).
+absl::StatusOr<FixedHeader> DecodeFixedHeader(const void* bytes, size_t size) {
   if (size < kHeaderFixedBytes) return absl::DataLossError("chunk header truncated");
-  const auto* in = static_cast<const uint8_t*>(bytes);
   FixedHeader h;
-  std::memcpy(&h, in, sizeof(h));
+  std::memcpy(&h, bytes, sizeof(h));
   if (h.magic != kChunkMagic) return absl::DataLossError("bad chunk magic");
   if (h.version != kChunkFormatVersion) {
     return absl::DataLossError(absl::StrCat("unsupported chunk format version ", h.version));
@@ -120,8 +122,24 @@ absl::StatusOr<ChunkMeta> DecodeChunkHeader(const void* bytes, size_t size) {
   if (h.header_size > kMaxHeaderBytes || h.header_size != HeaderSizeFor(h.key_length, h.segment_count)) {
     return absl::DataLossError("bad header size");
   }
+  return h;
+}
+
+}  // namespace
+
+absl::StatusOr<uint32_t> ChunkHeaderSize(const void* bytes, size_t size) {
+  absl::StatusOr<FixedHeader> h = DecodeFixedHeader(bytes, size);
+  if (!h.ok()) return h.status();
+  return h->header_size;
+}
+
+absl::StatusOr<ChunkMeta> DecodeChunkHeader(const void* bytes, size_t size) {
+  absl::StatusOr<FixedHeader> fixed = DecodeFixedHeader(bytes, size);
+  if (!fixed.ok()) return fixed.status();
+  const FixedHeader& h = *fixed;
+  const auto* in = static_cast<const uint8_t*>(bytes);
   if (size < h.header_size) {
-    return absl::OutOfRangeError(absl::StrCat(h.header_size));
+    return absl::OutOfRangeError(absl::StrCat("the header is ", h.header_size, " bytes; ", size, " given"));
   }
   if (HeaderChecksum(in, h.header_size) != h.header_checksum) {
     return absl::DataLossError("header checksum mismatch");
@@ -136,16 +154,6 @@ absl::StatusOr<ChunkMeta> DecodeChunkHeader(const void* bytes, size_t size) {
   std::memcpy(meta.segment_checksums.data(), in + kHeaderFixedBytes + h.key_length,
               8ull * h.segment_count);
   return meta;
-}
-
-absl::Status ValidateKey(std::string_view key) {
-  if (key.empty()) return absl::InvalidArgumentError("key is empty");
-  if (key.size() > kMaxKeyLength) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("key is ", key.size(), " bytes; the limit is ", kMaxKeyLength));
-  }
-  if (key.find('\0') != std::string_view::npos) return absl::InvalidArgumentError("key contains NUL");
-  return absl::OkStatus();
 }
 
 std::string FileStem(std::string_view key) {

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "kvstream/types.h"
+#include "kvstream/key.h"
 
 namespace kvstream {
 
@@ -49,13 +49,14 @@ uint64_t Checksum(const void* data, size_t size);
 // meta.file_size() bytes.
 void EncodeChunkFile(const ChunkMeta& meta, const void* payload, void* image);
 
-// Decodes a header from `bytes` (at least the first kFileAlignment bytes of a file).
-// Returns OutOfRange with the needed size when the header is longer than `size`; DataLoss when the
-// header is not a valid chunk header.
-absl::StatusOr<ChunkMeta> DecodeChunkHeader(const void* bytes, size_t size);
+// The size of the whole header that starts `bytes` (its first kHeaderFixedBytes at least), from
+// its fixed part; DataLoss when that is not a valid chunk header.
+absl::StatusOr<uint32_t> ChunkHeaderSize(const void* bytes, size_t size);
 
-// Key validation: 1..kMaxKeyLength bytes, no NUL.
-absl::Status ValidateKey(std::string_view key);
+// Decodes a header from `bytes` (at least the first kFileAlignment bytes of a file).
+// Returns OutOfRange when the header is longer than `size` (ChunkHeaderSize says how long);
+// DataLoss when the header is not a valid chunk header.
+absl::StatusOr<ChunkMeta> DecodeChunkHeader(const void* bytes, size_t size);
 
 // File name stem of a key: 32 hex digits of xxh3-128(key). The file lives at
 // "<stem[0:2]>/<stem>.kvc" under the tier directory.

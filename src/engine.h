@@ -1,125 +1,113 @@
-// Engine: the I/O completion loop that drives every tier. One thread owns the devices, the step
-// pool (Router) and the write jobs; client threads hand it work through an inbox and a wake-up.
-// Store (include/kvstream/store.h) is its public face; tests build it on SimDevices directly.
+// Engine: the Store behind Store::Open, and its I/O completion loop. One thread owns the devices
+// and runs the loop: take new steps and commands from the inbox, reap every tier's completions
+// and hand each to the step reader (reads) or the replicator (writes), let every tier claim reads
+// from the step pool, then writes when the write stager allows, submit, and wait. Client threads
+// reach it through the inbox (steps, commands), the write stager (persists) and the index's own
+// lock (lookups). Tests build it on SimDevices directly.
+//
+//   file              mechanism
+//   step_pool.h       M1: every pending read of every step in one queue of blocks
+//   routing.h         M4: which block each tier claims next (completion, static, fastest)
+//   step_reader.h     placement, reads, verification, failover, results
+//   step_record.h     a step's record, its bound and gap; the history
+//   write_stager.h    M2: bounded staging and when writes may run
+//   replicator.h      M3: replica targets, temporaries, fsync, commit
+//   recovery.h        the index rebuilt from the tiers at start
 #pragma once
 
-#include <atomic>
-#include <condition_variable>
-#include <cstdint>
-#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
-#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "index.h"
 #include "kvstream/config.h"
 #include "kvstream/store.h"
-#include "kvstream/types.h"
 #include "reactor.h"
-#include "router.h"
-#include "tier_device.h"
+#include "replicator.h"
+#include "step_pool.h"
+#include "step_reader.h"
+#include "step_record.h"
+#include "tier.h"
+#include "write_stager.h"
 
 namespace kvstream {
 
-class Engine {
+class Engine final : public Store {
  public:
   // REQUIRES: devices.size() == config.tiers.size(), config validated. Scans every device,
   // rebuilds the index (evicting down to capacity) and starts the loop thread.
-  static absl::StatusOr<std::unique_ptr<Engine>> Create(
-      StoreConfig config, std::vector<std::unique_ptr<TierDevice>> devices,
-      std::shared_ptr<Reactor> reactor);
-  ~Engine();
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(StoreConfig config,
+                                                        std::vector<std::unique_ptr<TierDevice>> devices,
+                                                        std::shared_ptr<Reactor> reactor);
+  ~Engine() override;
 
-  void RetrieveAsync(std::vector<ChunkRead> batch, ChunkCallback on_chunk,
-                     std::function<void(StepRecord)> on_done);
-  StepRecord Retrieve(std::vector<ChunkRead> batch, std::vector<ChunkResult>* results,
-                      ChunkCallback on_chunk);
+  void RetrieveAsync(std::vector<ChunkRead> step, ChunkCallback on_chunk,
+                     std::function<void(StepRecord)> on_done) override;
   absl::Status Persist(std::string_view key, const void* data, size_t size,
-                       PersistCallback on_durable, bool block);
-  void Flush();
-  std::vector<LookupResult> Lookup(const std::vector<std::string>& keys) const;
-  size_t PrefixHits(const std::vector<std::string>& keys) const;
-  absl::StatusOr<EvictResult> Evict(const EvictRequest& request);
-  absl::Status RegisterMemory(void* base, size_t size);
-  void UnregisterMemory(void* base);
-  void SetPolicies(const Policies& policies);
-  Policies policies() const;
-  StoreStats Stats() const;
-  std::vector<StepRecord> RecentSteps(size_t max) const;
-  const StoreConfig& config() const { return config_; }  // as opened
+                       PersistCallback on_durable = nullptr) override;
+  absl::Status TryPersist(std::string_view key, const void* data, size_t size,
+                          PersistCallback on_durable = nullptr) override;
+  void Flush() override;
+  std::vector<LookupResult> Lookup(const std::vector<std::string>& keys) const override;
+  size_t PrefixHits(const std::vector<std::string>& keys) const override;
+  absl::StatusOr<EvictResult> Evict(const EvictRequest& request) override;
+  absl::Status RegisterMemory(void* base, size_t size) override;
+  void UnregisterMemory(void* base) override;
+  bool SetPolicies(const Policies& policies) override;
+  Policies policies() const override;
+  StoreStats Stats() const override;
+  std::vector<StepRecord> RecentSteps(size_t max) const override;
+  const StoreConfig& config() const override { return config_; }
 
-  // Stops taking work, finishes pending retrievals and staged writes, and joins the loop.
+  // Stops taking work, finishes pending steps and staged writes, and joins the loop.
   void Shutdown();
 
  private:
-  struct Tier;
-  struct Step;
-  struct WriteJob;
-
-  Engine(StoreConfig config, std::shared_ptr<Reactor> reactor);
-  absl::Status Rebuild();
+  Engine(StoreConfig config, Tiers tiers, std::shared_ptr<Reactor> reactor);
   void Loop();
+  // Moves new steps, staged chunks and commands into the loop; returns whether there were any.
   bool TakeInbox();
-  void PlaceStep(Step* step, std::vector<std::pair<Step*, uint32_t>>* finished);
-  void ScheduleReads(int tier);
-  void IssueRead(int tier, BlockRef ref);
-  void HandleRead(int tier, uint32_t slot, int32_t result);
-  void BlockFailed(int tier, Step* step, BlockRef ref, const std::string& why, bool drop_replica);
-  void SettleChunk(Step* step, uint32_t chunk);
-  void FinishChunk(Step* step, uint32_t chunk, absl::Status status);
-  void CompleteStep(Step* step);
-  void ScheduleWrites(int tier);
-  bool StartReplica(WriteJob* job, int tier);
-  void HandleWrite(int tier, uint32_t slot, int32_t result);
-  void FinishReplica(WriteJob* job, int tier, absl::Status status);
-  void MaybeCompleteJob(WriteJob* job);
-  void RemoveFiles(const std::vector<Victim>& victims);
-  bool WritesAllowed() const;
+  // Runs `fn` on the loop thread and waits for it (on the caller's thread once the loop exited).
+  void RunOnLoop(const std::function<void()>& fn);
+  // Loop: records a finished step and applies policies waiting for the pool to drain.
+  void StepFinished(StepRecord* record);
   void MaybeApplyPolicies();
-  void RunOnLoop(std::function<void()> fn);
+  // Loop: whether everything taken in is done (no step, no write, nothing staged).
+  bool Idle() const;
 
   const StoreConfig config_;
   std::shared_ptr<Reactor> reactor_;
-  std::vector<std::unique_ptr<Tier>> tiers_;
-  Router router_;
+  Tiers tiers_;
+  GuardedIndex index_;
+  StoreCounters counters_;
+  StepHistory history_;
+  WriteStager stager_;
+
+  // Loop-thread state (no lock: only the loop thread touches it once it runs).
+  StepPool pool_;
+  StepReader reader_;
+  Replicator replicator_;
+  std::optional<Policies> requested_policies_;  // applied once the pool is empty
+  std::map<void*, std::vector<int>> regions_;   // registered memory -> region id per tier
+
+  mutable absl::Mutex policies_mu_;
+  Policies policies_ ABSL_GUARDED_BY(policies_mu_);  // in force
+
+  absl::Mutex inbox_mu_;
+  std::vector<std::unique_ptr<ReadStep>> inbox_steps_ ABSL_GUARDED_BY(inbox_mu_);
+  std::vector<std::function<void()>> inbox_commands_ ABSL_GUARDED_BY(inbox_mu_);
+  bool stopping_ ABSL_GUARDED_BY(inbox_mu_) = false;
+  bool loop_exited_ ABSL_GUARDED_BY(inbox_mu_) = false;
+
+  absl::Mutex join_mu_;  // serialises Shutdown's join and commands run after the loop exited
   std::thread thread_;
-  std::mutex join_mu_;  // serialises Shutdown's join and commands run after the loop exited
-
-  // Guards the index, the inbox, staging accounting, stats and step history.
-  mutable std::mutex mu_;
-  std::condition_variable cv_;  // staging space, flush progress, step and command completion
-  std::unique_ptr<Index> index_;
-  std::vector<std::unique_ptr<Step>> inbox_steps_;
-  std::vector<std::unique_ptr<WriteJob>> inbox_jobs_;
-  std::vector<std::function<void()>> inbox_commands_;
-  bool stopping_ = false;
-  bool loop_exited_ = false;
-  // Deferred writes may run during reads while these are set (read by the loop without mu_).
-  std::atomic<bool> draining_{false};         // Shutdown: write everything staged
-  std::atomic<uint32_t> space_waiters_{0};    // Persist calls blocked on staging space
-  uint64_t staged_bytes_ = 0;
-  uint64_t staged_chunks_ = 0;
-  uint64_t next_job_seq_ = 0;
-  std::set<uint64_t> outstanding_jobs_;
-  std::deque<StepRecord> history_;
-  uint64_t next_step_id_ = 0;
-  StoreStats totals_;  // the counters of StoreStats not derived elsewhere
-  Policies public_policies_;  // what policies() reports: the ones in force
-
-  // Loop-thread state.
-  Policies policies_;                         // in force
-  std::optional<Policies> pending_policies_;  // applied once no retrieval is pending
-  std::vector<std::unique_ptr<Step>> steps_;
-  std::deque<std::unique_ptr<WriteJob>> jobs_;
-  std::map<void*, std::vector<int>> regions_;  // registered memory -> region id per tier
-  std::atomic<uint64_t> staged_bytes_seen_{0};  // staged_bytes_ as the loop last read it
 };
 
 }  // namespace kvstream

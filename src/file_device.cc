@@ -21,16 +21,9 @@ namespace fs = std::filesystem;
 
 constexpr char kLockName[] = ".kvstream.lock";
 constexpr char kProbeName[] = ".kvstream-probe";
-constexpr uint64_t kWriteRingBit = 1ull << 63;
 
 absl::Status Errno(const char* what, const std::string& path, int err = errno) {
-  const std::string message = absl::StrCat(what, " ", path, ": ", std::strerror(err));
-  switch (err) {
-    case ENOENT: return absl::NotFoundError(message);
-    case EACCES: case EPERM: case EROFS: return absl::PermissionDeniedError(message);
-    case ENOSPC: case EDQUOT: return absl::ResourceExhaustedError(message);
-    default: return absl::InternalError(message);
-  }
+  return ErrnoStatus(err, absl::StrCat(what, " ", path));
 }
 
 bool IsHexStem(std::string_view s, size_t length) {
@@ -54,9 +47,8 @@ absl::StatusOr<ScannedChunk> ReadHeader(const std::string& path, std::string_vie
   ssize_t n = pread(fd, buf.data(), buf.size(), 0);
   absl::StatusOr<ChunkMeta> meta = n < 0 ? absl::DataLossError("unreadable header")
                                          : DecodeChunkHeader(buf.data(), static_cast<size_t>(n));
-  if (absl::IsOutOfRange(meta.status())) {
-    const size_t needed = std::strtoull(std::string(meta.status().message()).c_str(), nullptr, 10);
-    buf.resize(needed);
+  if (absl::IsOutOfRange(meta.status())) {  // a long key or many segments: read the whole header
+    buf.resize(*ChunkHeaderSize(buf.data(), buf.size()));
     n = pread(fd, buf.data(), buf.size(), 0);
     meta = n < 0 ? absl::DataLossError("unreadable header") : DecodeChunkHeader(buf.data(), n);
     if (absl::IsOutOfRange(meta.status())) meta = absl::DataLossError("header truncated");
@@ -94,7 +86,22 @@ absl::Status FileDevice::Init() {
         absl::StrCat("tier directory ", root, " is in use by another kvstream process"));
   }
 
-  // Probe O_DIRECT with a real aligned write and read; take the alignment from statx.
+  if (absl::Status s = ProbeDirectIo(); !s.ok()) return s;
+  if (absl::Status s = read_queue_.Init(options_.read_depth, options_.event_fd); !s.ok()) return s;
+  if (absl::Status s = write_queue_.Init(options_.write_depth, options_.event_fd); !s.ok()) return s;
+  // A sparse table of registered buffers, filled by RegisterRegion. Kernels or limits that refuse
+  // it leave fixed buffers off; plain buffers work everywhere.
+  if (read_queue_.RegisterSparseBuffers(kMaxRegions) == 0 && write_queue_.RegisterSparseBuffers(kMaxRegions) == 0) {
+    props_.fixed_buffers = true;
+    regions_.resize(kMaxRegions);
+  }
+  return absl::OkStatus();
+}
+
+// Probes O_DIRECT with a real aligned write and read and takes the alignment from statx; falls
+// back to buffered I/O (when allowed) with the reason recorded.
+absl::Status FileDevice::ProbeDirectIo() {
+  const std::string& root = options_.path;
   const std::string probe = absl::StrCat(root, "/", kProbeName);
   int fd = open(probe.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, 0640);
   if (fd < 0 && errno != EINVAL) return Errno("tier directory is not writable: cannot create", probe);
@@ -137,15 +144,6 @@ absl::Status FileDevice::Init() {
     props_.mem_alignment = 1;
     props_.offset_alignment = 1;
   }
-  if (absl::Status s = InitRing(read_ring_, options_.read_depth); !s.ok()) return s;
-  if (absl::Status s = InitRing(write_ring_, options_.write_depth); !s.ok()) return s;
-  // A sparse table of registered buffers, filled by RegisterRegion. Kernels or limits that refuse
-  // it leave fixed buffers off; plain buffers work everywhere.
-  if (io_uring_register_buffers_sparse(&read_ring_.ring, kMaxRegions) == 0 &&
-      io_uring_register_buffers_sparse(&write_ring_.ring, kMaxRegions) == 0) {
-    props_.fixed_buffers = true;
-    regions_.resize(kMaxRegions);
-  }
   return absl::OkStatus();
 }
 
@@ -159,18 +157,14 @@ absl::StatusOr<int> FileDevice::RegisterRegion(void* base, size_t size) {
     if (regions_[i].size == 0) index = static_cast<int>(i);
   }
   if (index < 0) return absl::ResourceExhaustedError("all registered buffer slots are in use");
-  iovec iov{base, size};
-  for (Ring* r : {&read_ring_, &write_ring_}) {
-    const int rc = io_uring_register_buffers_update_tag(&r->ring, index, &iov, nullptr, 1);
-    if (rc < 0) {
-      if (r == &write_ring_) {  // undo the read ring's registration
-        iovec empty{nullptr, 0};
-        io_uring_register_buffers_update_tag(&read_ring_.ring, index, &empty, nullptr, 1);
-      }
-      return absl::ResourceExhaustedError(
-          absl::StrCat("registering ", size, " bytes of buffers: ", std::strerror(-rc),
-                       rc == -ENOMEM ? " (raise LimitMEMLOCK)" : ""));
-    }
+  int rc = read_queue_.UpdateBuffer(index, {base, size});
+  if (rc == 0) {
+    rc = write_queue_.UpdateBuffer(index, {base, size});
+    if (rc < 0) read_queue_.UpdateBuffer(index, {nullptr, 0});  // undo the read ring's registration
+  }
+  if (rc < 0) {
+    return absl::ResourceExhaustedError(absl::StrCat("registering ", size, " bytes of buffers: ", std::strerror(-rc),
+                                                     rc == -ENOMEM ? " (raise LimitMEMLOCK)" : ""));
   }
   regions_[index] = {static_cast<uint8_t*>(base), size};
   return index;
@@ -178,51 +172,14 @@ absl::StatusOr<int> FileDevice::RegisterRegion(void* base, size_t size) {
 
 void FileDevice::UnregisterRegion(int index) {
   if (index < 0 || static_cast<size_t>(index) >= regions_.size() || regions_[index].size == 0) return;
-  iovec empty{nullptr, 0};
-  for (Ring* r : {&read_ring_, &write_ring_}) {
-    io_uring_register_buffers_update_tag(&r->ring, index, &empty, nullptr, 1);
-  }
+  read_queue_.UpdateBuffer(index, {nullptr, 0});
+  write_queue_.UpdateBuffer(index, {nullptr, 0});
   regions_[index] = {};
 }
 
-absl::Status FileDevice::InitRing(Ring& r, uint32_t depth) {
-  // Each slot may need one SQE at a time (resubmits reuse the slot), so depth entries suffice.
-  io_uring_params params{};
-  params.flags = IORING_SETUP_COOP_TASKRUN;
-  int rc = io_uring_queue_init_params(depth, &r.ring, &params);
-  if (rc == -EINVAL) {
-    params = {};
-    rc = io_uring_queue_init_params(depth, &r.ring, &params);
-  }
-  if (rc < 0) {
-    return absl::UnavailableError(absl::StrCat("io_uring_queue_init: ", std::strerror(-rc)));
-  }
-  r.initialized = true;
-  if (options_.event_fd >= 0) {
-    rc = io_uring_register_eventfd(&r.ring, options_.event_fd);
-    if (rc < 0) return absl::InternalError(absl::StrCat("io_uring_register_eventfd: ", std::strerror(-rc)));
-  }
-  r.slots.resize(depth);
-  r.free_slots.reserve(depth);
-  for (uint32_t i = depth; i > 0; --i) r.free_slots.push_back(i - 1);
-  return absl::OkStatus();
-}
-
+// The queues, destroyed after this body, wait for requests still in flight; the kernel keeps its
+// own reference to each file they use.
 FileDevice::~FileDevice() {
-  for (Ring* r : {&read_ring_, &write_ring_}) {
-    if (!r->initialized) continue;
-    // Wait for anything still in flight before the buffers go away.
-    size_t busy = 0;
-    for (const Slot& s : r->slots) busy += s.busy;
-    if (r->unsubmitted) io_uring_submit(&r->ring);
-    while (busy > 0) {
-      io_uring_cqe* cqe;
-      if (io_uring_wait_cqe(&r->ring, &cqe) != 0) break;
-      io_uring_cqe_seen(&r->ring, cqe);
-      --busy;
-    }
-    io_uring_queue_exit(&r->ring);
-  }
   for (auto& [stem, f] : files_) close(f.fd);
   for (auto& [fd, n] : doomed_) close(fd);
   for (auto& [fd, path] : temps_) {
@@ -373,118 +330,43 @@ absl::Status FileDevice::RemoveChunk(const std::string& stem) {
   return absl::OkStatus();
 }
 
-void FileDevice::Prepare(Ring& r, uint32_t slot_index, uint64_t ring_id) {
-  Slot& slot = r.slots[slot_index];
-  io_uring_sqe* sqe = io_uring_get_sqe(&r.ring);
-  if (sqe == nullptr) {  // The SQ holds as many entries as slots; flush and retry once.
-    io_uring_submit(&r.ring);
-    r.unsubmitted = 0;
-    sqe = io_uring_get_sqe(&r.ring);
-  }
-  const IoOp& op = slot.op;
-  auto* buf = static_cast<uint8_t*>(op.buffer) + slot.done;
-  const uint32_t remaining = op.length - slot.done;
-  switch (op.kind) {
-    case IoKind::kRead:
-      if (slot.region >= 0) {
-        io_uring_prep_read_fixed(sqe, op.file, buf, remaining, op.offset + slot.done, slot.region);
-      } else {
-        io_uring_prep_read(sqe, op.file, buf, remaining, op.offset + slot.done);
-      }
-      break;
-    case IoKind::kWrite:
-      if (slot.region >= 0) {
-        io_uring_prep_write_fixed(sqe, op.file, buf, remaining, op.offset + slot.done, slot.region);
-      } else {
-        io_uring_prep_write(sqe, op.file, buf, remaining, op.offset + slot.done);
-      }
-      break;
-    case IoKind::kSync: io_uring_prep_fsync(sqe, op.file, IORING_FSYNC_DATASYNC); break;
-  }
-  io_uring_sqe_set_data64(sqe, ring_id | slot_index);
-  ++r.unsubmitted;
-}
-
-bool FileDevice::Queue(const IoOp& op) {
-  Ring& r = op.kind == IoKind::kRead ? read_ring_ : write_ring_;
-  if (r.free_slots.empty()) return false;
-  const uint32_t index = r.free_slots.back();
-  r.free_slots.pop_back();
-  Slot& slot = r.slots[index];
-  slot.op = op;
-  slot.done = 0;
-  slot.busy = true;
-  slot.region = -1;
-  if (op.kind != IoKind::kSync) {
-    const auto* b = static_cast<const uint8_t*>(op.buffer);
+bool FileDevice::Queue(IoRequest* request) {
+  UringQueue& queue = request->kind == IoKind::kRead ? read_queue_ : write_queue_;
+  request->transferred = 0;
+  request->region = -1;
+  if (request->kind != IoKind::kSync) {
+    const auto* b = static_cast<const uint8_t*>(request->buffer);
     for (size_t i = 0; i < regions_.size(); ++i) {
       const Region& reg = regions_[i];
-      if (reg.size != 0 && b >= reg.base && b + op.length <= reg.base + reg.size) {
-        slot.region = static_cast<int>(i);
-        ++fixed_ops_;
+      if (reg.size != 0 && b >= reg.base && b + request->length <= reg.base + reg.size) {
+        request->region = static_cast<int16_t>(i);
+        fixed_ops_.fetch_add(1, std::memory_order_relaxed);
         break;
       }
     }
   }
-  if (op.kind == IoKind::kRead) {
-    if (auto s = fd_stems_.find(op.file); s != fd_stems_.end()) {
+  if (!queue.Queue(request)) return false;
+  if (request->kind == IoKind::kRead) {  // the cached handle stays open while the read is in flight
+    if (auto s = fd_stems_.find(request->file); s != fd_stems_.end()) {
       CachedFile& f = files_[s->second];
       if (f.in_flight++ == 0) idle_lru_.erase(f.lru);
-    } else if (auto d = doomed_.find(op.file); d != doomed_.end()) {
+    } else if (auto d = doomed_.find(request->file); d != doomed_.end()) {
       ++d->second;
     }
   }
-  Prepare(r, index, op.kind == IoKind::kRead ? 0 : kWriteRingBit);
   return true;
 }
 
 void FileDevice::Submit() {
-  for (Ring* r : {&read_ring_, &write_ring_}) {
-    if (r->unsubmitted == 0) continue;
-    io_uring_submit(&r->ring);
-    r->unsubmitted = 0;
-  }
-}
-
-void FileDevice::ReapRing(Ring& r, uint64_t ring_id, std::vector<IoCompletion>* out) {
-  io_uring_cqe* cqe;
-  while (io_uring_peek_cqe(&r.ring, &cqe) == 0) {
-    const uint32_t index = static_cast<uint32_t>(io_uring_cqe_get_data64(cqe) & ~kWriteRingBit);
-    const int res = cqe->res;
-    io_uring_cqe_seen(&r.ring, cqe);
-    Slot& slot = r.slots[index];
-    int32_t result;
-    if (res == -EAGAIN || res == -EINTR) {
-      ++resubmits_;
-      Prepare(r, index, ring_id);
-      continue;
-    }
-    if (res < 0) {
-      result = res;
-    } else if (slot.op.kind == IoKind::kSync) {
-      result = 0;
-    } else if (res == 0) {
-      result = slot.op.kind == IoKind::kRead ? -ENODATA : -EIO;  // EOF: the file is truncated
-    } else {
-      slot.done += static_cast<uint32_t>(res);
-      if (slot.done < slot.op.length) {  // short transfer: continue where it stopped
-        ++resubmits_;
-        Prepare(r, index, ring_id);
-        continue;
-      }
-      result = static_cast<int32_t>(slot.op.length);
-    }
-    out->push_back({slot.op.tag, result});
-    if (slot.op.kind == IoKind::kRead) ReleaseFile(slot.op.file);
-    slot.busy = false;
-    r.free_slots.push_back(index);
-  }
+  read_queue_.Submit();
+  write_queue_.Submit();
 }
 
 void FileDevice::Reap(std::vector<IoCompletion>* out) {
-  ReapRing(read_ring_, 0, out);
-  ReapRing(write_ring_, kWriteRingBit, out);
-  Submit();  // resubmissions
+  const size_t first = out->size();
+  read_queue_.Reap(out);
+  for (size_t i = first; i < out->size(); ++i) ReleaseFile((*out)[i].request->file);
+  write_queue_.Reap(out);
 }
 
 }  // namespace kvstream

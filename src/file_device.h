@@ -3,9 +3,6 @@
 // buffered I/O where it does not (tmpfs).
 #pragma once
 
-#include <liburing.h>
-
-#include <atomic>
 #include <list>
 #include <memory>
 #include <string>
@@ -14,6 +11,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "tier_device.h"
+#include "uring_queue.h"
 
 namespace kvstream {
 
@@ -40,36 +38,23 @@ class FileDevice final : public TierDevice {
   absl::Status CommitTemp(FileHandle temp, const std::string& stem, bool sync_directory) override;
   void AbortTemp(FileHandle temp) override;
   absl::Status RemoveChunk(const std::string& stem) override;
-  bool Queue(const IoOp& op) override;
+  bool Queue(IoRequest* request) override;
   void Submit() override;
   void Reap(std::vector<IoCompletion>* out) override;
-  uint64_t resubmits() const override { return resubmits_; }
+  uint64_t resubmits() const override { return read_queue_.resubmits() + write_queue_.resubmits(); }
   absl::StatusOr<int> RegisterRegion(void* base, size_t size) override;
   void UnregisterRegion(int region) override;
-  uint64_t fixed_ops() const override { return fixed_ops_; }
+  uint64_t fixed_ops() const override { return fixed_ops_.load(std::memory_order_relaxed); }
 
   // Why O_DIRECT is off, when it is.
   const std::string& buffered_reason() const { return buffered_reason_; }
 
  private:
-  struct Slot {
-    IoOp op;
-    uint32_t done = 0;  // bytes transferred so far
-    int region = -1;    // registered buffer index, or -1
-    bool busy = false;
-  };
   struct Region {
     uint8_t* base = nullptr;
     size_t size = 0;
   };
   static constexpr unsigned kMaxRegions = 64;
-  struct Ring {
-    io_uring ring{};
-    bool initialized = false;
-    std::vector<Slot> slots;
-    std::vector<uint32_t> free_slots;
-    unsigned unsubmitted = 0;
-  };
   struct CachedFile {
     int fd = -1;
     uint32_t in_flight = 0;
@@ -78,9 +63,7 @@ class FileDevice final : public TierDevice {
 
   explicit FileDevice(FileDeviceOptions options) : options_(std::move(options)) {}
   absl::Status Init();
-  absl::Status InitRing(Ring& ring, uint32_t depth);
-  void Prepare(Ring& ring, uint32_t slot_index, uint64_t ring_id);
-  void ReapRing(Ring& ring, uint64_t ring_id, std::vector<IoCompletion>* out);
+  absl::Status ProbeDirectIo();
   void ReleaseFile(int fd);
   void DropCached(const std::string& stem);
   void TrimCache();
@@ -90,10 +73,10 @@ class FileDevice final : public TierDevice {
   DeviceProperties props_;
   std::string buffered_reason_;
   int lock_fd_ = -1;
-  Ring read_ring_;
-  Ring write_ring_;
-  std::atomic<uint64_t> resubmits_{0};
-  std::atomic<uint64_t> fixed_ops_{0};
+  // Reads and writes on rings of their own, so neither waits behind the other.
+  UringQueue read_queue_;
+  UringQueue write_queue_;
+  std::atomic<uint64_t> fixed_ops_{0};  // read by Stats from other threads
   std::vector<Region> regions_;  // index = registered buffer slot; size 0 = free
   uint64_t temp_counter_ = 0;
   absl::flat_hash_map<std::string, CachedFile> files_;  // stem -> open read handle

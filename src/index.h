@@ -1,5 +1,6 @@
 // Index: key -> chunk metadata, the tiers holding a durable replica, and each tier's LRU order
-// and used bytes. Rebuilt at start from the tiers' headers. Not thread-safe: the engine guards it.
+// and used bytes. Rebuilt at start from the tiers' headers (recovery.h). Not thread-safe by
+// itself: GuardedIndex puts it behind its own lock.
 #pragma once
 
 #include <array>
@@ -10,9 +11,11 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/container/node_hash_map.h"
+#include "absl/synchronization/mutex.h"
 #include "chunk_format.h"
-#include "kvstream/types.h"
+#include "kvstream/types.h"  // kMaxTiers
 
 namespace kvstream {
 
@@ -81,6 +84,21 @@ class Index {
   std::vector<std::list<IndexEntry*>> lru_;  // front = least recently used
   absl::node_hash_map<std::string, IndexEntry> entries_;
   uint64_t live_ = 0;
+};
+
+// The index behind its own lock, so lookups (shared) never wait for the loop's inbox or for I/O.
+// The loop takes it exclusively to place steps, commit replicas and drop bad ones. Never held
+// across I/O, device calls or callbacks.
+class GuardedIndex {
+ public:
+  explicit GuardedIndex(std::vector<uint64_t> capacities) : index_(std::move(capacities)) {}
+  absl::Mutex& mu() const ABSL_LOCK_RETURNED(mu_) { return mu_; }
+  Index& get() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return index_; }
+  const Index& get_shared() const ABSL_SHARED_LOCKS_REQUIRED(mu_) { return index_; }
+
+ private:
+  mutable absl::Mutex mu_;
+  Index index_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace kvstream

@@ -1,12 +1,11 @@
 #include "sim_clock.h"
 
 #include <algorithm>
-#include <chrono>
 
 namespace kvstream {
 
 int64_t SimClock::NowNs() {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   return now_ns_;
 }
 
@@ -22,13 +21,13 @@ bool SimClock::CanAdvanceLocked(int64_t* next) {
 }
 
 void SimClock::Wait(int64_t timeout_ns) {
-  std::unique_lock lock(mu_);
+  absl::MutexLock lock(&mu_);
   int64_t next = -1;
   while (!wake_ && !CanAdvanceLocked(&next)) {
     waiting_ = true;
-    cv_.notify_all();
+    cv_.SignalAll();
     // Nothing due in virtual time: wait in real time for a wake or a resume.
-    cv_.wait_for(lock, std::chrono::milliseconds(50));
+    cv_.WaitWithTimeout(&mu_, absl::Milliseconds(50));
     waiting_ = false;
     if (!wake_ && !paused_ && !CanAdvanceLocked(&next)) {
       if (timeout_ns > 0) break;  // idle loop: let it run its housekeeping
@@ -43,36 +42,36 @@ void SimClock::Wait(int64_t timeout_ns) {
 }
 
 void SimClock::Wake() {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   wake_ = true;
-  cv_.notify_all();
+  cv_.SignalAll();
 }
 
 void SimClock::AddSource(Source* source) {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   sources_.push_back(source);
 }
 
 void SimClock::RemoveSource(Source* source) {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   sources_.erase(std::remove(sources_.begin(), sources_.end(), source), sources_.end());
 }
 
 void SimClock::Pause() {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   paused_ = true;
 }
 
 void SimClock::Resume() {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   paused_ = false;
-  cv_.notify_all();
+  cv_.SignalAll();
 }
 
 void SimClock::WaitUntilQuiescent() {
-  std::unique_lock lock(mu_);
+  absl::MutexLock lock(&mu_);
   int64_t next;
-  cv_.wait(lock, [&] { return waiting_ && !wake_ && !CanAdvanceLocked(&next); });
+  while (!(waiting_ && !wake_ && !CanAdvanceLocked(&next))) cv_.Wait(&mu_);
 }
 
 }  // namespace kvstream

@@ -2,11 +2,11 @@
 // when the I/O loop waits: it jumps to the earliest pending completion of any SimDevice.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
-#include <mutex>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "reactor.h"
 
 namespace kvstream {
@@ -17,7 +17,8 @@ class SimClock final : public Reactor {
   class Source {
    public:
     virtual ~Source() = default;
-    // Earliest pending completion time, or -1 when nothing is pending. Called under the clock lock.
+    // Earliest pending completion time, or -1 when nothing is pending. Called under the clock's
+    // lock: it must not call back into the clock.
     virtual int64_t NextEventNs() = 0;
   };
 
@@ -37,14 +38,14 @@ class SimClock final : public Reactor {
   void WaitUntilQuiescent();
 
  private:
-  bool CanAdvanceLocked(int64_t* next);
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int64_t now_ns_ = 0;
-  bool wake_ = false;
-  bool paused_ = false;
-  bool waiting_ = false;
-  std::vector<Source*> sources_;
+  bool CanAdvanceLocked(int64_t* next) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Mutex mu_;
+  absl::CondVar cv_;  // a wake, a resume, or the loop starting to wait
+  int64_t now_ns_ ABSL_GUARDED_BY(mu_) = 0;
+  bool wake_ ABSL_GUARDED_BY(mu_) = false;
+  bool paused_ ABSL_GUARDED_BY(mu_) = false;
+  bool waiting_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<Source*> sources_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace kvstream

@@ -1,11 +1,12 @@
-// TierDevice: the storage behind one tier, as seen by the engine. Control operations (scan, open,
-// commit, remove) are synchronous; data operations are queued, submitted in batches and reaped
-// without blocking (fio's queue/commit split). FileDevice implements it on a directory with
+// TierDevice: the storage behind one tier, as the engine sees it. Control operations (scan, open,
+// create, commit, remove) are synchronous; data operations are queued, submitted in batches and
+// reaped without blocking (fio's queue/commit split). FileDevice implements it on a directory with
 // io_uring; SimDevice implements it in memory with a virtual clock and injected faults.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -19,19 +20,55 @@ enum class IoKind : uint8_t { kRead, kWrite, kSync };
 // A handle to an open chunk file of a device (a file descriptor for FileDevice).
 using FileHandle = int32_t;
 
-struct IoOp {
-  uint64_t tag = 0;  // returned in the completion
+// What a data operation came to. Devices map their errors onto these, so the engine decides from
+// the outcome alone (is this copy bad, is the tier full) and never decodes an errno.
+enum class IoStatus : uint8_t {
+  kOk,          // the whole request transferred
+  kMediaError,  // EIO and the like: the bytes on the device are bad
+  kEndOfFile,   // the file ended before the request did: a truncated or torn copy
+  kGone,        // ENOENT, ESTALE, ENOTCONN...: the file or its file system went away
+  kNoSpace,     // ENOSPC, EDQUOT
+  kFailed,      // anything else (ENOMEM, ECANCELED, EINVAL...): says nothing about the copy
+};
+std::string_view ToString(IoStatus status);
+IoStatus IoStatusOfErrno(int error);
+// An error status for a failed control operation, coded by its errno: NotFound, PermissionDenied,
+// ResourceExhausted (no space) or Internal.
+absl::Status ErrnoStatus(int error, const std::string& message);
+// The copy a read came from is bad (rather than the read having failed for another reason).
+inline bool IsBadCopy(IoStatus s) {
+  return s == IoStatus::kMediaError || s == IoStatus::kEndOfFile || s == IoStatus::kGone;
+}
+
+// One data operation. The caller owns it and keeps it unchanged from Queue until its completion
+// is reaped (fio's per-slot request state): devices keep no copy, so its address identifies it.
+struct IoRequest {
   IoKind kind = IoKind::kRead;
   FileHandle file = -1;
   uint64_t offset = 0;
   uint32_t length = 0;
   void* buffer = nullptr;  // destination of reads, source of writes
+  // Device state while in flight.
+  uint32_t transferred = 0;  // bytes done so far (short transfers continue from here)
+  int16_t region = -1;       // registered buffer in use, or -1
+
+  // Sets the operation and clears the device state.
+  void Set(IoKind k, FileHandle f, uint64_t off, uint32_t len, void* buf) {
+    kind = k, file = f, offset = off, length = len, buffer = buf, transferred = 0, region = -1;
+  }
 };
 
 struct IoCompletion {
-  uint64_t tag = 0;
-  int32_t result = 0;  // bytes transferred (all of op.length) or -errno
+  IoRequest* request = nullptr;
+  IoStatus status = IoStatus::kOk;
+  int error = 0;  // the errno behind a failure, for messages
 };
+
+// What one kernel (or simulated) result means for a request: finished (completion filled in), or
+// to be resubmitted for the rest (a short transfer, -EAGAIN, -EINTR). Every device continues
+// partial transfers through this one function.
+enum class TransferStep { kDone, kResubmit };
+TransferStep AdvanceTransfer(IoRequest* request, int result, IoCompletion* completion);
 
 struct DeviceProperties {
   bool direct_io = false;
@@ -69,17 +106,18 @@ class TierDevice {
   // Creates a temporary file for writing a new replica of `stem`.
   virtual absl::StatusOr<FileHandle> CreateTemp(const std::string& stem) = 0;
   // Renames the temporary into place (atomically replacing an older file) and closes it. With
-  // `sync_directory`, the directory is synced too so the rename survives power loss.
+  // `sync_directory`, the directory is synced too so the rename survives power loss. On failure
+  // the temporary is removed.
   virtual absl::Status CommitTemp(FileHandle temp, const std::string& stem, bool sync_directory) = 0;
   // Closes and unlinks a temporary.
   virtual void AbortTemp(FileHandle temp) = 0;
 
   virtual absl::Status RemoveChunk(const std::string& stem) = 0;
 
-  // Data path. Queue returns false when the device has no free slot (the caller bounds in-flight
-  // ops by its queue depths, so this is a programming error). Short transfers and -EAGAIN are
-  // retried inside the device; a completion always covers the whole op or reports an error.
-  virtual bool Queue(const IoOp& op) = 0;
+  // Data path. Queue returns false when the device has no room (the caller bounds in-flight ops
+  // by its queue depths, so this is a programming error). A completion always covers the whole
+  // request or reports why not.
+  virtual bool Queue(IoRequest* request) = 0;
   virtual void Submit() = 0;
   // Appends completions that are ready, without blocking.
   virtual void Reap(std::vector<IoCompletion>* out) = 0;

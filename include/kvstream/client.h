@@ -11,7 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "kvstream/store.h"
+#include "kvstream/policies.h"
 #include "kvstream/types.h"
 
 namespace kvstream {
@@ -21,14 +21,6 @@ struct AttachOptions {
   uint32_t rank = 0;
   uint32_t world_size = 1;
   uint64_t arena_bytes = 256ull << 20;
-};
-
-// A chunk in the arena: retrieve writes up to `length` bytes at `offset`; persist stores
-// [offset, offset + length).
-struct ArenaChunk {
-  std::string key;
-  uint64_t offset = 0;
-  uint64_t length = 0;
 };
 
 class Client {
@@ -55,10 +47,11 @@ class Client {
   absl::StatusOr<StoreStats> Stats(uint32_t* sessions = nullptr);
   absl::StatusOr<std::vector<StepRecord>> Steps(uint32_t max);
   absl::StatusOr<EvictResult> Evict(const EvictRequest& request);
-  // Switches the daemon's policies (Store::SetPolicies); empty strings keep the current value.
-  // Returns the policies in force afterwards.
+  // Asks the daemon for new policies (Store::SetPolicies); empty strings keep the current value.
+  // Returns the policies in force on return: the requested ones, or, while steps are pending, the
+  // old ones (the requested ones follow once those steps finish; `pending` says so).
   absl::StatusOr<Policies> SetPolicies(const std::string& routing, const std::string& batching,
-                                       const std::string& writes);
+                                       const std::string& writes, bool* pending = nullptr);
 
   struct Impl;
 

@@ -1,10 +1,12 @@
-// kvstream::Store: the storage core. Owns the tiers, the index, the step pool with its router
-// (M1, M4) and the write stager (M2, M3), all driven by one I/O completion thread.
+// kvstream::Store: the storage core. Owns the tiers, the index, the step pool with its routing
+// (M1, M4), the write stager and the replicator (M2, M3), all driven by one I/O completion loop.
+// Store is an interface so that what serves it (kvstreamd's service) can be tested against a
+// fake; Store::Open builds the real one on directories.
 //
 // Thread safety: every method may be called from any thread. Callbacks run on the store's I/O
 // thread; they must be quick and must not call Retrieve, Persist, Flush, Evict, RegisterMemory,
-// UnregisterMemory or the destructor (those wait for the I/O thread). RetrieveAsync, TryPersist,
-// Lookup, PrefixHits and Stats are safe in callbacks.
+// UnregisterMemory, SetPolicies or the destructor (those wait for the I/O thread).
+// RetrieveAsync, TryPersist, Lookup, PrefixHits, policies and Stats are safe in callbacks.
 #pragma once
 
 #include <cstdint>
@@ -21,85 +23,69 @@
 
 namespace kvstream {
 
-class Engine;
-
-struct LookupResult {
-  bool present = false;
-  uint64_t size = 0;
-  uint32_t tier_mask = 0;  // tiers holding a durable replica
-};
-
-struct EvictRequest {
-  std::string key;        // non-empty: evict this key (from `tier`, or from every tier)
-  std::string tier;       // empty: every tier
-  uint64_t bytes = 0;     // with an empty key and bytes > 0: evict LRU chunks until this many bytes are freed per tier
-  bool all = false;       // with an empty key: evict everything (from `tier`, or every tier)
-};
-
-struct EvictResult {
-  uint64_t replicas = 0;
-  uint64_t bytes = 0;
+// One chunk to read. The store writes the payload to dst[0, size) where size is the chunk's
+// stored size; dst_capacity must be at least that. Reads go straight into dst by O_DIRECT when
+// dst is aligned to the tier's memory alignment; otherwise through a bounce buffer. When
+// dst_capacity allows, the last block is read whole, so bytes in [size, align_up(size, 4096))
+// may be overwritten (with the file's zero padding).
+struct ChunkRead {
+  std::string key;
+  void* dst = nullptr;
+  size_t dst_capacity = 0;
 };
 
 class Store {
  public:
   // Opens (creating if needed) every tier directory, takes an exclusive lock on it, probes O_DIRECT,
-  // removes temporaries and invalid chunk files, rebuilds the index and starts the I/O thread.
+  // removes temporaries and invalid chunk files, rebuilds the index and starts the I/O loop.
   static absl::StatusOr<std::unique_ptr<Store>> Open(const StoreConfig& config);
 
   // Stops accepting work, writes every staged chunk, waits for in-flight I/O and closes the tiers.
-  ~Store();
-  Store(const Store&) = delete;
-  Store& operator=(const Store&) = delete;
+  virtual ~Store() = default;
 
-  // Reads every chunk of `batch` (one step) from the pool shared with all concurrent retrievals.
-  // `on_chunk` (optional) fires per chunk as it completes; `on_done` fires once, after the last one.
+  // Reads every chunk of `step` from the pool shared with all concurrent steps. `on_chunk`
+  // (optional) fires per chunk as it completes; `on_done` fires once, after the last one.
   // The destination buffers must stay valid until on_done.
-  void RetrieveAsync(std::vector<ChunkRead> batch, ChunkCallback on_chunk,
-                     std::function<void(StepRecord)> on_done);
+  virtual void RetrieveAsync(std::vector<ChunkRead> step, ChunkCallback on_chunk,
+                             std::function<void(StepRecord)> on_done) = 0;
 
-  // Blocking form: returns the step record; `results` (optional) gets one result per chunk, in
-  // batch order.
-  StepRecord Retrieve(std::vector<ChunkRead> batch, std::vector<ChunkResult>* results = nullptr,
+  // Blocking form of RetrieveAsync: returns the step record; `results` (optional) gets one result
+  // per chunk, in request order.
+  StepRecord Retrieve(std::vector<ChunkRead> step, std::vector<ChunkResult>* results = nullptr,
                       ChunkCallback on_chunk = nullptr);
 
   // Copies `data` into staging and returns; the chunk is written to its tiers later (M2, M3).
   // Blocks while staging is full. InvalidArgument for a bad key or a chunk larger than staging.
-  absl::Status Persist(std::string_view key, const void* data, size_t size,
-                       PersistCallback on_durable = nullptr);
+  virtual absl::Status Persist(std::string_view key, const void* data, size_t size,
+                               PersistCallback on_durable = nullptr) = 0;
   // As Persist, but returns ResourceExhausted instead of blocking when staging is full.
-  absl::Status TryPersist(std::string_view key, const void* data, size_t size,
-                          PersistCallback on_durable = nullptr);
+  virtual absl::Status TryPersist(std::string_view key, const void* data, size_t size,
+                                  PersistCallback on_durable = nullptr) = 0;
   // Waits until every chunk staged before the call is durable or failed and its callback has run.
-  void Flush();
+  virtual void Flush() = 0;
 
-  std::vector<LookupResult> Lookup(const std::vector<std::string>& keys) const;
+  virtual std::vector<LookupResult> Lookup(const std::vector<std::string>& keys) const = 0;
   // Number of leading keys present (the reusable prefix of a request).
-  size_t PrefixHits(const std::vector<std::string>& keys) const;
+  virtual size_t PrefixHits(const std::vector<std::string>& keys) const = 0;
 
-  absl::StatusOr<EvictResult> Evict(const EvictRequest& request);
+  virtual absl::StatusOr<EvictResult> Evict(const EvictRequest& request) = 0;
 
   // Registers long-lived destination memory (a session arena) for fixed-buffer I/O on every tier
   // that supports it, so reads into it skip per-I/O page pinning. Unimplemented when no tier can
   // (reads into it still work). REQUIRES: no retrieval into it is pending when unregistered.
-  absl::Status RegisterMemory(void* base, size_t size);
-  void UnregisterMemory(void* base);
+  virtual absl::Status RegisterMemory(void* base, size_t size) = 0;
+  virtual void UnregisterMemory(void* base) = 0;
 
-  // Switches routing, batching and write policies. Retrievals already pending finish under the
-  // old ones; the new ones apply once no retrieval is pending (at once when idle). Returns then.
-  void SetPolicies(const Policies& policies);
-  Policies policies() const;  // the ones in force
+  // Asks for new routing, batching and write policies and returns at once. Steps already pending
+  // finish under the old ones; the new ones apply to steps placed after every pending step has
+  // finished (at once when none is pending). Returns true when they are in force on return.
+  virtual bool SetPolicies(const Policies& policies) = 0;
+  virtual Policies policies() const = 0;  // the ones in force
 
-  StoreStats Stats() const;
+  virtual StoreStats Stats() const = 0;
   // The most recent step records, oldest first (at most `max` of them).
-  std::vector<StepRecord> RecentSteps(size_t max) const;
-  const StoreConfig& config() const;  // as opened (policies may have changed since)
-
-  // Wraps an engine built by Open.
-  explicit Store(std::unique_ptr<Engine> engine);
-
- private:
-  std::unique_ptr<Engine> engine_;
+  virtual std::vector<StepRecord> RecentSteps(size_t max) const = 0;
+  virtual const StoreConfig& config() const = 0;  // as opened (policies may have changed since)
 };
 
 }  // namespace kvstream

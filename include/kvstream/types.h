@@ -1,5 +1,5 @@
-// Values exchanged with a KVStream store: retrieval requests and results, persist results,
-// step records and statistics.
+// Values exchanged with a KVStream store and its daemon: chunk and persist results, step
+// records, lookups, evictions and statistics. Shared by the store, the daemon and the clients.
 #pragma once
 
 #include <cstddef>
@@ -9,23 +9,11 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "kvstream/config.h"
+#include "kvstream/policies.h"
 
 namespace kvstream {
 
-inline constexpr size_t kMaxKeyLength = 1024;
 inline constexpr size_t kMaxTiers = 32;
-
-// One chunk to read. The store writes the payload to dst[0, size) where size is the chunk's
-// stored size; dst_capacity must be at least that. Reads go straight into dst by O_DIRECT when
-// dst is aligned to the tier's memory alignment; otherwise through a bounce buffer. When
-// dst_capacity allows, the last block is read whole, so bytes in [size, align_up(size, 4096))
-// may be overwritten (with the file's zero padding).
-struct ChunkRead {
-  std::string key;
-  void* dst = nullptr;
-  size_t dst_capacity = 0;
-};
 
 struct ChunkResult {
   size_t index = 0;        // position in the batch
@@ -37,6 +25,14 @@ struct ChunkResult {
 // Called once per chunk, on the store's I/O thread, as soon as that chunk is complete.
 // It must be quick and must not call the store's blocking methods (see store.h).
 using ChunkCallback = std::function<void(const ChunkResult&)>;
+
+// A chunk in a session's arena: retrieve writes up to `length` bytes at `offset`; persist stores
+// [offset, offset + length).
+struct ArenaChunk {
+  std::string key;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+};
 
 struct TierStepStats {
   std::string tier;
@@ -71,6 +67,24 @@ struct PersistResult {
   uint32_t tier_mask = 0;  // tiers whose replica of this write is durable
 };
 using PersistCallback = std::function<void(const std::string& key, const PersistResult&)>;
+
+struct LookupResult {
+  bool present = false;
+  uint64_t size = 0;
+  uint32_t tier_mask = 0;  // tiers holding a durable replica
+};
+
+struct EvictRequest {
+  std::string key;        // non-empty: evict this key (from `tier`, or from every tier)
+  std::string tier;       // empty: every tier
+  uint64_t bytes = 0;     // with an empty key and bytes > 0: evict LRU chunks until this many bytes are freed per tier
+  bool all = false;       // with an empty key: evict everything (from `tier`, or every tier)
+};
+
+struct EvictResult {
+  uint64_t replicas = 0;
+  uint64_t bytes = 0;
+};
 
 struct TierStats {
   std::string name;

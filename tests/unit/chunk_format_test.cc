@@ -45,6 +45,9 @@ TEST_CASE("a header with many segments grows in 4 KiB steps") {
   const auto image = Image(meta, payload);
   auto partial = DecodeChunkHeader(image.data(), 4096);
   REQUIRE(absl::IsOutOfRange(partial.status()));
+  auto size = ChunkHeaderSize(image.data(), 4096);
+  REQUIRE(size.ok());
+  CHECK(*size == meta.header_size());
   auto full = DecodeChunkHeader(image.data(), meta.header_size());
   REQUIRE(full.ok());
   CHECK(full->segment_checksums == meta.segment_checksums);

@@ -1,10 +1,14 @@
-// SimRig: an Engine over SimDevices on a virtual clock, for deterministic router and
-// write-scheduler tests.
+// SimRig: an Engine over SimDevices on a virtual clock, for deterministic tests of the step pool,
+// routing, the step reader, the write stager and the replicator, with faults injected per device.
 #pragma once
 
+#include <catch2/catch.hpp>
+
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine.h"
@@ -27,6 +31,13 @@ inline StoreConfig SimConfig(size_t tiers, uint32_t depth = 2) {
     t.queue_depth = depth;
     c.tiers.push_back(t);
   }
+  return c;
+}
+
+// A config of two simulated tiers under `routing` ("completion", "static:0.75", "fastest").
+inline StoreConfig WithRouting(std::string_view routing, uint32_t depth = 2) {
+  StoreConfig c = SimConfig(2, depth);
+  c.routing = *ParseRouting(routing);
   return c;
 }
 
@@ -64,7 +75,7 @@ struct SimRig {
     std::vector<std::vector<uint8_t>> data;
     for (int i = 0; i < count; ++i) {
       data.push_back(Payload(size, std::hash<std::string>{}(prefix) + i));
-      auto s = engine->Persist(prefix + std::to_string(i), data.back().data(), size, nullptr, true);
+      auto s = engine->Persist(prefix + std::to_string(i), data.back().data(), size);
       if (!s.ok()) throw std::runtime_error(std::string(s.message()));
     }
     engine->Flush();
@@ -86,5 +97,15 @@ struct SimRig {
     return b;
   }
 };
+
+// Every chunk came back OK and byte-identical to `data`.
+inline void RequireIntact(const SimRig::Batch& b, const std::vector<std::vector<uint8_t>>& data,
+                          const std::vector<ChunkResult>& results) {
+  for (size_t i = 0; i < data.size(); ++i) {
+    INFO("chunk " << i << ": " << results[i].status.ToString());
+    REQUIRE(results[i].status.ok());
+    REQUIRE(std::memcmp(b.buffers[i].data(), data[i].data(), data[i].size()) == 0);
+  }
+}
 
 }  // namespace kvstream::testing

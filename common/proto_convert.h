@@ -1,11 +1,11 @@
-// Conversions between the core's types (kvstream/types.h, kvstream/store.h) and the control
-// plane's messages (proto/kvstream.proto), shared by kvstreamd, the client and kvstreamctl.
+// Conversions between the shared types (kvstream/types.h, kvstream/policies.h) and the control
+// plane's messages (proto/kvstream.proto), used by kvstreamd, the client and kvstreamctl.
 #pragma once
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kvstream.pb.h"
-#include "kvstream/store.h"
+#include "kvstream/policies.h"
 #include "kvstream/types.h"
 
 namespace kvstream {

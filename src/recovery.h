@@ -1,0 +1,15 @@
+// Recovery: rebuilds the index from the tiers alone at start. Every device is scanned (which
+// removes temporaries and invalid files); replicas are indexed oldest first, so the LRU order
+// starts as creation order; of two versions of a key the newer wins and the older's files are
+// removed; each tier is then evicted down to its capacity. Runs before the loop starts.
+#pragma once
+
+#include "absl/status/status.h"
+#include "index.h"
+#include "tier.h"
+
+namespace kvstream {
+
+absl::Status RecoverIndex(const Tiers& tiers, Index* index);
+
+}  // namespace kvstream

@@ -1,0 +1,210 @@
+#include "replicator.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+
+namespace kvstream {
+
+Replicator::Replicator(const StoreConfig& config, const Tiers& tiers, GuardedIndex* index, WriteStager* stager,
+                       StoreCounters* counters)
+    : config_(config), tiers_(tiers), index_(index), stager_(stager), counters_(counters), slots_(tiers.size()) {
+  for (size_t t = 0; t < tiers.size(); ++t) {
+    // One more slot than writes in flight: the fsync of a finished replica.
+    slots_[t].slots = std::vector<WriteSlot>(tiers[t]->write_depth + 1);
+    for (uint32_t i = tiers[t]->write_depth + 1; i > 0; --i) slots_[t].free.push_back(i - 1);
+  }
+}
+
+void Replicator::Add(std::unique_ptr<StagedChunk> chunk) {
+  auto job = std::make_unique<Job>();
+  job->chunk = std::move(chunk);
+  jobs_.push_back(std::move(job));
+}
+
+// Which tiers need a replica (M3), and which already hold these bytes.
+void Replicator::Start(Job* job) {
+  job->started = true;
+  job->replicas.resize(tiers_.size());
+  const ChunkMeta& meta = *job->chunk->meta;
+  absl::MutexLock lock(&index_->mu());
+  const IndexEntry* e = index_->get().FindLive(meta.key);
+  const bool same = e != nullptr && e->meta->payload_checksum == meta.payload_checksum &&
+                    e->meta->payload_size == meta.payload_size;
+  for (size_t k = 0; k < tiers_.size(); ++k) {
+    if (config_.replication == ReplicationPolicy::kPrimary && k != 0) continue;
+    if (same && (e->tiers & (1u << k))) {
+      job->durable |= 1u << k;  // already there, byte-identical
+    } else {
+      job->replicas[k].state = State::kPending;
+    }
+  }
+}
+
+void Replicator::Schedule(int t, bool during_reads) {
+  // Jobs are taken oldest first; every write slot of the tier may go to the same job.
+  for (size_t j = 0; j < jobs_.size() && slots_[t].free.size() > 1; ++j) {
+    Job* job = jobs_[j].get();
+    if (!job->started) Start(job);
+    Replica& r = job->replicas[t];
+    if (r.state == State::kPending && !StartReplica(job, t)) continue;
+    IssueWrites(job, t, during_reads);
+  }
+  // Jobs that needed nothing (every replica already present) or whose replicas all failed to start.
+  for (size_t j = 0; j < jobs_.size();) {
+    const size_t before = jobs_.size();
+    MaybeFinish(jobs_[j].get());
+    if (jobs_.size() == before) ++j;
+  }
+}
+
+bool Replicator::StartReplica(Job* job, int t) {
+  Tier& tier = *tiers_[t];
+  const StagedChunk& chunk = *job->chunk;
+  absl::StatusOr<FileHandle> temp = tier.device->CreateTemp(chunk.stem);
+  if (!temp.ok()) {
+    ++tier.counters.write_errors;
+    FinishReplica(job, t, temp.status());
+    return false;
+  }
+  std::vector<Victim> victims;
+  bool room;
+  {
+    absl::MutexLock lock(&index_->mu());
+    Index& index = index_->get();
+    room = index.MakeRoom(t, chunk.image_size, &victims);
+    if (room) index.Reserve(t, chunk.image_size);
+  }
+  tier.counters.evictions += victims.size();
+  RemoveReplicaFiles(tiers_, victims);
+  if (!room) {
+    tier.device->AbortTemp(*temp);
+    FinishReplica(job, t, absl::ResourceExhaustedError(absl::StrCat("tier ", tier.name, " cannot make room for ",
+                                                                    chunk.image_size, " bytes")));
+    return false;
+  }
+  Replica& r = job->replicas[t];
+  r.temp = *temp;
+  r.next_offset = 0;
+  r.state = State::kWriting;
+  return true;
+}
+
+// Queues the next pieces of the replica, keeping one slot free for a sync.
+void Replicator::IssueWrites(Job* job, int t, bool during_reads) {
+  Replica& r = job->replicas[t];
+  TierSlots& ts = slots_[t];
+  const StagedChunk& chunk = *job->chunk;
+  while (r.state == State::kWriting && r.next_offset < chunk.image_size && ts.free.size() > 1) {
+    WriteSlot& slot = ts.slots[ts.free.back()];
+    ts.free.pop_back();
+    slot.job = job;
+    const uint32_t length = static_cast<uint32_t>(std::min<uint64_t>(config_.block_size, chunk.image_size - r.next_offset));
+    slot.Set(IoKind::kWrite, r.temp, r.next_offset, length, chunk.image.get() + r.next_offset);
+    tiers_[t]->device->Queue(&slot);
+    r.next_offset += length;
+    ++r.in_flight;
+    if (during_reads) ++counters_->writes_under_pressure;
+  }
+}
+
+void Replicator::Complete(int t, const IoCompletion& c) {
+  Tier& tier = *tiers_[t];
+  auto& slot = static_cast<WriteSlot&>(*c.request);
+  TierSlots& ts = slots_[t];
+  ts.free.push_back(static_cast<uint32_t>(&slot - ts.slots.data()));
+  Job* job = slot.job;
+  Replica& r = job->replicas[t];
+  --r.in_flight;
+  if (c.status != IoStatus::kOk && r.error.ok()) {
+    ++tier.counters.write_errors;
+    r.error = ErrnoStatus(c.error, absl::StrCat("write to tier ", tier.name, " failed"));
+    spdlog::warn("{}", std::string(r.error.message()));
+  }
+  if (r.in_flight > 0) return;
+  if (!r.error.ok()) {
+    tier.device->AbortTemp(r.temp);
+    {
+      absl::MutexLock lock(&index_->mu());
+      index_->get().Release(t, job->chunk->image_size);
+    }
+    FinishReplica(job, t, r.error);
+    return;
+  }
+  if (r.state == State::kWriting && r.next_offset < job->chunk->image_size) return;  // more to write
+  if (r.state == State::kWriting && config_.fsync == FsyncPolicy::kChunk) {
+    WriteSlot& sync = ts.slots[ts.free.back()];
+    ts.free.pop_back();
+    sync.job = job;
+    sync.Set(IoKind::kSync, r.temp, 0, 0, nullptr);
+    tier.device->Queue(&sync);
+    r.state = State::kSyncing;
+    ++r.in_flight;
+    return;
+  }
+  Commit(job, t);
+}
+
+void Replicator::Commit(Job* job, int t) {
+  Tier& tier = *tiers_[t];
+  Replica& r = job->replicas[t];
+  const StagedChunk& chunk = *job->chunk;
+  bool superseded;
+  {
+    // Writes of one key may complete out of order: never rename an older version over a newer.
+    absl::MutexLock lock(&index_->mu());
+    const IndexEntry* e = index_->get().Find(chunk.meta->key);
+    superseded = e != nullptr && e->meta->created_unix_ns > chunk.meta->created_unix_ns &&
+                 e->meta->payload_checksum != chunk.meta->payload_checksum;
+    if (superseded) index_->get().Release(t, chunk.image_size);
+  }
+  if (superseded) {
+    tier.device->AbortTemp(r.temp);
+    FinishReplica(job, t, absl::OkStatus());  // done, not durable: a newer write holds the key
+    return;
+  }
+  absl::Status committed = tier.device->CommitTemp(r.temp, chunk.stem, config_.fsync == FsyncPolicy::kChunk);
+  std::vector<Victim> stale;
+  {
+    absl::MutexLock lock(&index_->mu());
+    index_->get().Release(t, chunk.image_size);
+    if (committed.ok()) stale = index_->get().AddReplica(t, chunk.meta);
+  }
+  RemoveReplicaFiles(tiers_, stale);
+  if (committed.ok()) {
+    tier.counters.bytes_written += chunk.image_size;
+    ++tier.counters.replicas_written;
+    job->durable |= 1u << t;
+  } else {
+    ++tier.counters.write_errors;
+    spdlog::warn("tier {}: commit of '{}' failed: {}", tier.name, chunk.meta->key, std::string(committed.message()));
+  }
+  FinishReplica(job, t, committed);
+}
+
+void Replicator::FinishReplica(Job* job, int t, absl::Status status) {
+  Replica& r = job->replicas[t];
+  r.state = status.ok() ? State::kDone : State::kFailed;
+  r.error = std::move(status);
+  MaybeFinish(job);
+}
+
+void Replicator::MaybeFinish(Job* job) {
+  if (!job->started) return;
+  absl::Status first_error;
+  for (const Replica& r : job->replicas) {
+    if (r.state != State::kDone && r.state != State::kFailed) return;
+    if (r.state == State::kFailed && first_error.ok()) first_error = r.error;
+  }
+  PersistResult result;
+  result.tier_mask = job->durable;
+  result.status = job->durable != 0 ? absl::OkStatus() : first_error;
+  auto it = std::find_if(jobs_.begin(), jobs_.end(), [job](const auto& j) { return j.get() == job; });
+  std::unique_ptr<Job> owned = std::move(*it);
+  jobs_.erase(it);
+  stager_->Finish(std::move(owned->chunk), result);
+}
+
+}  // namespace kvstream

@@ -1,0 +1,77 @@
+// Replicator (M3): writes each staged chunk to its target tiers (every tier under `all`, the first
+// under `primary`), skipping tiers that already hold the same bytes. Each replica is written to a
+// temporary file in block-size pieces, synced when the fsync policy asks, and renamed into place
+// only if no newer version of the key was committed meanwhile (writes of one key may complete out
+// of order). Room is made (LRU eviction) before a replica starts. A chunk is finished, and its
+// persist callback told which tiers hold it, once every replica is written or failed. Loop thread
+// only.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "index.h"
+#include "kvstream/config.h"
+#include "tier.h"
+#include "write_stager.h"
+
+namespace kvstream {
+
+class Replicator {
+ public:
+  Replicator(const StoreConfig& config, const Tiers& tiers, GuardedIndex* index, WriteStager* stager,
+             StoreCounters* counters);
+
+  void Add(std::unique_ptr<StagedChunk> chunk);
+  // Starts replicas and issues writes on `tier` while it has free write slots. `during_reads`
+  // counts them as writes under pressure.
+  void Schedule(int tier, bool during_reads);
+  // A write or sync issued by this replicator completed on `tier`.
+  void Complete(int tier, const IoCompletion& completion);
+
+  bool idle() const { return jobs_.empty(); }
+
+ private:
+  enum class State { kPending, kWriting, kSyncing, kDone, kFailed };
+  struct Replica {
+    State state = State::kDone;  // tiers not targeted count as done-and-absent
+    FileHandle temp = -1;
+    uint64_t next_offset = 0;
+    uint32_t in_flight = 0;
+    absl::Status error;
+  };
+  struct Job {
+    std::unique_ptr<StagedChunk> chunk;
+    std::vector<Replica> replicas;  // per tier
+    bool started = false;
+    uint32_t durable = 0;  // tiers whose replica of this version is durable
+  };
+  struct WriteSlot : IoRequest {
+    Job* job = nullptr;
+  };
+  struct TierSlots {
+    std::vector<WriteSlot> slots;
+    std::vector<uint32_t> free;
+  };
+
+  void Start(Job* job);
+  bool StartReplica(Job* job, int tier);
+  void IssueWrites(Job* job, int tier, bool during_reads);
+  void Commit(Job* job, int tier);
+  void FinishReplica(Job* job, int tier, absl::Status status);
+  // Finishes the job once no replica is pending or in flight.
+  void MaybeFinish(Job* job);
+
+  const StoreConfig& config_;
+  const Tiers& tiers_;
+  GuardedIndex* index_;
+  WriteStager* stager_;
+  StoreCounters* counters_;
+  std::vector<TierSlots> slots_;  // per tier
+  std::deque<std::unique_ptr<Job>> jobs_;  // oldest first
+};
+
+}  // namespace kvstream

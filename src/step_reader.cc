@@ -1,0 +1,262 @@
+#include "step_reader.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+
+namespace kvstream {
+namespace {
+
+int64_t UnixNowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+StepReader::StepReader(const StoreConfig& config, const Tiers& tiers, GuardedIndex* index, StepPool* pool,
+                       Reactor* reactor, StoreCounters* counters, StepFinished on_step_finished)
+    : config_(config),
+      tiers_(tiers),
+      index_(index),
+      pool_(pool),
+      reactor_(reactor),
+      counters_(counters),
+      on_step_finished_(std::move(on_step_finished)) {}
+
+absl::Status StepReader::Init() {
+  const size_t block = config_.block_size;
+  slots_.resize(tiers_.size());
+  for (size_t t = 0; t < tiers_.size(); ++t) {
+    Tier& tier = *tiers_[t];
+    TierSlots& ts = slots_[t];
+    tier_names_.push_back(tier.name);
+    ts.slots = std::vector<ReadSlot>(tier.read_depth);
+    for (uint32_t i = tier.read_depth; i > 0; --i) ts.free.push_back(i - 1);
+    ts.bounce_pool = AllocateAligned(block * tier.read_depth);
+    if (!ts.bounce_pool) return absl::ResourceExhaustedError("cannot allocate bounce buffers");
+    for (uint32_t i = 0; i < tier.read_depth; ++i) ts.slots[i].bounce = ts.bounce_pool.get() + i * block;
+    if (tier.device->properties().fixed_buffers) {
+      auto region = tier.device->RegisterRegion(ts.bounce_pool.get(), block * tier.read_depth);
+      if (!region.ok()) {
+        spdlog::info("tier {}: bounce buffers not registered: {}", tier.name, std::string(region.status().message()));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+void StepReader::Place(std::unique_ptr<ReadStep> owned, const Policies& policies) {
+  ReadStep* step = owned.get();
+  steps_.push_back(std::move(owned));
+  const size_t n = step->reads.size();
+  step->policies = policies;
+  step->start_ns = reactor_->NowNs();
+  step->results.resize(n);
+  step->metas.resize(n);
+  step->stems.resize(n);
+  step->errors.resize(n);
+  step->use.resize(tiers_.size());
+  std::vector<uint32_t> finished;  // delivered after the index lock is released
+  {
+    absl::MutexLock lock(&index_->mu());
+    Index& index = index_->get();
+    for (size_t i = 0; i < n; ++i) {
+      const ChunkRead& read = step->reads[i];
+      ChunkResult& result = step->results[i];
+      result.index = i;
+      IndexEntry* e = nullptr;
+      if (absl::Status s = ValidateKey(read.key); !s.ok()) {
+        result.status = s;
+      } else if (e = index.Find(read.key); e == nullptr || e->tiers == 0) {
+        result.status = absl::NotFoundError(absl::StrCat("no tier holds '", read.key, "'"));
+        e = nullptr;
+      } else if (read.dst == nullptr || read.dst_capacity < e->meta->payload_size) {
+        result.status = absl::OutOfRangeError(absl::StrCat("destination of ", read.dst_capacity,
+                                                           " bytes is smaller than the chunk's ", e->meta->payload_size));
+        e = nullptr;
+      } else if (e->meta->segment_count() == 0) {  // cannot come from a valid file; never wait on it
+        result.status = absl::DataLossError(absl::StrCat("'", read.key, "' has no payload"));
+        e = nullptr;
+      }
+      if (e == nullptr) {
+        step->AddChunk(0, 0);
+        finished.push_back(static_cast<uint32_t>(i));
+        continue;
+      }
+      index.Pin(e);
+      index.Touch(e);
+      step->metas[i] = e->meta;
+      step->stems[i] = e->stem;
+      step->eligible |= e->tiers;
+      result.size = e->meta->payload_size;
+      step->AddChunk(e->tiers, e->meta->segment_count());
+    }
+  }
+  pool_->Add(step);
+  for (uint32_t chunk : finished) Deliver(step, chunk, step->results[chunk].status);
+  if (step->unfinished == 0) Finish(step);
+}
+
+void StepReader::Schedule(int t) {
+  BlockRef ref;
+  while (!slots_[t].free.empty() && pool_->Claim(t, &ref)) Issue(t, ref);
+}
+
+void StepReader::Issue(int t, BlockRef ref) {
+  Tier& tier = *tiers_[t];
+  auto* step = static_cast<ReadStep*>(ref.step);
+  const StepBlock& blk = step->blocks[ref.block];
+  const ChunkMeta& meta = *step->metas[blk.chunk];
+  absl::StatusOr<FileHandle> file = tier.device->OpenChunk(step->stems[blk.chunk]);
+  if (!file.ok()) {
+    ++tier.counters.read_errors;
+    // A missing file is a lost replica; other errors (EMFILE, ENOMEM...) only fail over.
+    BlockFailed(t, step, ref, std::string(file.status().message()), absl::IsNotFound(file.status()));
+    return;
+  }
+  TierSlots& ts = slots_[t];
+  const uint32_t index = ts.free.back();
+  ts.free.pop_back();
+  ReadSlot& slot = ts.slots[index];
+  const uint64_t start = uint64_t{blk.segment} * meta.segment_size;
+  const DeviceProperties& props = tier.device->properties();
+  const ChunkRead& read = step->reads[blk.chunk];
+  slot.ref = ref;
+  slot.payload = static_cast<uint32_t>(meta.segment_length(blk.segment));
+  slot.dst = static_cast<uint8_t*>(read.dst) + start;
+  const uint32_t length = static_cast<uint32_t>(AlignUp(slot.payload, props.offset_alignment));
+  const bool via_bounce = reinterpret_cast<uintptr_t>(slot.dst) % props.mem_alignment != 0 ||
+                          start + length > read.dst_capacity;
+  slot.oversized.reset();
+  uint8_t* target = slot.dst;
+  if (via_bounce) {
+    ++tier.counters.bounce_reads;
+    target = slot.bounce;
+    if (length > config_.block_size) {
+      slot.oversized = AllocateAligned(length);
+      target = slot.oversized.get();
+    }
+  }
+  step->use[t].ReadStarted(reactor_->NowNs());
+  ++step->reads_in_flight;
+  slot.Set(IoKind::kRead, *file, meta.header_size() + start, length, target);
+  tier.device->Queue(&slot);
+}
+
+void StepReader::Complete(int t, const IoCompletion& c) {
+  Tier& tier = *tiers_[t];
+  auto& slot = static_cast<ReadSlot&>(*c.request);
+  TierSlots& ts = slots_[t];
+  ts.free.push_back(static_cast<uint32_t>(&slot - ts.slots.data()));
+  const BlockRef ref = slot.ref;
+  auto* step = static_cast<ReadStep*>(ref.step);
+  const StepBlock& blk = step->blocks[ref.block];
+  const uint32_t chunk = blk.chunk;
+  step->use[t].ReadEnded(reactor_->NowNs());
+  --step->reads_in_flight;
+  if (c.status != IoStatus::kOk) {
+    ++tier.counters.read_errors;
+    spdlog::warn("tier {}: read of '{}' failed: {}", tier.name, step->reads[chunk].key, std::strerror(c.error));
+    BlockFailed(t, step, ref, absl::StrCat("read error on tier ", tier.name, ": ", std::strerror(c.error)),
+                IsBadCopy(c.status));
+    return;
+  }
+  if (slot.buffer != slot.dst) std::memcpy(slot.dst, slot.buffer, slot.payload);
+  const ChunkMeta& meta = *step->metas[chunk];
+  if (config_.verify_checksums && Checksum(slot.dst, slot.payload) != meta.segment_checksums[blk.segment]) {
+    ++tier.counters.checksum_failures;
+    spdlog::warn("tier {}: block {} of '{}' fails its checksum", tier.name, blk.segment, step->reads[chunk].key);
+    BlockFailed(t, step, ref, absl::StrCat("checksum mismatch on tier ", tier.name), true);
+    return;
+  }
+  pool_->Done(ref);
+  ++tier.counters.blocks_read;
+  tier.counters.bytes_read += slot.payload;
+  ++step->use[t].blocks;
+  step->use[t].bytes += slot.payload;
+  step->results[chunk].tier_mask |= 1u << t;
+  Settle(step, chunk);
+}
+
+void StepReader::BlockFailed(int t, ReadStep* step, BlockRef ref, std::string why, bool bad_copy) {
+  const uint32_t chunk = step->blocks[ref.block].chunk;
+  step->errors[chunk] = std::move(why);
+  pool_->Fail(ref, t);  // only this chunk loses the tier; its other chunks are unaffected
+  if (bad_copy) DropReplica(step, chunk, t);
+  Settle(step, chunk);
+}
+
+// Drops the bad copy, unless the key was rewritten since this step placed it (then the file on
+// this tier may be the new version, and this step's read simply fails over).
+void StepReader::DropReplica(ReadStep* step, uint32_t chunk, int t) {
+  std::vector<Victim> victims;
+  {
+    absl::MutexLock lock(&index_->mu());
+    Index& index = index_->get();
+    const IndexEntry* e = index.Find(step->reads[chunk].key);
+    Victim v;
+    if (e != nullptr && e->meta == step->metas[chunk] && index.RemoveReplica(step->reads[chunk].key, t, &v)) {
+      victims.push_back(std::move(v));
+    }
+  }
+  RemoveReplicaFiles(tiers_, victims);
+}
+
+void StepReader::Settle(ReadStep* step, uint32_t chunk) {
+  switch (StepPool::ChunkOutcome(*step, chunk)) {
+    case StepPool::Outcome::kPending:
+      return;
+    case StepPool::Outcome::kComplete:
+      Deliver(step, chunk, absl::OkStatus());
+      break;
+    case StepPool::Outcome::kFailed:
+      Deliver(step, chunk, absl::DataLossError(absl::StrCat("no intact replica of '", step->reads[chunk].key, "' (",
+                                                            step->errors[chunk], ")")));
+      break;
+  }
+  if (step->unfinished == 0) Finish(step);
+}
+
+void StepReader::Deliver(ReadStep* step, uint32_t chunk, absl::Status status) {
+  ChunkResult& result = step->results[chunk];
+  result.status = std::move(status);
+  if (!result.status.ok()) result.size = 0;
+  pool_->Finish(step, chunk);
+  if (step->metas[chunk]) {
+    absl::MutexLock lock(&index_->mu());
+    index_->get().Unpin(step->reads[chunk].key);
+  }
+  if (result.status.ok()) {
+    ++counters_->retrieve_hits;
+  } else if (absl::IsNotFound(result.status)) {
+    ++counters_->retrieve_misses;
+  } else {
+    ++counters_->retrieve_failures;
+  }
+  if (step->on_chunk) step->on_chunk(result);
+}
+
+void StepReader::Finish(ReadStep* step) {
+  if (step->end_ns != 0) return;
+  step->end_ns = std::max(reactor_->NowNs(), step->start_ns + 1);
+  pool_->Remove(step);
+  std::vector<double> reference(tiers_.size());
+  for (size_t t = 0; t < tiers_.size(); ++t) reference[t] = tiers_[t]->reference_bps;
+  StepRecord rec = MakeStepRecord({&step->results, &step->use, &tier_names_, step->eligible,
+                                   step->end_ns - step->start_ns, step->policies},
+                                  &reference);
+  for (size_t t = 0; t < tiers_.size(); ++t) tiers_[t]->reference_bps = reference[t];
+  rec.start_unix_ns = UnixNowNs() - (step->end_ns - step->start_ns);
+  on_step_finished_(&rec);
+  if (step->on_done) step->on_done(std::move(rec));
+}
+
+void StepReader::Sweep() {
+  std::erase_if(steps_, [](const std::unique_ptr<ReadStep>& s) { return s->end_ns != 0 && s->reads_in_flight == 0; });
+}
+
+}  // namespace kvstream

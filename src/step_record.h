@@ -1,0 +1,69 @@
+// What one step did, per tier, and how far it was from the aggregate-bandwidth bound
+// D / sum_k b_k (docs/design-notes.md). TierUse accumulates a tier's busy time and bytes while the
+// step reads; MakeStepRecord turns them into a StepRecord (pure: no clock, no I/O); StepHistory
+// keeps the most recent records for Stats and kvstreamctl.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "kvstream/types.h"
+
+namespace kvstream {
+
+// One tier's part in one step: blocks and bytes it delivered and the time it had at least one
+// of the step's reads in flight.
+struct TierUse {
+  uint64_t blocks = 0;
+  uint64_t bytes = 0;
+  uint32_t in_flight = 0;
+  int64_t busy_since_ns = 0;
+  int64_t busy_ns = 0;
+
+  void ReadStarted(int64_t now_ns) {
+    if (in_flight++ == 0) busy_since_ns = now_ns;
+  }
+  void ReadEnded(int64_t now_ns) {
+    if (--in_flight == 0) busy_ns += now_ns - busy_since_ns;
+  }
+};
+
+// Weight of a new step's bandwidth in a tier's reference (a moving average).
+inline constexpr double kReferenceWeight = 0.25;
+
+struct StepRecordInput {
+  const std::vector<ChunkResult>* results = nullptr;
+  const std::vector<TierUse>* use = nullptr;         // per tier
+  const std::vector<std::string>* tier_names = nullptr;
+  uint32_t eligible = 0;                             // tiers holding at least one chunk of the step
+  int64_t wall_ns = 0;
+  Policies policies;                                 // the ones the step ran under
+};
+
+// The step's record: counts, bytes, per-tier blocks/bytes/busy/bandwidth, and the bound from the
+// bandwidth of the eligible tiers (each tier's bandwidth in this step, or its reference when it
+// read nothing). Updates `reference_bps` (per tier) with the tiers' bandwidth in this step. The
+// record's id is left 0 (StepHistory assigns it); start_unix_ns is the caller's.
+StepRecord MakeStepRecord(const StepRecordInput& in, std::vector<double>* reference_bps);
+
+class StepHistory {
+ public:
+  static constexpr size_t kLimit = 1024;
+
+  // Assigns the record its id and keeps it (dropping the oldest beyond kLimit).
+  void Add(StepRecord* record);
+  // The most recent records, oldest first (at most `max` of them).
+  std::vector<StepRecord> Recent(size_t max) const;
+  uint64_t count() const;
+
+ private:
+  mutable absl::Mutex mu_;
+  std::deque<StepRecord> records_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace kvstream

@@ -1,0 +1,131 @@
+#include "write_stager.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+
+namespace kvstream {
+namespace {
+
+int64_t UnixNowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+WriteStager::WriteStager(uint64_t limit_bytes, double high_water, uint32_t block_size, Reactor* reactor)
+    : limit_bytes_(limit_bytes), high_water_(high_water), block_size_(block_size), reactor_(reactor) {}
+
+absl::Status WriteStager::Stage(std::string_view key, const void* data, size_t size, PersistCallback on_durable,
+                                bool block) {
+  if (absl::Status s = ValidateKey(key); !s.ok()) return s;
+  if (size == 0) return absl::InvalidArgumentError("empty chunk");
+  auto chunk = std::make_unique<StagedChunk>();
+  auto meta = std::make_shared<ChunkMeta>(DescribeChunk(key, data, size, block_size_, UnixNowNs()));
+  chunk->image_size = meta->file_size();
+  if (chunk->image_size > limit_bytes_) {
+    return absl::InvalidArgumentError(absl::StrCat("chunk of ", size, " bytes (", chunk->image_size,
+                                                   " on disk) exceeds the staging limit of ", limit_bytes_, " bytes"));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    while (!stopping_ && staged_bytes_ + chunk->image_size > limit_bytes_) {
+      if (!block) return absl::ResourceExhaustedError("staging is full");
+      ++space_waiters_;
+      reactor_->Wake();  // pressure: writes may now run during reads
+      changed_.Wait(&mu_);
+      --space_waiters_;
+    }
+    if (stopping_) return absl::UnavailableError("store is shutting down");
+    staged_bytes_ += chunk->image_size;
+    ++staged_chunks_;
+    chunk->seq = next_seq_++;
+    unfinished_.insert(chunk->seq);
+  }
+  chunk->image = AllocateAligned(chunk->image_size);
+  if (!chunk->image) {
+    absl::MutexLock lock(&mu_);
+    staged_bytes_ -= chunk->image_size;
+    --staged_chunks_;
+    unfinished_.erase(chunk->seq);
+    changed_.SignalAll();
+    return absl::ResourceExhaustedError("cannot allocate staging memory");
+  }
+  EncodeChunkFile(*meta, data, chunk->image.get());
+  chunk->stem = FileStem(key);
+  chunk->meta = std::move(meta);
+  chunk->callback = std::move(on_durable);
+  {
+    absl::MutexLock lock(&mu_);
+    new_.push_back(std::move(chunk));
+  }
+  reactor_->Wake();
+  return absl::OkStatus();
+}
+
+void WriteStager::TakeStaged(std::vector<std::unique_ptr<StagedChunk>>* out) {
+  absl::MutexLock lock(&mu_);
+  for (auto& c : new_) out->push_back(std::move(c));
+  new_.clear();
+}
+
+void WriteStager::Finish(std::unique_ptr<StagedChunk> chunk, const PersistResult& result) {
+  {
+    absl::MutexLock lock(&mu_);
+    staged_bytes_ -= chunk->image_size;
+    --staged_chunks_;
+    ++persists_;
+    if (!result.status.ok()) ++persist_failures_;
+    changed_.SignalAll();  // staging space for blocked producers
+  }
+  if (chunk->callback) chunk->callback(chunk->meta->key, result);
+  absl::MutexLock lock(&mu_);
+  unfinished_.erase(chunk->seq);  // only now does Flush see it as done: its callback has run
+  changed_.SignalAll();
+}
+
+bool WriteStager::MayWrite(WritePolicy policy, bool reads_pending) const {
+  if (policy == WritePolicy::kImmediate || !reads_pending) return true;
+  absl::MutexLock lock(&mu_);
+  return stopping_ || space_waiters_ > 0 || staged_bytes_ > high_water_ * limit_bytes_;
+}
+
+void WriteStager::Flush() {
+  absl::MutexLock lock(&mu_);
+  const uint64_t target = next_seq_;
+  while (!unfinished_.empty() && *unfinished_.begin() < target) changed_.Wait(&mu_);
+}
+
+void WriteStager::Stop() {
+  absl::MutexLock lock(&mu_);
+  stopping_ = true;
+  changed_.SignalAll();
+}
+
+bool WriteStager::empty() const {
+  absl::MutexLock lock(&mu_);
+  return unfinished_.empty();
+}
+
+uint64_t WriteStager::staged_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return staged_bytes_;
+}
+
+uint64_t WriteStager::staged_chunks() const {
+  absl::MutexLock lock(&mu_);
+  return staged_chunks_;
+}
+
+uint64_t WriteStager::persists() const {
+  absl::MutexLock lock(&mu_);
+  return persists_;
+}
+
+uint64_t WriteStager::persist_failures() const {
+  absl::MutexLock lock(&mu_);
+  return persist_failures_;
+}
+
+}  // namespace kvstream

@@ -1,0 +1,87 @@
+// WriteStager (M2): new KV waits in bounded staging memory, as a ready-to-write chunk image, until
+// the replicator writes it. Producers block (or are refused) while staging is full. Under the
+// deferred write policy, writes run only while no read is pending (during the forward pass), or
+// under pressure: staging above its high-water mark, a producer waiting for space, or a drain at
+// shutdown. Thread-safe: producers stage from any thread, the loop takes and finishes chunks.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "aligned_buffer.h"
+#include "chunk_format.h"
+#include "kvstream/policies.h"
+#include "kvstream/types.h"
+#include "reactor.h"
+
+namespace kvstream {
+
+// One chunk in staging: its file image (header, payload, padding) ready to write.
+struct StagedChunk {
+  uint64_t seq = 0;  // staging order
+  std::shared_ptr<const ChunkMeta> meta;
+  std::string stem;
+  AlignedBuffer image;
+  uint64_t image_size = 0;
+  PersistCallback callback;
+};
+
+class WriteStager {
+ public:
+  // `reactor` is woken when a chunk is staged or a producer starts waiting for space.
+  WriteStager(uint64_t limit_bytes, double high_water, uint32_t block_size, Reactor* reactor);
+
+  // Copies the chunk into staging. When staging is full: waits for space if `block`, else
+  // ResourceExhausted. InvalidArgument for a bad key, an empty chunk or one larger than staging;
+  // Unavailable once stopped.
+  absl::Status Stage(std::string_view key, const void* data, size_t size, PersistCallback on_durable, bool block);
+
+  // Loop: moves the chunks staged since the last call (oldest first) to `out`.
+  void TakeStaged(std::vector<std::unique_ptr<StagedChunk>>* out);
+  // Loop: every replica of the chunk is written or failed. Frees its staging, counts it, runs its
+  // callback, and only then lets Flush see it as done.
+  void Finish(std::unique_ptr<StagedChunk> chunk, const PersistResult& result);
+
+  // Whether writes may run now under `policy`, given whether reads are pending.
+  bool MayWrite(WritePolicy policy, bool reads_pending) const;
+  // Waits until every chunk staged before the call is finished and its callback has run.
+  void Flush();
+  // Refuses new chunks, wakes blocked producers (they get Unavailable) and writes everything
+  // staged during reads too.
+  void Stop();
+  // Nothing staged and not yet finished.
+  bool empty() const;
+
+  uint64_t staged_bytes() const;
+  uint64_t staged_chunks() const;
+  uint64_t limit_bytes() const { return limit_bytes_; }
+  uint64_t persists() const;
+  uint64_t persist_failures() const;
+
+ private:
+  const uint64_t limit_bytes_;
+  const double high_water_;
+  const uint32_t block_size_;
+  Reactor* const reactor_;
+
+  mutable absl::Mutex mu_;
+  absl::CondVar changed_;  // staging space freed, a chunk finished, or stopping
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  uint32_t space_waiters_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t staged_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t staged_chunks_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  std::set<uint64_t> unfinished_ ABSL_GUARDED_BY(mu_);  // seqs staged and not yet finished
+  std::vector<std::unique_ptr<StagedChunk>> new_ ABSL_GUARDED_BY(mu_);  // not yet taken by the loop
+  uint64_t persists_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t persist_failures_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace kvstream

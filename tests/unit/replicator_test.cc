@@ -1,0 +1,194 @@
+// The replicator (M3) and the write path under faults: a replica whose write or commit fails, a
+// tier that is full, replication that ends partial or fails everywhere, short and retried writes,
+// and two writes of one key completing out of order. Persist results say which tiers hold the
+// chunk; no temporary is left behind.
+#include "replicator.h"
+
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+
+#include "sim_rig.h"
+
+namespace kvstream::testing {
+namespace {
+
+constexpr double MBps = 1e6;
+
+struct Outcome {
+  absl::Status status;
+  uint32_t tier_mask = 0;
+  int calls = 0;
+};
+
+// Persists `data` under `key` and waits until its callback ran.
+Outcome PersistAndWait(SimRig& rig, const std::string& key, const std::vector<uint8_t>& data) {
+  Outcome out;
+  REQUIRE(rig.engine
+              ->Persist(key, data.data(), data.size(),
+                        [&out](const std::string&, const PersistResult& r) {
+                          out.status = r.status;
+                          out.tier_mask = r.tier_mask;
+                          ++out.calls;
+                        })
+              .ok());
+  rig.engine->Flush();
+  return out;
+}
+
+// Reads `key` back; OK when its bytes equal `expected`.
+absl::Status ReadBack(SimRig& rig, const std::string& key, const std::vector<uint8_t>& expected) {
+  std::vector<uint8_t> buffer(expected.size());
+  std::vector<ChunkResult> results;
+  rig.engine->Retrieve({{key, buffer.data(), buffer.size()}}, &results);
+  if (!results[0].status.ok()) return results[0].status;
+  return buffer == expected ? absl::OkStatus() : absl::DataLossError("wrong bytes");
+}
+
+SimFaultHook FailOn(SimOp op, int error) {
+  return [op, error](const SimOpInfo& info) { return info.op == op ? SimFault::Error(error) : SimFault::None(); };
+}
+
+void RequireNoTemporaries(const SimRig& rig) {
+  for (SimDevice* d : rig.devices) REQUIRE(d->temporaries() == 0);
+}
+
+TEST_CASE("a replica whose write fails leaves the chunk durable on the other tier and says so") {
+  SimRig rig({300 * MBps, 100 * MBps});
+  rig.devices[1]->SetFaultHook(FailOn(SimOp::kWrite, EIO));
+  const auto data = Payload(3 * kBlock, 1);
+  Outcome out = PersistAndWait(rig, "k", data);
+  CHECK(out.calls == 1);
+  CHECK(out.status.ok());
+  CHECK(out.tier_mask == 1u);
+  CHECK(rig.engine->Lookup({"k"})[0].tier_mask == 1u);
+  CHECK(rig.engine->Stats().tiers[1].write_errors > 0);
+  CHECK(rig.devices[1]->files().empty());
+  RequireNoTemporaries(rig);
+  CHECK(ReadBack(rig, "k", data).ok());
+}
+
+TEST_CASE("a commit that fails loses only that replica") {
+  SimRig rig({300 * MBps, 100 * MBps});
+  rig.devices[0]->SetFaultHook(FailOn(SimOp::kCommit, EIO));
+  const auto data = Payload(kBlock + 5, 2);
+  Outcome out = PersistAndWait(rig, "k", data);
+  CHECK(out.status.ok());
+  CHECK(out.tier_mask == 2u);
+  CHECK(rig.devices[0]->files().empty());
+  CHECK(rig.engine->Stats().tiers[0].write_errors == 1);
+  RequireNoTemporaries(rig);
+  CHECK(ReadBack(rig, "k", data).ok());
+}
+
+TEST_CASE("a temporary that cannot be created fails that replica only") {
+  SimRig rig({300 * MBps, 100 * MBps});
+  rig.devices[1]->SetFaultHook(FailOn(SimOp::kCreateTemp, EACCES));
+  Outcome out = PersistAndWait(rig, "k", Payload(100, 3));
+  CHECK(out.status.ok());
+  CHECK(out.tier_mask == 1u);
+}
+
+TEST_CASE("a full tier: ENOSPC on write or no room to evict fails its replica, the other holds") {
+  SECTION("the device reports ENOSPC") {
+    SimRig rig({300 * MBps, 100 * MBps});
+    rig.devices[0]->SetFaultHook(FailOn(SimOp::kWrite, ENOSPC));
+    Outcome out = PersistAndWait(rig, "k", Payload(kBlock, 4));
+    CHECK(out.status.ok());
+    CHECK(out.tier_mask == 2u);
+  }
+  SECTION("the chunk is larger than the tier's capacity") {
+    StoreConfig c = SimConfig(2);
+    c.tiers[1].capacity_bytes = 64 << 10;
+    SimRig rig({300 * MBps, 100 * MBps}, c);
+    Outcome out = PersistAndWait(rig, "k", Payload(kBlock, 5));
+    CHECK(out.status.ok());
+    CHECK(out.tier_mask == 1u);
+    RequireNoTemporaries(rig);
+  }
+}
+
+TEST_CASE("replication that fails on every tier reports the error and indexes nothing") {
+  SimRig rig({300 * MBps, 100 * MBps});
+  for (SimDevice* d : rig.devices) d->SetFaultHook(FailOn(SimOp::kWrite, ENOSPC));
+  Outcome out = PersistAndWait(rig, "k", Payload(kBlock, 6));
+  CHECK(absl::IsResourceExhausted(out.status));
+  CHECK(out.tier_mask == 0u);
+  CHECK_FALSE(rig.engine->Lookup({"k"})[0].present);
+  CHECK(rig.engine->Stats().persist_failures == 1);
+  RequireNoTemporaries(rig);
+}
+
+TEST_CASE("short and retried writes are continued and the replicas are intact") {
+  const SimFault fault = GENERATE(SimFault::Short(), SimFault::Again());
+  SimRig rig({300 * MBps, 100 * MBps});
+  for (SimDevice* d : rig.devices) {
+    d->SetFaultHook([fault](const SimOpInfo& op) { return op.op == SimOp::kWrite ? fault : SimFault::None(); });
+  }
+  const auto data = Payload(3 * kBlock + 100, 7);
+  Outcome out = PersistAndWait(rig, "k", data);
+  CHECK(out.tier_mask == 3u);
+  CHECK(rig.engine->Stats().tiers[0].resubmits > 0);
+  for (SimDevice* d : rig.devices) d->SetFaultHook(nullptr);
+  for (int tier = 0; tier < 2; ++tier) {  // each replica alone
+    REQUIRE(rig.engine->Evict({"k", tier == 0 ? "t1" : "t0", 0, false}).ok());
+    CHECK(ReadBack(rig, "k", data).ok());
+    PersistAndWait(rig, "k", data);  // both replicas again
+  }
+}
+
+TEST_CASE("two writes of one key completing out of order leave the newer version") {
+  SimRig rig({300 * MBps, 100 * MBps});
+  // The first write each device sees (the older version's) completes a second late.
+  for (SimDevice* d : rig.devices) {
+    auto first = std::make_shared<bool>(true);
+    d->SetFaultHook([first](const SimOpInfo& op) {
+      if (op.op != SimOp::kWrite || !*first) return SimFault::None();
+      *first = false;
+      return SimFault::Delay(1'000'000'000);
+    });
+  }
+  const auto older = Payload(1000, 8), newer = Payload(2000, 9);
+  Outcome a, b;
+  auto record = [](Outcome* o) {
+    return [o](const std::string&, const PersistResult& r) {
+      o->status = r.status;
+      o->tier_mask = r.tier_mask;
+      ++o->calls;
+    };
+  };
+  REQUIRE(rig.engine->Persist("k", older.data(), older.size(), record(&a)).ok());
+  REQUIRE(rig.engine->Persist("k", newer.data(), newer.size(), record(&b)).ok());
+  rig.engine->Flush();
+  CHECK(b.status.ok());
+  CHECK(b.tier_mask == 3u);
+  CHECK(a.status.ok());
+  CHECK(a.tier_mask == 0u);  // superseded: never renamed over the newer file
+  CHECK(rig.engine->Lookup({"k"})[0].size == newer.size());
+  CHECK(ReadBack(rig, "k", newer).ok());
+  RequireNoTemporaries(rig);
+}
+
+TEST_CASE("a replica already present with the same bytes is not written again") {
+  SimRig rig({300 * MBps, 100 * MBps});
+  const auto data = Payload(kBlock, 10);
+  PersistAndWait(rig, "k", data);
+  for (SimDevice* d : rig.devices) d->ClearOps();
+  Outcome out = PersistAndWait(rig, "k", data);
+  CHECK(out.tier_mask == 3u);
+  for (SimDevice* d : rig.devices) CHECK(d->ops().empty());
+}
+
+TEST_CASE("replication primary writes the first tier only") {
+  StoreConfig c = SimConfig(2);
+  c.replication = ReplicationPolicy::kPrimary;
+  SimRig rig({300 * MBps, 100 * MBps}, c);
+  Outcome out = PersistAndWait(rig, "k", Payload(kBlock, 11));
+  CHECK(out.tier_mask == 1u);
+  CHECK(rig.devices[1]->files().empty());
+}
+
+}  // namespace
+}  // namespace kvstream::testing

@@ -1,0 +1,204 @@
+// The step reader in virtual time: per-chunk results and callbacks, bounce buffers, failover on
+// read errors and checksum failures, and which replicas a failure drops.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <thread>
+
+#include "sim_rig.h"
+
+namespace kvstream::testing {
+namespace {
+
+constexpr double MBps = 1e6;
+
+enum class Fault { kEio, kCorrupt };
+
+// A file as an older configuration would have written it: one segment of `segment` bytes.
+std::vector<uint8_t> FileImage(const std::string& key, const std::vector<uint8_t>& payload, uint32_t segment) {
+  ChunkMeta meta = DescribeChunk(key, payload.data(), payload.size(), segment, 1);
+  std::vector<uint8_t> image(meta.file_size());
+  EncodeChunkFile(meta, payload.data(), image.data());
+  return image;
+}
+
+TEST_CASE("misses and bad keys and small destinations are reported per chunk") {
+  SimRig rig({300 * MBps, 100 * MBps});
+  auto data = rig.Populate("k", 2, 3 * kBlock + 100);  // unaligned tail: read via bounce
+  auto batch = SimRig::MakeBatch("k", 2, 3 * kBlock + 100);
+  std::vector<uint8_t> small(10);
+  batch.reads.push_back({"absent", small.data(), small.size()});
+  batch.reads.push_back({"", small.data(), small.size()});
+  batch.reads.push_back({"k0", small.data(), small.size()});
+  std::vector<ChunkResult> results;
+  StepRecord rec = rig.engine->Retrieve(batch.reads, &results, nullptr);
+  RequireIntact(batch, data, results);
+  CHECK(absl::IsNotFound(results[2].status));
+  CHECK(absl::IsInvalidArgument(results[3].status));
+  CHECK(absl::IsOutOfRange(results[4].status));
+  CHECK(rec.hits == 2);
+  CHECK(rec.misses == 1);
+  CHECK(rec.failed == 2);
+  CHECK(rig.engine->Stats().tiers[0].bounce_reads + rig.engine->Stats().tiers[1].bounce_reads >= 1);
+}
+
+TEST_CASE("per-chunk callbacks fire as chunks complete and before the step ends") {
+  SimRig rig({300 * MBps, 100 * MBps});
+  rig.Populate("k", 16, 4 * kBlock);
+  auto batch = SimRig::MakeBatch("k", 16, 4 * kBlock);
+  std::vector<int64_t> at;
+  const int64_t start = rig.clock->NowNs();
+  StepRecord rec = rig.engine->Retrieve(batch.reads, nullptr, [&](const ChunkResult& r) {
+    at.push_back(rig.clock->NowNs());
+  });
+  REQUIRE(at.size() == 16);
+  std::sort(at.begin(), at.end());
+  // Chunks at both ends of the step complete early; the last one completes with the step.
+  CHECK(at[1] - start < static_cast<int64_t>(rec.wall_seconds * 1e9 / 4));
+  CHECK(at.back() - start == static_cast<int64_t>(std::llround(rec.wall_seconds * 1e9)));
+}
+
+TEST_CASE("a tier failing mid-step still yields a complete and correct step from the replica") {
+  const Fault fault = GENERATE(Fault::kEio, Fault::kCorrupt);
+  SimRig rig({300 * MBps, 100 * MBps});
+  auto data = rig.Populate("k", 16, 4 * kBlock);
+  // Tier 1 fails every read from its 5th on.
+  rig.devices[1]->SetFaultHook([&](const SimOpInfo& op) {
+    if (op.op != SimOp::kRead || op.index < 4) return SimFault::None();
+    return fault == Fault::kEio ? SimFault::Error(EIO) : SimFault::Corrupt();
+  });
+  auto batch = SimRig::MakeBatch("k", 16, 4 * kBlock);
+  std::vector<ChunkResult> results;
+  StepRecord rec = rig.engine->Retrieve(batch.reads, &results, nullptr);
+  RequireIntact(batch, data, results);
+  CHECK(rec.hits == 16);
+  StoreStats stats = rig.engine->Stats();
+  if (fault == Fault::kEio) {
+    CHECK(stats.tiers[1].read_errors > 0);
+  } else {
+    CHECK(stats.tiers[1].checksum_failures > 0);
+  }
+  // The bad copies were dropped from the index and from the tier.
+  auto lookup = rig.engine->Lookup({"k8", "k15"});
+  CHECK(lookup[1].tier_mask == 1u);
+  CHECK(rig.devices[1]->files().size() < 16);
+}
+
+TEST_CASE("a chunk fails only when no replica remains") {
+  SimRig rig({300 * MBps, 100 * MBps});
+  auto data = rig.Populate("k", 4, 2 * kBlock);
+  for (SimDevice* d : rig.devices) {
+    d->SetFaultHook([](const SimOpInfo& op) {
+      return op.op == SimOp::kRead && op.stem == FileStem("k2") ? SimFault::Corrupt() : SimFault::None();
+    });
+  }
+  auto batch = SimRig::MakeBatch("k", 4, 2 * kBlock);
+  std::vector<ChunkResult> results;
+  StepRecord rec = rig.engine->Retrieve(batch.reads, &results, nullptr);
+  CHECK(results[0].status.ok());
+  CHECK(results[1].status.ok());
+  CHECK(absl::IsDataLoss(results[2].status));
+  CHECK(results[3].status.ok());
+  CHECK(rec.failed == 1);
+  CHECK(rig.engine->Lookup({"k2"})[0].present == false);
+}
+
+TEST_CASE("static and fastest fail over when their pinned tier fails") {
+  const std::string routing = GENERATE(std::string("static:0.5"), std::string("fastest"));
+  SimRig rig({300 * MBps, 100 * MBps}, WithRouting(routing));
+  auto data = rig.Populate("k", 8, 4 * kBlock);
+  rig.devices[0]->SetFaultHook([](const SimOpInfo& op) {
+    return op.op == SimOp::kRead ? SimFault::Error(EIO) : SimFault::None();
+  });
+  auto batch = SimRig::MakeBatch("k", 8, 4 * kBlock);
+  std::vector<ChunkResult> results;
+  rig.engine->Retrieve(batch.reads, &results, nullptr);
+  RequireIntact(batch, data, results);
+}
+
+TEST_CASE("a failed oversized bounce read does not leak into the next read of its slot") {
+  // One segment of about 4 MiB, larger than the 1 MiB bounce buffer; its padded read does not fit
+  // the exact-size destination, so it goes through an oversized bounce buffer.
+  const auto big = Payload(4 * kBlock - 100, 1);
+  const auto small = Payload(100, 2);         // read through the regular bounce buffer
+  StoreConfig c;
+  c.tiers.push_back({"t0", "/sim/t0", 1ull << 30, /*queue_depth=*/1});
+  SimRig rig({300 * MBps}, c, 0, [&](std::vector<SimDevice*>& d) {
+    d[0]->files()[FileStem("big")] = FileImage("big", big, 4 * kBlock);
+    d[0]->files()[FileStem("small")] = FileImage("small", small, kBlock);
+  });
+  rig.devices[0]->SetFaultHook([](const SimOpInfo& op) {
+    return op.stem == FileStem("big") ? SimFault::Error(EIO) : SimFault::None();
+  });
+  std::vector<uint8_t> out_big(big.size() + 1), out_small(small.size());
+  std::vector<ChunkResult> results;
+  rig.engine->Retrieve({{"big", out_big.data(), big.size()}}, &results, nullptr);
+  CHECK(absl::IsDataLoss(results[0].status));
+  rig.engine->Retrieve({{"small", out_small.data(), out_small.size()}}, &results, nullptr);
+  REQUIRE(results[0].status.ok());
+  CHECK((out_small == small));
+  CHECK(rig.engine->Lookup({"small"})[0].present);
+}
+
+TEST_CASE("a transient read error fails over without dropping the replica") {
+  SimRig rig({300 * MBps, 100 * MBps});
+  auto data = rig.Populate("k", 8, 2 * kBlock);
+  rig.devices[1]->SetFaultHook([](const SimOpInfo& op) {
+    return op.op == SimOp::kRead ? SimFault::Error(ECANCELED) : SimFault::None();
+  });
+  auto batch = SimRig::MakeBatch("k", 8, 2 * kBlock);
+  std::vector<ChunkResult> results;
+  rig.engine->Retrieve(batch.reads, &results, nullptr);
+  RequireIntact(batch, data, results);
+  CHECK(rig.engine->Stats().tiers[1].read_errors > 0);
+  for (const LookupResult& l : rig.engine->Lookup({"k0", "k7"})) CHECK(l.tier_mask == 3u);
+}
+
+TEST_CASE("short reads and EAGAIN are continued by the device and the bytes are intact") {
+  const SimFault fault = GENERATE(SimFault::Short(), SimFault::Again());
+  SimRig rig({300 * MBps, 100 * MBps});
+  auto data = rig.Populate("k", 6, 3 * kBlock + 100);
+  for (SimDevice* d : rig.devices) {
+    d->SetFaultHook([fault](const SimOpInfo& op) { return op.op == SimOp::kRead ? fault : SimFault::None(); });
+  }
+  auto batch = SimRig::MakeBatch("k", 6, 3 * kBlock + 100);
+  std::vector<ChunkResult> results;
+  rig.engine->Retrieve(batch.reads, &results);
+  RequireIntact(batch, data, results);
+  const StoreStats stats = rig.engine->Stats();
+  CHECK(stats.tiers[0].resubmits + stats.tiers[1].resubmits > 0);
+  CHECK(stats.tiers[0].read_errors + stats.tiers[1].read_errors == 0);
+}
+
+TEST_CASE("completions that arrive out of order still assemble every chunk") {
+  SimRig rig({300 * MBps, 100 * MBps}, WithRouting("completion", 4));
+  auto data = rig.Populate("k", 8, 4 * kBlock);
+  for (SimDevice* d : rig.devices) {  // every other read is late: later reads overtake it
+    d->SetFaultHook([](const SimOpInfo& op) {
+      return op.op == SimOp::kRead && op.index % 2 == 0 ? SimFault::Delay(20'000'000) : SimFault::None();
+    });
+  }
+  auto batch = SimRig::MakeBatch("k", 8, 4 * kBlock);
+  std::vector<ChunkResult> results;
+  StepRecord rec = rig.engine->Retrieve(batch.reads, &results);
+  RequireIntact(batch, data, results);
+  CHECK(rec.tiers[0].blocks + rec.tiers[1].blocks == 32);
+}
+
+TEST_CASE("a replica whose file vanished is dropped and the step is served from the other") {
+  SimRig rig({300 * MBps, 100 * MBps});
+  auto data = rig.Populate("k", 4, 2 * kBlock);
+  rig.devices[0]->files().erase(FileStem("k1"));
+  auto batch = SimRig::MakeBatch("k", 4, 2 * kBlock);
+  std::vector<ChunkResult> results;
+  rig.engine->Retrieve(batch.reads, &results);
+  RequireIntact(batch, data, results);
+  CHECK(rig.engine->Lookup({"k1"})[0].tier_mask == 2u);
+}
+
+}  // namespace
+}  // namespace kvstream::testing
