@@ -1,12 +1,17 @@
 // kvbench's report arithmetic (bounds, gaps, speedups, shares) on hand-made and recorded inputs,
-// and its workloads.
+// its workloads, its run planning, and its report (text, JSON, --check verdict).
 #include <catch2/catch.hpp>
 
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
+#include <functional>
 
 #include <nlohmann/json.hpp>
 
 #include "bench_math.h"
+#include "plan.h"
+#include "report.h"
 #include "test_util.h"
 #include "workload.h"
 
@@ -141,6 +146,206 @@ TEST_CASE("a trace is read in arrival order through a host LRU in front of stora
   CHECK(w->new_chunks == 0);
   o.chunk_tokens = 700;
   CHECK_FALSE(FromTrace(o).ok());
+}
+
+// The runs of kvbench's default --policies and --write-policies, in the order they run.
+TEST_CASE("the default policies plan the policy runs, then completion+idle and the write runs") {
+  auto runs = PlanPolicyRuns("completion,static:0.5,static:0.67,fastest,serial", "deferred,immediate", 0.1, 0.3);
+  REQUIRE(runs.ok());
+  const std::vector<RunSpec> expected = {
+      {"completion", "completion", "step", "deferred", false, 0.1},
+      {"static:0.5", "static:0.5", "step", "deferred", false, 0.1},
+      {"static:0.67", "static:0.67", "step", "deferred", false, 0.1},
+      {"fastest", "fastest", "step", "deferred", false, 0.1},
+      {"serial", "fastest", "serial", "deferred", false, 0.1},
+      {"completion+idle", "completion", "step", "deferred", false, 0.3},
+      {"completion+writes:deferred", "completion", "step", "deferred", true, 0.3},
+      {"completion+writes:immediate", "completion", "step", "immediate", true, 0.3},
+  };
+  CHECK(*runs == expected);
+}
+
+TEST_CASE("without write policies there is no completion+idle run, and empty items are skipped") {
+  auto runs = PlanPolicyRuns(",serial,,completion,", "", 0, 0.3);
+  REQUIRE(runs.ok());
+  REQUIRE(runs->size() == 2);
+  CHECK((*runs)[0].label == "serial");
+  CHECK((*runs)[1].label == "completion");
+  auto writes_only = PlanPolicyRuns("", ",immediate", 0, 0.5);
+  REQUIRE(writes_only.ok());
+  REQUIRE(writes_only->size() == 2);
+  CHECK((*writes_only)[0] == RunSpec{"completion+idle", "completion", "step", "deferred", false, 0.5});
+  CHECK((*writes_only)[1] == RunSpec{"completion+writes:immediate", "completion", "step", "immediate", true, 0.5});
+}
+
+TEST_CASE("an unknown policy fails with the flag that named it, --policies first") {
+  auto bad_routing = PlanPolicyRuns("completion,bogus", "bogus", 0, 0.3);
+  REQUIRE_FALSE(bad_routing.ok());
+  CHECK(std::string(bad_routing.status().message()).starts_with("--policies: "));
+  CHECK(std::string(bad_routing.status().message()).find("bogus") != std::string::npos);
+  auto bad_writes = PlanPolicyRuns("completion", "deferred,bogus", 0, 0.3);
+  REQUIRE_FALSE(bad_writes.ok());
+  CHECK(std::string(bad_writes.status().message()).starts_with("--write-policies: "));
+}
+
+TEST_CASE("each tier alone: static:1 and static:0 with two tiers, completion with one, none otherwise") {
+  const std::vector<RunSpec> two = PlanAloneRuns({"nvme", "pfs"});
+  REQUIRE(two.size() == 2);
+  CHECK(two[0] == RunSpec{"only:nvme", "static:1"});
+  CHECK(two[1] == RunSpec{"only:pfs", "static:0"});
+  CHECK(PlanAloneRuns({"nvme"}) == std::vector<RunSpec>{{"only:nvme", "completion"}});
+  CHECK(PlanAloneRuns({}).empty());
+  CHECK(PlanAloneRuns({"a", "b", "c"}).empty());
+  CHECK(IsAloneRun("only:nvme"));
+  CHECK_FALSE(IsAloneRun("completion"));
+}
+
+TEST_CASE("the arena holds the largest step's reads, and its new chunks only when a run writes") {
+  Workload w;
+  w.chunk_bytes = 5000;  // slots are rounded up to 4 KiB
+  w.steps = {{{"a", "b"}, {"x"}}, {{"c", "d", "e"}, {}}, {{}, {"y", "z", "v", "u"}}};
+  CHECK(SlotBytes(5000) == 8192);
+  CHECK(SlotBytes(8192) == 8192);
+  const RunSpec reads{"completion", "completion"};
+  RunSpec writes{"completion+writes:deferred", "completion"};
+  writes.with_writes = true;
+  const ArenaPlan read_only = PlanArena(w, {reads});
+  CHECK(read_only.read_slots == 3);
+  CHECK(read_only.bytes == 3 * 8192);
+  const ArenaPlan with_writes = PlanArena(w, {reads, writes});
+  CHECK(with_writes.read_slots == 3);
+  CHECK(with_writes.bytes == (3 + 4) * 8192);
+  w.steps = {{{}, {}}};
+  CHECK(PlanArena(w, {reads}).read_slots == 1);  // at least one slot
+}
+
+// Two tiers at 100 and 50 MB/s alone on one 100 MB step (bound 2/3 s), and the policy runs.
+BenchResults HandMadeResults() {
+  BenchResults r{"hand-made", 2, 1 << 20, 1, {"t0", "t1"}, {}, "", 0};
+  auto add = [&](const std::string& label, double seconds, uint64_t t0, uint64_t t1) {
+    r.runs.push_back({label, {{seconds, t0 + t1, {t0, t1}}}});
+  };
+  add("only:t0", 1.0, 100'000'000, 0);
+  add("only:t1", 2.0, 0, 100'000'000);
+  add("completion", 0.8, 60'000'000, 40'000'000);
+  add("serial", 1.2, 100'000'000, 0);
+  add("completion+idle", 1.0, 50'000'000, 50'000'000);
+  add("completion+writes:deferred", 1.6, 50'000'000, 50'000'000);
+  return r;
+}
+
+// What `print` writes to a stream.
+std::string Printed(const std::function<void(std::FILE*)>& print) {
+  char* text = nullptr;
+  size_t size = 0;
+  std::FILE* out = open_memstream(&text, &size);
+  print(out);
+  std::fclose(out);
+  std::string s(text, size);
+  std::free(text);
+  return s;
+}
+
+TEST_CASE("the report prints each tier alone and together, one table row per run, and reads with writes") {
+  const BenchResults results = HandMadeResults();
+  const Analysis a = Analyze(results);
+  REQUIRE(a.alone.size() == 2);
+  CHECK(a.alone[0] == &results.runs[0]);
+  CHECK(a.completion == &results.runs[2]);
+  CHECK(a.serial == &results.runs[3]);
+  CHECK(Printed([&](std::FILE* out) { PrintReport(out, results, a); }) ==
+        "1 steps, 95.4 MiB per step on average\n"
+        "t0           alone:    100.0 MB/s   together (completion):     75.0 MB/s\n"
+        "t1           alone:     50.0 MB/s   together (completion):     50.0 MB/s\n"
+        "\n"
+        "policy                       total_s   bound_s      MB/s      gap vs_serial     t0%     t1%\n"
+        "only:t0                        1.000     0.667     100.0   +50.0%     1.20x  100.0%    0.0%\n"
+        "only:t1                        2.000     0.667      50.0  +200.0%     0.60x    0.0%  100.0%\n"
+        "completion                     0.800     0.667     125.0   +20.0%     1.50x   60.0%   40.0%\n"
+        "serial                         1.200     0.667      83.3   +80.0%     1.00x  100.0%    0.0%\n"
+        "completion+idle                1.000     0.667     100.0   +50.0%     1.20x   50.0%   50.0%\n"
+        "completion+writes:deferred     1.600     0.667      62.5  +140.0%     0.75x   50.0%   50.0%\n"
+        "completion+writes:deferred: reads at 0.625 x reads alone (completion+idle)\n");
+}
+
+TEST_CASE("without an alone run per tier there is no bound, and fio is compared with the first tier") {
+  BenchResults results = HandMadeResults();
+  results.runs.erase(results.runs.begin() + 1);  // only:t1
+  results.fio_dir = "/t0";
+  results.fio_bps = 200e6;
+  const Analysis a = Analyze(results);
+  CHECK(a.alone.empty());
+  for (const Summary& s : a.summaries) CHECK(s.bound_seconds == 0);
+  const std::string printed = Printed([&](std::FILE* out) { PrintReport(out, results, a); });
+  CHECK(printed.find("alone:") == std::string::npos);
+  CHECK(printed.find("fio on /t0:    200.0 MB/s; t0 through kvstreamd alone = 0.000 x fio\n") != std::string::npos);
+  const CheckVerdict v = CheckCompletionGap(a, 0.5);
+  CHECK(v.exit_code == 3);
+  CHECK(v.to_stderr);
+  CHECK(v.message == "kvbench: --check needs the completion policy and the tiers' alone runs");
+}
+
+TEST_CASE("the --check verdict passes when the completion gap is within the limit and fails with 3 beyond it") {
+  const Analysis a = Analyze(HandMadeResults());  // completion's gap: +20%
+  const CheckVerdict passed = CheckCompletionGap(a, 0.25);
+  CHECK(passed.exit_code == 0);
+  CHECK_FALSE(passed.to_stderr);
+  CHECK(passed.message == "check passed: completion gap +20.0% <= 25.0%");
+  const CheckVerdict failed = CheckCompletionGap(a, 0.03);
+  CHECK(failed.exit_code == 3);
+  CHECK_FALSE(failed.to_stderr);
+  CHECK(failed.message == "check FAILED: completion gap +20.0% > 3.0%");
+}
+
+TEST_CASE("the --dry-run text and the first line describe the workload") {
+  auto w = Synthetic({2, 3, 4, 0.75, 1 << 20});
+  REQUIRE(w.ok());
+  CHECK(Printed([&](std::FILE* out) { PrintWorkload(out, *w); }) ==
+        "synthetic: 2 steps x 3 requests x 4 chunks (3 stored, 1 new)\n"
+        "2 steps; per rank: 18 chunk reads (9.0 MiB per step), 6 new chunks; 18 chunks to populate\n");
+  CHECK(Printed([&](std::FILE* out) { PrintHeader(out, *w, 2, {"nvme", "pfs"}); }) ==
+        "kvbench: synthetic: 2 steps x 3 requests x 4 chunks (3 stored, 1 new); 2 ranks, 1024 KiB per chunk per "
+        "rank, tiers nvme pfs\n");
+}
+
+// Numbers within Approx, everything else (keys, strings, array sizes) equal.
+void CheckJsonNear(const nlohmann::json& got, const nlohmann::json& want, const std::string& path) {
+  INFO(path);
+  if (want.is_number()) {
+    REQUIRE(got.is_number());
+    CHECK(got.get<double>() == Approx(want.get<double>()));
+  } else if (want.is_object()) {
+    REQUIRE(got.is_object());
+    for (const auto& [key, value] : want.items()) CHECK(got.contains(key));
+    for (const auto& [key, value] : got.items()) {
+      REQUIRE(want.contains(key));
+      CheckJsonNear(value, want.at(key), path + "." + key);
+    }
+  } else if (want.is_array()) {
+    REQUIRE(got.is_array());
+    REQUIRE(got.size() == want.size());
+    for (size_t i = 0; i < want.size(); ++i) CheckJsonNear(got[i], want[i], path + "[" + std::to_string(i) + "]");
+  } else {
+    CHECK(got == want);
+  }
+}
+
+TEST_CASE("the JSON document recomputed from a recorded kvbench --json output's samples is that output") {
+  std::ifstream in(std::string(KVSTREAM_TEST_DATA) + "/kvbench_steady.json");
+  REQUIRE(in.good());
+  const auto recorded = nlohmann::json::parse(in);
+  BenchResults results{recorded.at("workload").get<std::string>(), recorded.at("ranks").get<uint32_t>(),
+                       recorded.at("chunk_bytes").get<uint64_t>(), recorded.at("steps").get<size_t>(),
+                       recorded.at("tiers").get<std::vector<std::string>>(), {}, "", recorded.at("fio_bps").get<double>()};
+  for (const auto& r : recorded.at("runs")) {
+    Run run{r.at("label").get<std::string>(), {}};
+    for (const auto& s : r.at("steps")) {
+      run.steps.push_back({s.at("seconds").get<double>(), s.at("bytes").get<uint64_t>(),
+                           s.at("tier_bytes").get<std::vector<uint64_t>>()});
+    }
+    results.runs.push_back(std::move(run));
+  }
+  CheckJsonNear(ToJson(results, Analyze(results)), recorded, "");
 }
 
 }  // namespace

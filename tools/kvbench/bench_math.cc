@@ -11,6 +11,12 @@ double Bandwidth(const Run& run) {
   return seconds > 0 ? bytes / seconds : 0;
 }
 
+double TotalSeconds(const Run& run) {
+  double seconds = 0;
+  for (const StepSample& s : run.steps) seconds += s.seconds;
+  return seconds;
+}
+
 std::vector<double> StepBounds(const Run& run, const std::vector<const Run*>& alone) {
   std::vector<double> bounds(run.steps.size(), 0);
   for (size_t i = 0; i < run.steps.size(); ++i) {
@@ -45,11 +51,7 @@ Summary Summarize(const Run& run, const std::vector<const Run*>& alone, const Ru
   for (double b : StepBounds(run, alone)) s.bound_seconds += b;
   if (s.bound_seconds > 0) s.gap = s.total_seconds / s.bound_seconds - 1;
   if (s.total_seconds > 0) s.throughput_bps = s.bytes / s.total_seconds;
-  if (serial && s.total_seconds > 0) {
-    double serial_seconds = 0;
-    for (const StepSample& step : serial->steps) serial_seconds += step.seconds;
-    s.speedup_vs_serial = serial_seconds / s.total_seconds;
-  }
+  if (serial && s.total_seconds > 0) s.speedup_vs_serial = TotalSeconds(*serial) / s.total_seconds;
   for (uint64_t b : tier_bytes) s.tier_share.push_back(read ? static_cast<double>(b) / read : 0);
   return s;
 }

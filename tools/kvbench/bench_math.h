@@ -42,4 +42,7 @@ Summary Summarize(const Run& run, const std::vector<const Run*>& alone, const Ru
 // Mean bandwidth of a run over all its steps (bytes / seconds).
 double Bandwidth(const Run& run);
 
+// Sum of a run's step times.
+double TotalSeconds(const Run& run);
+
 }  // namespace kvbench

@@ -1,0 +1,178 @@
+#include "report.h"
+
+#include <cstdlib>
+#include <fstream>
+
+#include "absl/strings/str_format.h"
+#include "plan.h"
+
+namespace kvbench {
+namespace {
+
+nlohmann::json RunJson(const Run& run, const Summary& s, const std::vector<double>& bounds) {
+  nlohmann::json j = {{"label", s.label}, {"total_seconds", s.total_seconds}, {"bytes", s.bytes},
+                      {"bound_seconds", s.bound_seconds}, {"gap", s.gap}, {"speedup_vs_serial", s.speedup_vs_serial},
+                      {"throughput_bps", s.throughput_bps}, {"tier_share", s.tier_share}, {"steps", nlohmann::json::array()}};
+  for (size_t i = 0; i < run.steps.size(); ++i) {
+    j["steps"].push_back({{"seconds", run.steps[i].seconds}, {"bytes", run.steps[i].bytes},
+                          {"tier_bytes", run.steps[i].tier_bytes}, {"bound_seconds", bounds[i]}});
+  }
+  return j;
+}
+
+// Each tier alone and, with a completion run, together: its bytes over the completion run's time
+// (both tiers busy all the step).
+void PrintTierBandwidths(std::FILE* out, const BenchResults& results, const Analysis& a) {
+  for (size_t t = 0; t < a.alone.size(); ++t) {
+    std::fprintf(out, "%-12s alone: %8.1f MB/s", results.tiers[t].c_str(), Bandwidth(*a.alone[t]) / 1e6);
+    if (a.completion) {
+      const Summary c = Summarize(*a.completion, a.alone, nullptr);
+      std::fprintf(out, "   together (completion): %8.1f MB/s", c.tier_share[t] * c.throughput_bps / 1e6);
+    }
+    std::fprintf(out, "\n");
+  }
+  if (results.fio_bps > 0) {
+    std::fprintf(out, "fio on %s: %8.1f MB/s; %s through kvstreamd alone = %.3f x fio\n", results.fio_dir.c_str(),
+                 results.fio_bps / 1e6, results.tiers[0].c_str(),
+                 a.alone.empty() ? 0 : Bandwidth(*a.alone[0]) / results.fio_bps);
+  }
+}
+
+void PrintTable(std::FILE* out, const BenchResults& results, const Analysis& a) {
+  std::fprintf(out, "\n%-26s %9s %9s %9s %8s %9s", "policy", "total_s", "bound_s", "MB/s", "gap", "vs_serial");
+  for (const auto& n : results.tiers) std::fprintf(out, " %7s", (n + "%").c_str());
+  std::fprintf(out, "\n");
+  for (const Summary& s : a.summaries) {
+    std::fprintf(out, "%-26s %9.3f %9.3f %9.1f %+7.1f%% %8.2fx", s.label.c_str(), s.total_seconds, s.bound_seconds,
+                 s.throughput_bps / 1e6, 100 * s.gap, s.speedup_vs_serial);
+    for (double share : s.tier_share) std::fprintf(out, " %6.1f%%", 100 * share);
+    std::fprintf(out, "\n");
+  }
+}
+
+// Reads of the runs with writes against the same reads without them, after the same idle time.
+void PrintReadsWithWrites(std::FILE* out, const BenchResults& results, const Analysis& a) {
+  double reads_alone = 0;
+  for (const Summary& s : a.summaries) {
+    if (s.label == kIdleReferenceLabel) reads_alone = s.throughput_bps;
+  }
+  if (reads_alone <= 0) return;
+  for (const Run& r : results.runs) {
+    if (r.label.starts_with(kWritesPrefix)) {
+      std::fprintf(out, "%s: reads at %.3f x reads alone (%s)\n", r.label.c_str(), Bandwidth(r) / reads_alone,
+                   kIdleReferenceLabel);
+    }
+  }
+}
+
+}  // namespace
+
+Analysis Analyze(const BenchResults& results) {
+  Analysis a;
+  for (const Run& r : results.runs) {
+    if (IsAloneRun(r.label)) a.alone.push_back(&r);
+    if (r.label == kSerialLabel) a.serial = &r;
+    if (r.label == kCompletionLabel) a.completion = &r;
+  }
+  if (a.alone.size() != results.tiers.size()) a.alone.clear();
+  for (const Run& r : results.runs) a.summaries.push_back(Summarize(r, a.alone, a.serial));
+  return a;
+}
+
+void PrintWorkload(std::FILE* out, const Workload& workload) {
+  uint64_t reads = 0, writes = 0;
+  for (const BenchStep& s : workload.steps) {
+    reads += s.reads.size();
+    writes += s.writes.size();
+  }
+  std::fprintf(out, "%s\n%zu steps; per rank: %llu chunk reads (%.1f MiB per step), %llu new chunks; %zu chunks to populate\n",
+               workload.description.c_str(), workload.steps.size(), static_cast<unsigned long long>(reads),
+               reads * workload.chunk_bytes / 1048576.0 / workload.steps.size(), static_cast<unsigned long long>(writes),
+               workload.populate.size());
+}
+
+void PrintHeader(std::FILE* out, const Workload& workload, uint32_t ranks, const std::vector<std::string>& tiers) {
+  std::fprintf(out, "kvbench: %s; %u ranks, %llu KiB per chunk per rank, tiers", workload.description.c_str(), ranks,
+               static_cast<unsigned long long>(workload.chunk_bytes >> 10));
+  for (const auto& n : tiers) std::fprintf(out, " %s", n.c_str());
+  std::fprintf(out, "\n");
+  std::fflush(out);
+}
+
+void PrintReport(std::FILE* out, const BenchResults& results, const Analysis& analysis) {
+  const uint64_t first_run_bytes = analysis.summaries.empty() ? 0 : analysis.summaries[0].bytes;
+  std::fprintf(out, "%zu steps, %.1f MiB per step on average\n", results.steps,
+               first_run_bytes / 1048576.0 / results.steps);
+  PrintTierBandwidths(out, results, analysis);
+  PrintTable(out, results, analysis);
+  PrintReadsWithWrites(out, results, analysis);
+}
+
+nlohmann::json ToJson(const BenchResults& results, const Analysis& analysis) {
+  nlohmann::json j = {{"workload", results.workload}, {"ranks", results.ranks}, {"chunk_bytes", results.chunk_bytes},
+                      {"steps", results.steps}, {"tiers", results.tiers}, {"fio_bps", results.fio_bps},
+                      {"runs", nlohmann::json::array()}};
+  for (size_t i = 0; i < results.runs.size(); ++i) {
+    const Run& r = results.runs[i];
+    j["runs"].push_back(RunJson(r, analysis.summaries[i], StepBounds(r, analysis.alone)));
+  }
+  return j;
+}
+
+void Plot(const std::string& png, const BenchResults& results, const Analysis& analysis) {
+  const std::string data = png + ".dat", script = png + ".gp";
+  std::ofstream d(data);
+  std::vector<std::string> plotted;
+  for (const Run& run : results.runs) {
+    if (IsAloneRun(run.label)) continue;
+    const auto bounds = StepBounds(run, analysis.alone);
+    d << "# " << run.label << "\n";
+    for (size_t i = 0; i < run.steps.size(); ++i) {
+      const auto& st = run.steps[i];
+      uint64_t read = 0;
+      for (uint64_t b : st.tier_bytes) read += b;
+      d << i << " " << st.seconds << " " << bounds[i] << " " << (read ? 100.0 * st.tier_bytes[0] / read : 0) << "\n";
+    }
+    d << "\n\n";
+    plotted.push_back(run.label);
+  }
+  d.close();
+  std::ofstream g(script);
+  g << "set terminal png size 1200,900\nset output '" << png << "'\nset multiplot layout 2,1\n"
+    << "set title 'retrieval time per step vs the aggregate-bandwidth bound'\nset xlabel 'step'\n"
+    << "set ylabel 'seconds'\nset key outside right\nset xtics 1\nplot ";
+  for (size_t i = 0; i < plotted.size(); ++i) {
+    g << "'" << data << "' index " << i << " using 1:2 with linespoints title '" << plotted[i] << "', ";
+  }
+  g << "'" << data << "' index 0 using 1:3 with lines lw 3 dt 2 lc rgb 'black' title 'bound'\n";
+  g << "set title 'share of bytes read from " << results.tiers[0] << " per step'\nset ylabel '%'\nset yrange [0:100]\nplot ";
+  for (size_t i = 0; i < plotted.size(); ++i) {
+    g << (i ? ", " : "") << "'" << data << "' index " << i << " using 1:4 with linespoints title '" << plotted[i] << "'";
+  }
+  g << "\nunset multiplot\n";
+  g.close();
+  if (std::system(("gnuplot '" + script + "' 2>/dev/null").c_str()) != 0) {
+    std::fprintf(stderr, "kvbench: gnuplot failed; data and script are %s and %s\n", data.c_str(), script.c_str());
+  }
+}
+
+CheckVerdict CheckCompletionGap(const Analysis& analysis, double limit) {
+  double gap = 0;
+  bool have_gap = false;
+  for (const Summary& s : analysis.summaries) {
+    if (s.label == kCompletionLabel) {
+      gap = s.gap;
+      have_gap = s.bound_seconds > 0;
+    }
+  }
+  if (!have_gap) return {3, "kvbench: --check needs the completion policy and the tiers' alone runs", true};
+  if (gap > limit) return {3, absl::StrFormat("check FAILED: completion gap %+.1f%% > %.1f%%", 100 * gap, 100 * limit)};
+  return {0, absl::StrFormat("check passed: completion gap %+.1f%% <= %.1f%%", 100 * gap, 100 * limit)};
+}
+
+int Emit(const CheckVerdict& verdict) {
+  std::fprintf(verdict.to_stderr ? stderr : stdout, "%s\n", verdict.message.c_str());
+  return verdict.exit_code;
+}
+
+}  // namespace kvbench

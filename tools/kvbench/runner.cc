@@ -1,0 +1,249 @@
+#include "runner.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "xxhash.h"
+
+namespace kvbench {
+namespace {
+
+using kvstream::ArenaChunk;
+using kvstream::Client;
+
+// The first 8 bytes of every populated chunk: a tag derived from its key, so a step can check
+// that each rank got the chunk it asked for (the daemon checks the bytes' checksums itself).
+uint64_t Tag(const std::string& key) { return XXH3_64bits(key.data(), key.size()); }
+
+double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+}  // namespace
+
+StepHook ShellStepHook(const std::string& command) {
+  if (command.empty()) return {};
+  return [command](size_t step) {
+    const std::string cmd = absl::StrReplaceAll(command, {{"{step}", std::to_string(step)}});
+    if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "kvbench: step hook failed: %s\n", cmd.c_str());
+  };
+}
+
+absl::Status RequireDirectIo(const kvstream::StoreStats& stats, bool allow_buffered) {
+  for (const auto& t : stats.tiers) {
+    if (!t.direct_io && !allow_buffered) {
+      return absl::FailedPreconditionError(absl::StrCat("tier ", t.name, " uses buffered I/O: the page cache would serve ",
+                                                        "reads (use O_DIRECT-capable tiers, or --allow-buffered)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::unique_ptr<Client>>> AttachRanks(const std::string& socket, uint32_t ranks,
+                                                                  uint64_t arena_bytes) {
+  std::vector<std::unique_ptr<Client>> sessions;
+  for (uint32_t r = 0; r < ranks; ++r) {
+    auto c = Client::Attach(socket, {"kvbench", r, ranks, arena_bytes});
+    if (!c.ok()) {
+      return absl::Status(c.status().code(), absl::StrCat("attach rank ", r, " (arena ", arena_bytes >> 20,
+                                                           " MiB): ", c.status().message()));
+    }
+    sessions.push_back(*std::move(c));
+  }
+  return sessions;
+}
+
+Bench::Bench(std::vector<std::unique_ptr<Client>> ranks, Client* control, Workload workload, size_t read_slots)
+    : ranks_(std::move(ranks)), control_(control), w_(std::move(workload)), read_slots_(read_slots) {}
+
+absl::Status Bench::Populate() {
+  auto stats = control_->Stats();
+  if (!stats.ok()) return stats.status();
+  const uint32_t all = (1u << stats->tiers.size()) - 1;
+  const size_t batch = (ranks_[0]->arena_size()) / SlotBytes(w_.chunk_bytes);
+  std::atomic<uint64_t> written{0};
+  std::vector<absl::Status> status(ranks_.size());
+  std::vector<std::thread> threads;
+  for (uint32_t r = 0; r < ranks_.size(); ++r) {
+    threads.emplace_back([&, r] {
+      Client& c = *ranks_[r];
+      std::vector<std::string> keys;
+      for (const std::string& id : w_.populate) keys.push_back(RankKey(id, r));
+      auto present = c.Lookup(keys);
+      if (!present.ok()) {
+        status[r] = present.status();
+        return;
+      }
+      std::vector<ArenaChunk> pending;
+      auto flush = [&] {
+        if (pending.empty()) return absl::OkStatus();
+        std::vector<kvstream::PersistResult> results;
+        absl::Status s = c.Persist(pending, &results);
+        for (const auto& res : results) {
+          if (s.ok() && !res.status.ok()) s = res.status;
+        }
+        written += pending.size();
+        pending.clear();
+        return s;
+      };
+      for (size_t i = 0; i < keys.size() && status[r].ok(); ++i) {
+        const auto& p = (*present)[i];
+        if (p.present && p.tier_mask == all && p.size == w_.chunk_bytes) continue;
+        const uint64_t offset = pending.size() * SlotBytes(w_.chunk_bytes);
+        uint8_t* dst = c.arena() + offset;
+        uint64_t x = Tag(keys[i]);
+        for (uint64_t b = 0; b + 8 <= w_.chunk_bytes; b += 8) {
+          std::memcpy(dst + b, &x, 8);
+          x = x * 6364136223846793005ull + 1442695040888963407ull;
+        }
+        pending.push_back({keys[i], offset, w_.chunk_bytes});
+        if (pending.size() == batch) status[r] = flush();
+      }
+      if (status[r].ok()) status[r] = flush();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const absl::Status& s : status) {
+    if (!s.ok()) return s;
+  }
+  std::fprintf(stderr, "kvbench: populated %llu chunk parts (%zu chunks x %zu ranks needed)\n",
+               static_cast<unsigned long long>(written.load()), w_.populate.size(), ranks_.size());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Run> Bench::Measure(const RunSpec& spec, const StepHook& hook) {
+  auto policies = control_->SetPolicies(spec.routing, spec.batching, spec.writes);
+  if (!policies.ok()) return policies.status();
+  Run run;
+  run.label = spec.label;
+  double previous_end = Now();
+  for (size_t s = 0; s < w_.steps.size(); ++s) {
+    if (hook) hook(s);
+    const double idle = previous_end + spec.idle - Now();
+    if (idle > 0) std::this_thread::sleep_for(std::chrono::duration<double>(idle));
+    const BenchStep& step = w_.steps[s];
+    auto before = control_->Stats();
+    if (!before.ok()) return before.status();
+    std::vector<absl::Status> status(ranks_.size());
+    std::vector<double> done(ranks_.size(), 0);
+    std::vector<std::thread> threads, writers;
+    std::atomic<bool> go{false};
+    for (uint32_t r = 0; r < ranks_.size(); ++r) {
+      threads.emplace_back([&, r] {
+        while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
+        status[r] = ReadStep(r, step);
+        done[r] = Now();
+      });
+      if (spec.with_writes && !step.writes.empty()) {
+        writers.emplace_back([&, r] {
+          while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
+          WriteStep(r, step);
+        });
+      }
+    }
+    const double start = Now();
+    go.store(true, std::memory_order_release);
+    for (auto& t : threads) t.join();
+    double end = start;
+    for (double d : done) end = std::max(end, d);
+    for (auto& t : writers) t.join();  // the forward pass: deferred writes drain here
+    previous_end = end;
+    for (const absl::Status& st : status) {
+      if (!st.ok()) return absl::Status(st.code(), absl::StrCat(spec.label, " step ", s, ": ", st.message()));
+    }
+    auto after = control_->Stats();
+    if (!after.ok()) return after.status();
+    StepSample sample;
+    sample.seconds = end - start;
+    sample.bytes = step.reads.size() * ranks_.size() * w_.chunk_bytes;
+    for (size_t t = 0; t < after->tiers.size(); ++t) {
+      sample.tier_bytes.push_back(after->tiers[t].bytes_read - before->tiers[t].bytes_read);
+    }
+    run.steps.push_back(std::move(sample));
+  }
+  return run;
+}
+
+absl::StatusOr<std::vector<Run>> Bench::MeasureAll(const std::vector<RunSpec>& runs, const StepHook& hook,
+                                                   const kvstream::Policies& restore) {
+  std::vector<Run> results;
+  for (const RunSpec& spec : runs) {
+    auto run = Measure(spec, hook);
+    if (!run.ok()) {
+      RestorePolicies(restore);
+      return run.status();
+    }
+    std::fprintf(stderr, "kvbench: %-24s %.3f s\n", spec.label.c_str(), TotalSeconds(*run));
+    results.push_back(*std::move(run));
+  }
+  RestorePolicies(restore);
+  return results;
+}
+
+void Bench::RestorePolicies(const kvstream::Policies& policies) {
+  auto p = control_->SetPolicies(kvstream::ToString(policies.routing), std::string(kvstream::ToString(policies.batching)),
+                                 std::string(kvstream::ToString(policies.writes)));
+  if (!p.ok()) std::fprintf(stderr, "kvbench: could not restore the policies: %s\n", std::string(p.status().message()).c_str());
+}
+
+absl::Status Bench::ReadStep(uint32_t r, const BenchStep& step) {
+  Client& c = *ranks_[r];
+  const uint64_t slot = SlotBytes(w_.chunk_bytes);
+  std::vector<ArenaChunk> chunks;
+  for (size_t i = 0; i < step.reads.size(); ++i) chunks.push_back({RankKey(step.reads[i], r), i * slot, slot});
+  std::vector<kvstream::ChunkResult> results;
+  auto rec = c.Retrieve(chunks, &results);
+  if (!rec.ok()) return rec.status();
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (!results[i].status.ok()) return absl::Status(results[i].status.code(), chunks[i].key + ": " + std::string(results[i].status.message()));
+    uint64_t tag;
+    std::memcpy(&tag, c.arena() + chunks[i].offset, 8);
+    if (results[i].size != w_.chunk_bytes || tag != Tag(chunks[i].key)) {
+      return absl::DataLossError(chunks[i].key + ": wrong size or content");
+    }
+  }
+  return absl::OkStatus();
+}
+
+void Bench::WriteStep(uint32_t r, const BenchStep& step) {
+  Client& c = *ranks_[r];
+  const uint64_t slot = SlotBytes(w_.chunk_bytes);
+  std::vector<ArenaChunk> chunks;
+  for (size_t i = 0; i < step.writes.size(); ++i) {
+    chunks.push_back({RankKey(step.writes[i], r), (read_slots_ + i) * slot, w_.chunk_bytes});
+  }
+  if (absl::Status s = c.Persist(chunks); !s.ok()) std::fprintf(stderr, "kvbench: persist: %s\n", std::string(s.message()).c_str());
+}
+
+double FioBandwidth(const std::string& dir, uint64_t block, uint32_t depth) {
+  const std::string out = "/tmp/kvbench-fio-" + std::to_string(getpid()) + ".json";
+  const std::string cmd = absl::StrCat("fio --name=ref --opendir=", dir, " --rw=read --bs=", block, " --iodepth=", depth,
+                                       " --ioengine=io_uring --direct=1 --readonly --output-format=json --output=", out,
+                                       " > /dev/null 2>&1");
+  if (std::system(cmd.c_str()) != 0) return 0;
+  try {
+    std::ifstream in(out);
+    std::string text((std::istreambuf_iterator<char>(in)), {});
+    std::remove(out.c_str());
+    // fio prints notes ("file ... may be ignored") before the JSON document.
+    const size_t start = text.find('{');
+    if (start == std::string::npos) return 0;
+    nlohmann::json j = nlohmann::json::parse(text.substr(start));
+    return j.at("jobs").at(0).at("read").at("bw_bytes").get<double>();
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
+}  // namespace kvbench

@@ -1,0 +1,75 @@
+// Measuring a running kvstreamd: one session per tensor-parallel rank, reading (and writing) every
+// step of the workload concurrently under each run's policies, and fio as the reference for one
+// tier read without the daemon.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "bench_math.h"
+#include "kvstream/client.h"
+#include "plan.h"
+#include "workload.h"
+
+namespace kvbench {
+
+// Runs before each measured step, with the step's index.
+using StepHook = std::function<void(size_t step)>;
+
+// A hook that runs `command` through the shell with {step} replaced by the step's index, and
+// reports on stderr when it fails; no hook for an empty command.
+StepHook ShellStepHook(const std::string& command);
+
+// Fails, naming the tier, when a tier reads through the page cache (buffered I/O) and
+// `allow_buffered` is false: the page cache, not the tier, would then serve the reads.
+absl::Status RequireDirectIo(const kvstream::StoreStats& stats, bool allow_buffered);
+
+// One session per rank 0..ranks-1, each with an arena of `arena_bytes`. The error names the rank
+// and the arena size.
+absl::StatusOr<std::vector<std::unique_ptr<kvstream::Client>>> AttachRanks(const std::string& socket, uint32_t ranks,
+                                                                            uint64_t arena_bytes);
+
+class Bench {
+ public:
+  // `ranks`: one session per rank, their arenas laid out as PlanArena says with `read_slots` read
+  // slots; `control`: a connection to the same daemon, which must outlive the Bench.
+  Bench(std::vector<std::unique_ptr<kvstream::Client>> ranks, kvstream::Client* control, Workload workload,
+        size_t read_slots);
+
+  // Stores every chunk the steps read, on every tier, skipping those already there.
+  absl::Status Populate();
+
+  // Runs every step under `spec`; `hook` (if any) runs before each step.
+  absl::StatusOr<Run> Measure(const RunSpec& spec, const StepHook& hook);
+
+  // Measures each run in order, logging its total time on stderr; stops at the first failure.
+  // Either way the daemon is left with the policies `restore` (those it had before).
+  absl::StatusOr<std::vector<Run>> MeasureAll(const std::vector<RunSpec>& runs, const StepHook& hook,
+                                              const kvstream::Policies& restore);
+
+  const Workload& workload() const { return w_; }
+
+ private:
+  // Rank r retrieves the step's chunks into its read slots and checks each one's size and tag.
+  absl::Status ReadStep(uint32_t r, const BenchStep& step);
+  // Rank r persists the step's new chunks from the slots after the read slots (content unchecked).
+  void WriteStep(uint32_t r, const BenchStep& step);
+  void RestorePolicies(const kvstream::Policies& policies);
+
+  std::vector<std::unique_ptr<kvstream::Client>> ranks_;
+  kvstream::Client* control_;
+  Workload w_;
+  size_t read_slots_;
+};
+
+// fio on one tier's chunk files (O_DIRECT, io_uring, same block size and depth): the reference
+// for "one tier through the daemon". Returns bytes/s, or 0 when fio is unavailable or fails.
+double FioBandwidth(const std::string& dir, uint64_t block, uint32_t depth);
+
+}  // namespace kvbench
