@@ -4,6 +4,7 @@
 - kvstream.lmcache.vllm_connector.KVStreamConnectorV1: LMCache's vLLM v1 connector with step batching.
 """
 
-from .backend import KVStreamBackend, Settings, extra_config
+from .backend import KVStreamBackend
+from .settings import Settings, extra_config
 
 __all__ = ["KVStreamBackend", "Settings", "extra_config"]

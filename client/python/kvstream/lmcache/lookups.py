@@ -1,0 +1,77 @@
+"""Lookups: the plugin's one way of asking kvstreamd which keys it holds.
+
+Prefix lookups (LMCache's contains), payload sizes for gets and put dedupe all go through
+`lookup`, which remembers the payload size of every key found present (an LRU of
+SIZE_CACHE_ENTRIES names), so a get right after LMCache's lookup needs no second lookup.
+A failed call drops the session (DaemonLink.fail) and reads as a miss, never an exception.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from typing import List, Optional, Sequence, Tuple
+
+from lmcache.utils import CacheEngineKey
+
+from ..types import LookupEntry
+from .daemon_link import DaemonLink, Session
+
+SIZE_CACHE_ENTRIES = 1 << 16
+
+
+class Lookups:
+    """Daemon lookups and the cache of payload sizes they found. Thread-safe."""
+
+    def __init__(self, link: DaemonLink) -> None:
+        self._link = link
+        self._lock = threading.Lock()
+        self._sizes: "collections.OrderedDict[str, int]" = collections.OrderedDict()  # payload sizes seen in lookups
+
+    def prefix_hits(self, keys: Sequence[CacheEngineKey]) -> int:
+        """Leading keys present, from ONE daemon lookup (0 while the daemon is unavailable)."""
+        session = self._link.session() if keys else None
+        if session is None:
+            return 0
+        found = self.lookup(session, [k.to_string() for k in keys])
+        return found[1] if found is not None else 0
+
+    def lookup(self, session: Session, names: List[str]) -> Optional[Tuple[List[LookupEntry], int]]:
+        """One daemon lookup (entries, prefix hits), remembering the sizes of the keys present.
+        None when the call failed: the session is then dropped (a miss, never an exception)."""
+        try:
+            entries, prefix = session.client.lookup(names)
+        except Exception as e:  # noqa: BLE001 - the daemon went away
+            self._link.fail(session, e)
+            return None
+        with self._lock:
+            for name, entry in zip(names, entries):
+                if entry.present:
+                    self._remember_size(name, entry.size)
+        return entries, prefix
+
+    def payload_sizes(self, session: Session, names: List[str]) -> List[Optional[int]]:
+        """Payload sizes of the keys: from recent lookups, else from one lookup now (None: absent)."""
+        with self._lock:
+            sizes: List[Optional[int]] = [self._sizes.get(n) for n in names]
+        unknown = [i for i, s in enumerate(sizes) if s is None]
+        if unknown:
+            found = self.lookup(session, [names[i] for i in unknown])
+            if found is None:
+                return [None] * len(names)
+            for i, entry in zip(unknown, found[0]):
+                if entry.present:
+                    sizes[i] = entry.size
+        return sizes
+
+    def forget(self, name: str) -> None:
+        """Drops the remembered size of `name` (it was evicted)."""
+        with self._lock:
+            self._sizes.pop(name, None)
+
+    def _remember_size(self, name: str, size: int) -> None:
+        """REQUIRES: the lock."""
+        self._sizes[name] = size
+        self._sizes.move_to_end(name)
+        if len(self._sizes) > SIZE_CACHE_ENTRIES:
+            self._sizes.popitem(last=False)

@@ -1,0 +1,248 @@
+"""Puts: LMCache chunks persisted into kvstreamd by one worker thread, off LMCache's path.
+
+`submit` takes a reference on each MemoryObj and returns at once with one future per chunk. The
+worker drops the chunks the daemon already holds (one lookup), copies the others into the session
+arena behind their chunk_codec header in waves of at most half the arena (gets keep room), and
+persists each wave. Once the daemon has staged a wave its arena ranges and MemoryObj references
+are released; each chunk then finishes exactly once: its future gets True and on_complete(key) is
+called when the daemon reports it durable, and its future gets False when it was dropped.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import queue
+import threading
+import time
+from typing import Any, Callable, Iterable, List, Optional, Sequence, Set, Tuple
+
+from lmcache.utils import CacheEngineKey
+from lmcache.v1.memory_management import MemoryObj
+
+from ..types import Chunk
+from . import chunk_codec
+from .daemon_link import DaemonLink, Session
+from .lookups import Lookups
+
+
+class _PutBatch:
+    """Chunks of one submit call. `objs` (an entry is None once its reference is dropped),
+    `finished` and `submitted` (indices) are guarded by the Puts lock: a chunk finishes once; a
+    submitted one finishes on its stream."""
+
+    def __init__(self, on_complete: Optional[Callable[[CacheEngineKey], None]]) -> None:
+        self.keys: List[CacheEngineKey] = []
+        self.objs: List[Optional[MemoryObj]] = []
+        self.futures: List["concurrent.futures.Future[bool]"] = []
+        self.on_complete = on_complete
+        self.finished: Set[int] = set()
+        self.submitted: Set[int] = set()
+
+
+class Puts:
+    """The put queue and its worker thread (started at construction). Thread-safe; never raises
+    into the caller (a chunk that cannot be persisted finishes as not durable)."""
+
+    def __init__(self, link: DaemonLink, lookups: Lookups, io_timeout: float, log: logging.Logger) -> None:
+        self._link = link
+        self._lookups = lookups
+        self._io_timeout = io_timeout
+        self._log = log
+        self._lock = threading.Lock()
+        self._in_flight: Set[CacheEngineKey] = set()  # keys queued, being staged or being written
+        self._closed = False
+        self._queue: "queue.Queue[Optional[_PutBatch]]" = queue.Queue()
+        self._worker = threading.Thread(target=self._loop, name="kvstream-put", daemon=True)
+        self._worker.start()
+
+    def submit(self, keys: Sequence[CacheEngineKey], objs: List[MemoryObj],
+               on_complete: Optional[Callable[[CacheEngineKey], None]] = None
+               ) -> Optional[List["concurrent.futures.Future[bool]"]]:
+        """Queues the chunks whose keys are not in flight (referencing each MemoryObj) and returns
+        at once with their futures; None when nothing was queued or after close()."""
+        batch = _PutBatch(on_complete)
+        with self._lock:  # with close(): nothing is queued behind the worker's stop marker
+            if self._closed:
+                return None
+            for key, obj in zip(keys, objs):
+                if key in self._in_flight or key in batch.keys:
+                    continue
+                obj.ref_count_up()
+                self._in_flight.add(key)
+                batch.keys.append(key)
+                batch.objs.append(obj)
+                batch.futures.append(concurrent.futures.Future())
+            if not batch.keys:
+                return None
+            self._queue.put(batch)
+        return batch.futures
+
+    def in_flight(self, key: CacheEngineKey) -> bool:
+        """Whether `key` is queued, being staged or being written."""
+        with self._lock:
+            return key in self._in_flight
+
+    def flush(self, timeout: Optional[float] = None) -> bool:
+        """Waits until every put queued so far is durable or dropped. False on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with self._lock:
+                if not self._in_flight:
+                    return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            time.sleep(0.005)
+
+    def close(self) -> bool:
+        """Stops taking puts and persists what is queued (each wait bounded by io_timeout). False
+        if it was already closed."""
+        with self._lock:
+            if self._closed:
+                return False
+            self._closed = True
+            self._queue.put(None)
+        self._worker.join(self._io_timeout)
+        if not self.flush(self._io_timeout):
+            self._log.warning("kvstream: closing with chunks still being persisted")
+        return True
+
+    def _loop(self) -> None:
+        while True:
+            batch = self._queue.get()
+            if batch is None:
+                return
+            try:
+                self._persist(batch)
+            except BaseException as e:  # noqa: BLE001 - the worker must survive anything
+                self._log.error("kvstream: persist of %d chunks failed: %s", len(batch.keys), e)
+                with self._lock:
+                    unsubmitted = [i for i in range(len(batch.keys)) if i not in batch.submitted]
+                self._finish(batch, unsubmitted, durable=False)
+
+    def _persist(self, batch: _PutBatch) -> None:
+        session = self._link.session()
+        if session is None or session.allocator is None:
+            self._log.warning("kvstream: dropping %d chunks to persist: the daemon is unavailable", len(batch.keys))
+            self._finish(batch, range(len(batch.keys)), durable=False)
+            return
+        # Chunks the daemon already holds are done (it would not rewrite them anyway).
+        names = [k.to_string() for k in batch.keys]
+        found = self._lookups.lookup(session, names)
+        if found is None:
+            self._finish(batch, range(len(batch.keys)), durable=False)
+            return
+        entries = found[0]
+        self._finish(batch, [i for i, e in enumerate(entries) if e.present], durable=True)
+        todo = [i for i, e in enumerate(entries) if not e.present]
+        allocator = session.allocator
+        while todo:
+            staged: List[Tuple[int, int, int]] = []  # (index in batch, arena offset, bytes)
+            taken = 0  # chunks of `todo` handled in this wave (staged or failed)
+            wave_bytes = 0
+            for i in todo:
+                obj = batch.objs[i]
+                assert obj is not None
+                header = self._encode_header(obj, batch.keys[i])
+                if header is None:
+                    self._finish(batch, [i], durable=False)
+                    taken += 1
+                    continue
+                size = len(header) + obj.get_size()
+                if staged and wave_bytes + size > allocator.capacity // 2:
+                    break  # puts never hold more than half the arena: gets keep room
+                offset = allocator.allocate(size, self._io_timeout) if not staged else allocator.try_allocate(size)
+                if offset is None:
+                    break
+                wave_bytes += allocator.rounded(size)
+                try:
+                    arena = session.client.arena
+                    arena[offset: offset + len(header)] = header
+                    arena[offset + len(header): offset + size] = obj.byte_array.cast("B")
+                except Exception as e:  # noqa: BLE001 - e.g. the session was dropped meanwhile
+                    self._log.error("kvstream: cannot stage %s into the arena: %s", batch.keys[i], e)
+                    allocator.free(offset)
+                    self._finish(batch, [i], durable=False)
+                    taken += 1
+                    continue
+                staged.append((i, offset, size))
+                taken += 1
+            todo = todo[taken:]
+            if staged:
+                self._persist_wave(session, batch, names, staged)
+            elif todo:
+                if not allocator.closed:
+                    self._log.error("kvstream: no room to stage a chunk in the %d-byte arena within %g s "
+                                    "(kvstream.arena_bytes)", allocator.capacity, self._io_timeout)
+                self._finish(batch, todo, durable=False)
+                return
+
+    def _encode_header(self, obj: MemoryObj, key: CacheEngineKey) -> Optional[bytes]:
+        """The chunk_codec header describing `obj`; None (logged) if it cannot be described."""
+        try:
+            return chunk_codec.ChunkLayout(
+                obj.get_memory_format().name, [list(s) for s in obj.get_shapes()],
+                [str(d).removeprefix("torch.") for d in obj.get_dtypes()], obj.get_size()).encode_header()
+        except Exception as e:  # noqa: BLE001 - a MemoryObj this plugin cannot describe
+            self._log.error("kvstream: cannot store %s: %s", key, e)
+            return None
+
+    def _persist_wave(self, session: Session, batch: _PutBatch, names: List[str],
+                      staged: List[Tuple[int, int, int]]) -> None:
+        """Persists the staged (index, arena offset, bytes) chunks; each finishes on its DURABLE
+        event, or as not durable when the stream ends without one."""
+        allocator = session.allocator
+        assert allocator is not None
+        chunks = [Chunk(names[i], offset, size) for i, offset, size in staged]
+        with self._lock:
+            batch.submitted.update(i for i, _, _ in staged)
+
+        def on_durable(r: Any) -> None:
+            self._finish(batch, [staged[r.index][0]], durable=r.ok)
+
+        try:
+            durable = session.client.persist_async(chunks, on_durable=on_durable, check=False,
+                                                   timeout=self._io_timeout)
+        except Exception as e:  # noqa: BLE001
+            self._log.error("kvstream: persist of %d chunks failed: %s", len(chunks), e)
+            self._link.fail(session, e)
+            self._finish(batch, [i for i, _, _ in staged], durable=False)
+            return
+
+        def on_stream_end(future: "concurrent.futures.Future[Any]") -> None:
+            # Every DURABLE event has been handled by now; chunks without one (the daemon went
+            # away after staging them) are not durable.
+            if future.exception() is not None:
+                self._log.error("kvstream: persist stream of %d chunks ended early: %s", len(chunks),
+                                future.exception())
+            self._finish(batch, [i for i, _, _ in staged], durable=False)
+
+        durable.add_done_callback(on_stream_end)
+        # Staged: the daemon has copied the bytes, so the arena ranges and the MemoryObjs are free.
+        for i, offset, _ in staged:
+            allocator.free(offset)
+            self._release_obj(batch, i)
+
+    def _release_obj(self, batch: _PutBatch, i: int) -> None:
+        """Drops the put's reference on chunk i (once: the persist and durable paths both call it)."""
+        with self._lock:
+            obj, batch.objs[i] = batch.objs[i], None
+        if obj is not None:
+            obj.ref_count_down()
+
+    def _finish(self, batch: _PutBatch, indices: Iterable[int], durable: bool) -> None:
+        """Finishes each chunk once (later calls for it are no-ops), from whichever thread."""
+        for i in indices:
+            self._release_obj(batch, i)
+            key = batch.keys[i]
+            with self._lock:
+                if i in batch.finished:
+                    continue
+                batch.finished.add(i)
+                self._in_flight.discard(key)
+            batch.futures[i].set_result(durable)
+            if durable and batch.on_complete is not None:
+                try:
+                    batch.on_complete(key)
+                except Exception as e:  # noqa: BLE001 - LMCache's contract: caught and logged
+                    self._log.warning("kvstream: on_complete_callback failed for %s: %s", key, e)
