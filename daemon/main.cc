@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <memory>
 
 #include "config.h"
 #include "kvstream/store.h"
@@ -96,10 +97,10 @@ int Main(int argc, char** argv) {
     std::cerr << "kvstreamd: " << s.message() << "\n";
     return 1;
   }
-  Service service(store->get(), &sessions);
+  auto service = std::make_unique<Service>(store->get(), &sessions);
   grpc::ServerBuilder builder;
   builder.AddListeningPort("unix:" + socket_path, grpc::InsecureServerCredentials());
-  builder.RegisterService(&service);
+  builder.RegisterService(service.get());
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server) {
     std::cerr << "kvstreamd: cannot listen on " << socket_path << "\n";
@@ -125,6 +126,8 @@ int Main(int argc, char** argv) {
   // In-flight calls get a short grace period; then the rest (open session streams, idle client
   // connections) are cancelled. Staged writes are drained after that, however long it takes.
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  server.reset();
+  service.reset();  // before the store: its staging worker may be waiting inside the store
   sessions.Stop();
   store->reset();  // writes every staged chunk, then closes the tiers
   unlink(socket_path.c_str());

@@ -1,6 +1,13 @@
 // The gRPC control plane of kvstreamd (proto/kvstream.proto) over the core Store. Every request is
 // validated (session, arena ranges, keys) before it touches the store; a bad request gets a clear
-// gRPC error and changes nothing.
+// gRPC error and changes nothing. Streaming calls are reactors of their own (session_call.h,
+// retrieve_call.h, persist_call.h); the unary calls are answered here, at once.
+//
+// Lifetime: the store and the session manager outlive the Service, and the Service outlives the
+// gRPC server (shut it down first). Destroying the Service stops its staging worker (see
+// staging_worker.h): the chunks of persists still queued for staging space are answered
+// UNAVAILABLE, unstaged. Chunks already staged stay the store's, and the store's last durable
+// callbacks delete their calls.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -8,6 +15,7 @@
 #include "kvstream.grpc.pb.h"
 #include "kvstream/store.h"
 #include "sessions.h"
+#include "staging_worker.h"
 
 namespace kvstream {
 
@@ -34,11 +42,9 @@ class Service final : public v1::KVStream::CallbackService {
                                    v1::HealthReply* reply) override;
 
  private:
-  Store* store_;
-  SessionManager* sessions_;
+  Store* const store_;
+  SessionManager* const sessions_;
+  StagingWorker staging_;  // persists that found staging full wait for space here
 };
-
-// absl::Status -> grpc::Status with the same code and message.
-grpc::Status ToGrpc(const absl::Status& s);
 
 }  // namespace kvstream

@@ -103,7 +103,7 @@ void SessionManager::HandOver(int c) {
   }
   std::shared_ptr<Session> session;
   {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     for (auto& [id, s] : sessions_) {
       if (SameToken(s->token, token)) session = s;
     }
@@ -147,13 +147,13 @@ absl::StatusOr<std::shared_ptr<Session>> SessionManager::Create(const std::strin
   auto arena = Arena::Create("kvstream-session-" + std::to_string(session->id), (arena_bytes + page - 1) / page * page);
   if (!arena.ok()) return arena.status();
   session->arena = *std::move(arena);
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   sessions_[session->id] = session;
   return session;
 }
 
 std::shared_ptr<Session> SessionManager::Find(uint64_t id) const {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = sessions_.find(id);
   return it == sessions_.end() ? nullptr : it->second;
 }
@@ -165,12 +165,12 @@ std::shared_ptr<Session> SessionManager::Authorize(uint64_t id, const std::strin
 }
 
 void SessionManager::Remove(uint64_t id) {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   sessions_.erase(id);
 }
 
 size_t SessionManager::count() const {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   return sessions_.size();
 }
 

@@ -7,11 +7,12 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "arena.h"
 
 namespace kvstream {
@@ -38,22 +39,22 @@ class SessionManager {
   void Stop();
 
   absl::StatusOr<std::shared_ptr<Session>> Create(const std::string& model, uint32_t rank, uint32_t world_size,
-                                                  uint64_t arena_bytes);
-  std::shared_ptr<Session> Find(uint64_t id) const;
+                                                  uint64_t arena_bytes) ABSL_LOCKS_EXCLUDED(mu_);
+  std::shared_ptr<Session> Find(uint64_t id) const ABSL_LOCKS_EXCLUDED(mu_);
   // The session `id` if `token` is its token (compared in constant time), else null.
-  std::shared_ptr<Session> Authorize(uint64_t id, const std::string& token) const;
-  void Remove(uint64_t id);
-  size_t count() const;
+  std::shared_ptr<Session> Authorize(uint64_t id, const std::string& token) const ABSL_LOCKS_EXCLUDED(mu_);
+  void Remove(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
+  size_t count() const ABSL_LOCKS_EXCLUDED(mu_);
   const std::string& data_socket() const { return data_socket_; }
 
  private:
   void Serve();
-  void HandOver(int connection);
+  void HandOver(int connection) ABSL_LOCKS_EXCLUDED(mu_);
 
   const std::string data_socket_;
   const uint64_t max_arena_bytes_;
-  mutable std::mutex mu_;
-  std::map<uint64_t, std::shared_ptr<Session>> sessions_;
+  mutable absl::Mutex mu_;
+  std::map<uint64_t, std::shared_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
   int listen_fd_ = -1;
   int stop_fd_ = -1;
   std::thread thread_;

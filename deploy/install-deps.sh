@@ -3,7 +3,7 @@
 # Idempotent; skips apt when every package is already installed.
 set -euo pipefail
 PACKAGES=(
-  build-essential cmake pkg-config
+  build-essential cmake pkg-config clang
   liburing-dev libabsl-dev libspdlog-dev libfmt-dev libxxhash-dev
   catch2 libyaml-cpp-dev libcli11-dev nlohmann-json3-dev gnuplot-nox
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler

@@ -220,17 +220,21 @@ int Main(int argc, char** argv) {
     }
   } else if (policy->parsed()) {
     absl::StatusOr<Policies> p;
+    bool pending = false;
     if (routing.empty() && batching.empty() && writes.empty()) {
       auto s = c.Stats();
       p = s.ok() ? absl::StatusOr<Policies>(s->policies) : s.status();
     } else {
-      p = c.SetPolicies(routing, batching, writes);
+      p = c.SetPolicies(routing, batching, writes, &pending);
     }
     if (!p.ok()) return Fail(p.status());
     if (json) {
-      std::cout << PoliciesJson(*p).dump() << "\n";
+      nlohmann::json j = PoliciesJson(*p);
+      j["pending"] = pending;
+      std::cout << j.dump() << "\n";
     } else {
-      std::printf("%s\n", PoliciesText(*p).c_str());
+      std::printf("%s%s\n", PoliciesText(*p).c_str(),
+                  pending ? "  (requested policies pending: they apply once the steps in flight finish)" : "");
     }
   } else if (evict->parsed()) {
     if (!bytes_text.empty()) {

@@ -397,7 +397,9 @@ class Client:
         return EvictResult(reply.replicas, reply.bytes)
 
     def set_policies(self, routing: str = "", batching: str = "", writes: str = "") -> Policies:
-        """Switches policies at run time (empty keeps the current value); returns those in force."""
+        """Asks for new policies (empty keeps the current value); returns those in force on return:
+        the requested ones, or the old ones with `pending` set while steps are pending (the new
+        ones apply once those finish)."""
         request = pb.Policies(routing=routing, batching=batching, writes=writes)
         return _convert.policies(self._unary(self._stub.SetPolicies, request, "set_policies"))
 

@@ -93,6 +93,7 @@ class Policies:
     routing: str
     batching: str
     writes: str
+    pending: bool = False  # set_policies' reply: the requested ones wait for pending steps
 
 
 @dataclass(frozen=True)

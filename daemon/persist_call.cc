@@ -1,0 +1,107 @@
+#include "persist_call.h"
+
+#include <string>
+#include <utility>
+
+namespace kvstream {
+namespace {
+
+std::vector<ArenaChunk> ChunksOf(const v1::PersistRequest& req) {
+  std::vector<ArenaChunk> chunks;
+  for (const v1::ChunkRange& c : req.chunks()) chunks.push_back({c.key(), c.offset(), c.length()});
+  return chunks;
+}
+
+}  // namespace
+
+PersistCall* PersistCall::Start(Store* store, std::shared_ptr<Session> session, const v1::PersistRequest& req,
+                                StagingWorker* worker) {
+  auto* call = new PersistCall(store, std::move(session), req);
+  call->StageWithoutWaiting(worker);  // gRPC's reference keeps `call` alive until this returns
+  return call;
+}
+
+PersistCall::PersistCall(Store* store, std::shared_ptr<Session> session, const v1::PersistRequest& req)
+    : store_(store),
+      session_(std::move(session)),
+      chunks_(ChunksOf(req)),
+      chunk_state_(chunks_.size()),
+      pending_(chunks_.size() + 1) {}
+
+void PersistCall::StageWithoutWaiting(StagingWorker* worker) {
+  for (size_t i = 0; i < chunks_.size(); ++i) {
+    const absl::Status staged = Stage(i, /*wait=*/false);
+    if (absl::IsResourceExhausted(staged)) {
+      // The staging's reference is held until StageRest settles, so the worker's `this` is live.
+      worker->Add([this, i](const StagingWorker& w) { StageRest(i, w); });
+      return;
+    }
+    Staged(i, staged);
+  }
+  Settle();  // the staging is over
+}
+
+void PersistCall::StageRest(size_t first, const StagingWorker& worker) {
+  for (size_t i = first; i < chunks_.size(); ++i) {
+    Staged(i, worker.stopping() ? absl::UnavailableError("kvstreamd is shutting down") : Stage(i, /*wait=*/true));
+  }
+  Settle();  // the staging is over; may delete this
+}
+
+absl::Status PersistCall::Stage(size_t i, bool wait) {
+  const ArenaChunk& c = chunks_[i];
+  const uint8_t* data = session_->arena->data() + c.offset;
+  auto on_durable = [this, i](const std::string&, const PersistResult& r) { Durable(i, r); };
+  return wait ? store_->Persist(c.key, data, c.length, std::move(on_durable))
+              : store_->TryPersist(c.key, data, c.length, std::move(on_durable));
+}
+
+void PersistCall::Staged(size_t i, const absl::Status& status) {
+  bool chunk_done = true;
+  {
+    absl::MutexLock lock(&state_mu_);
+    ChunkState& st = chunk_state_[i];
+    st.staged = true;
+    PushEvent(i, v1::PersistEvent::STAGED, status, 0);
+    if (!status.ok()) {  // never staged: that is its final answer too
+      PushEvent(i, v1::PersistEvent::DURABLE, status, 0);
+    } else if (st.early_durable) {
+      PushEvent(i, v1::PersistEvent::DURABLE, st.early_durable->status, st.early_durable->tier_mask);
+    } else {
+      chunk_done = false;  // Durable settles it
+    }
+  }
+  if (chunk_done) Settle();
+}
+
+void PersistCall::Durable(size_t i, const PersistResult& result) {
+  {
+    absl::MutexLock lock(&state_mu_);
+    ChunkState& st = chunk_state_[i];
+    if (!st.staged) {  // STAGED goes first: Staged pushes this one after it
+      st.early_durable = result;
+      return;
+    }
+    PushEvent(i, v1::PersistEvent::DURABLE, result.status, result.tier_mask);
+  }
+  Settle();
+}
+
+void PersistCall::PushEvent(size_t i, v1::PersistEvent::Stage stage, const absl::Status& status,
+                            uint32_t tier_mask) {
+  v1::PersistEvent e;
+  e.set_index(static_cast<uint32_t>(i));
+  e.set_stage(stage);
+  e.set_code(static_cast<int32_t>(status.code()));
+  e.set_message(std::string(status.message()));
+  e.set_tier_mask(tier_mask);
+  Push(std::move(e));
+}
+
+void PersistCall::Settle() {
+  if (pending_.fetch_sub(1) != 1) return;
+  Close();
+  ProducerDone();  // may delete this
+}
+
+}  // namespace kvstream

@@ -1,0 +1,63 @@
+#include "session_call.h"
+
+#include "admission.h"
+#include "spdlog/spdlog.h"
+
+namespace kvstream {
+
+// At most one read or write is outstanding at a time, so reactions never overlap and the members
+// need no lock.
+SessionCall::SessionCall(Store* store, SessionManager* sessions) : store_(store), sessions_(sessions) {
+  StartRead(&request_);
+}
+
+void SessionCall::OnReadDone(bool ok) {
+  if (!ok) {  // the client closed its side or went away: detach
+    Finish(grpc::Status::OK);
+    return;
+  }
+  if (session_ != nullptr || !request_.has_attach()) {
+    Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "a session stream carries exactly one attach"));
+    return;
+  }
+  Attach(request_.attach());
+}
+
+void SessionCall::Attach(const v1::SessionRequest::Attach& a) {
+  auto created = sessions_->Create(a.model(), a.rank(), a.world_size(), a.arena_bytes());
+  if (!created.ok()) {
+    Finish(ToGrpc(created.status()));
+    return;
+  }
+  session_ = *created;
+  // Fixed-buffer reads into the arena where the tiers allow it (else plain reads).
+  registered_ = store_->RegisterMemory(session_->arena->data(), session_->arena->size()).ok();
+  spdlog::info("session {} attached: model '{}' rank {}/{} arena {} bytes", session_->id, a.model(), a.rank(),
+               a.world_size(), session_->arena->size());
+  auto* attached = event_.mutable_attached();
+  attached->set_session_id(session_->id);
+  attached->set_arena_bytes(session_->arena->size());
+  attached->set_data_socket(sessions_->data_socket());
+  attached->set_token(session_->token);
+  StartWrite(&event_);
+}
+
+void SessionCall::OnWriteDone(bool ok) {
+  if (!ok) {  // the client went away before it heard back: detach (OnDone follows Finish)
+    Finish(grpc::Status(grpc::StatusCode::CANCELLED, "client went away"));
+    return;
+  }
+  StartRead(&request_);  // nothing more is expected; this read ends when the client detaches
+}
+
+void SessionCall::OnDone() {
+  if (session_) {
+    // Reads still in flight keep the kernel's reference to the buffer; later ones use plain I/O.
+    if (registered_) store_->UnregisterMemory(session_->arena->data());
+    sessions_->Remove(session_->id);
+    spdlog::info("session {} detached", session_->id);
+  }
+  delete this;
+}
+
+}  // namespace kvstream

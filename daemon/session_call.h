@@ -1,0 +1,38 @@
+// SessionCall: one Session stream, which is one session's life (see kvstream.proto). The first
+// request attaches: the session and its arena are created and registered with the store, and
+// Attached is sent. The client closing the stream, or going away at any point, detaches: the
+// arena is unregistered and the session removed (the arena itself lives on while calls still
+// use it). Any second request is refused FAILED_PRECONDITION. Deletes itself in OnDone.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+
+#include "kvstream.grpc.pb.h"
+#include "kvstream/store.h"
+#include "sessions.h"
+
+namespace kvstream {
+
+class SessionCall final : public grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionEvent> {
+ public:
+  SessionCall(Store* store, SessionManager* sessions);
+
+  void OnReadDone(bool ok) override;
+  void OnWriteDone(bool ok) override;
+  void OnDone() override;
+
+ private:
+  // Creates the session the attach asks for and sends Attached, or finishes with the reason.
+  void Attach(const v1::SessionRequest::Attach& attach);
+
+  Store* const store_;
+  SessionManager* const sessions_;
+  bool registered_ = false;  // the arena is registered with the store
+  v1::SessionRequest request_;
+  v1::SessionEvent event_;
+  std::shared_ptr<Session> session_;
+};
+
+}  // namespace kvstream
