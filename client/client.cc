@@ -165,7 +165,9 @@ absl::Status Client::Persist(const std::vector<ArenaChunk>& chunks, std::vector<
   absl::Status first_error;
   while (reader->Read(&event)) {
     if (event.stage() != v1::PersistEvent::DURABLE) continue;
-    PersistResult r{absl::Status(static_cast<absl::StatusCode>(event.code()), event.message()), event.tier_mask()};
+    const auto code = static_cast<absl::StatusCode>(event.code());
+    PersistResult r{absl::Status(code, event.message()), event.tier_mask(), event.lost_mask(),
+                    code == absl::StatusCode::kOk ? event.message() : std::string()};
     if (!r.status.ok() && first_error.ok()) first_error = r.status;
     if (results && event.index() < results->size()) (*results)[event.index()] = r;
   }
@@ -179,6 +181,14 @@ absl::StatusOr<StoreStats> Client::Stats(uint32_t* sessions) {
   if (absl::Status s = FromGrpc(impl_->stub->Stats(&ctx, v1::StatsRequest(), &reply)); !s.ok()) return s;
   if (sessions) *sessions = reply.sessions();
   return FromProto(reply);
+}
+
+absl::StatusOr<HealthReport> Client::Health() {
+  v1::HealthReply reply;
+  grpc::ClientContext ctx;
+  if (absl::Status s = FromGrpc(impl_->stub->Health(&ctx, v1::HealthRequest(), &reply)); !s.ok()) return s;
+  return HealthReport{reply.serving(), reply.version(), {reply.degraded_tiers().begin(), reply.degraded_tiers().end()},
+                      {reply.stalled_tiers().begin(), reply.stalled_tiers().end()}};
 }
 
 absl::StatusOr<std::vector<StepRecord>> Client::Steps(uint32_t max) {

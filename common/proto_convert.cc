@@ -71,6 +71,13 @@ void ToProto(const StoreStats& in, v1::StatsReply* out) {
     p->set_resubmits(t.resubmits);
     p->set_fixed_ops(t.fixed_ops);
     p->set_reference_bandwidth_bps(t.reference_bandwidth_bps);
+    p->set_stalled(t.stalled);
+    p->set_stalls(t.stalls);
+    p->set_late_reads(t.late_reads);
+    p->set_hedged_reads(t.hedged_reads);
+    p->set_no_space_errors(t.no_space_errors);
+    p->set_gone_errors(t.gone_errors);
+    p->set_media_errors(t.media_errors);
   }
   out->set_chunks(in.chunks);
   out->set_staged_bytes(in.staged_bytes);
@@ -112,6 +119,13 @@ StoreStats FromProto(const v1::StatsReply& in) {
     t.resubmits = p.resubmits();
     t.fixed_ops = p.fixed_ops();
     t.reference_bandwidth_bps = p.reference_bandwidth_bps();
+    t.stalled = p.stalled();
+    t.stalls = p.stalls();
+    t.late_reads = p.late_reads();
+    t.hedged_reads = p.hedged_reads();
+    t.no_space_errors = p.no_space_errors();
+    t.gone_errors = p.gone_errors();
+    t.media_errors = p.media_errors();
     s.tiers.push_back(std::move(t));
   }
   s.chunks = in.chunks();

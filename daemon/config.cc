@@ -1,5 +1,8 @@
 #include "config.h"
 
+#include <unistd.h>
+
+#include <cctype>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -23,8 +26,12 @@ std::string Where(const YAML::Node& node, const std::string& key) {
 
 void RequireMap(const YAML::Node& node, const std::string& key, const std::set<std::string>& allowed) {
   if (!node.IsMap()) throw ConfigError{Where(node, key) + " must be a mapping"};
+  std::set<std::string> seen;
   for (const auto& kv : node) {
     const std::string name = kv.first.as<std::string>();
+    if (!seen.insert(name).second) {  // YAML would keep one of them silently
+      throw ConfigError{Where(kv.first, key.empty() ? name : key + "." + name) + " appears twice"};
+    }
     if (!allowed.count(name)) {
       std::string list;
       for (const std::string& a : allowed) list += (list.empty() ? "" : ", ") + a;
@@ -52,6 +59,20 @@ uint32_t Uint(const YAML::Node& node, const std::string& key) {
   return v;
 }
 
+// "50ms", "2s", "1.5" (seconds), "500us".
+double Seconds(const YAML::Node& node, const std::string& key) {
+  const std::string text = Str(node, key);
+  size_t end = 0;
+  while (end < text.size() && (std::isdigit(static_cast<unsigned char>(text[end])) || text[end] == '.')) ++end;
+  double value;
+  const std::string unit = text.substr(end);
+  const double scale = unit.empty() || unit == "s" ? 1 : unit == "ms" ? 1e-3 : unit == "us" ? 1e-6 : -1;
+  if (end == 0 || scale < 0 || !absl::SimpleAtod(text.substr(0, end), &value)) {
+    throw ConfigError{Where(node, key) + " must be a duration such as 50ms, 2s or 0.5"};
+  }
+  return value * scale;
+}
+
 double Number(const YAML::Node& node, const std::string& key) {
   double v;
   if (!node.IsScalar() || !absl::SimpleAtod(node.as<std::string>(), &v)) {
@@ -76,7 +97,8 @@ T Policy(const YAML::Node& node, const std::string& key, absl::StatusOr<T> (*par
 
 DaemonConfig Parse(const YAML::Node& root) {
   DaemonConfig c;
-  RequireMap(root, "", {"socket", "sessions", "block_size", "staging", "verify_checksums", "policies", "logging", "tiers"});
+  RequireMap(root, "", {"socket", "sessions", "block_size", "staging", "verify_checksums", "reads", "policies", "logging",
+                        "tiers"});
   if (const auto s = root["socket"]) {
     RequireMap(s, "socket", {"path", "mode", "group"});
     if (s["path"]) c.socket_path = Str(s["path"], "socket.path");
@@ -90,8 +112,13 @@ DaemonConfig Parse(const YAML::Node& root) {
     if (s["group"]) c.socket_group = Str(s["group"], "socket.group");
   }
   if (const auto s = root["sessions"]) {
-    RequireMap(s, "sessions", {"max_arena"});
+    RequireMap(s, "sessions", {"max_arena", "arena_budget"});
     if (s["max_arena"]) c.max_arena_bytes = Bytes(s["max_arena"], "sessions.max_arena");
+    if (c.max_arena_bytes < 4096) throw ConfigError{Where(s["max_arena"], "sessions.max_arena") + " must be at least 4KiB"};
+    if (s["arena_budget"]) c.arena_budget_bytes = Bytes(s["arena_budget"], "sessions.arena_budget");
+    if (c.arena_budget_bytes < 4096) {
+      throw ConfigError{Where(s["arena_budget"], "sessions.arena_budget") + " must be at least 4KiB"};
+    }
   }
   if (root["block_size"]) c.store.block_size = static_cast<uint32_t>(std::min<uint64_t>(Bytes(root["block_size"], "block_size"), UINT32_MAX));
   if (const auto s = root["staging"]) {
@@ -100,6 +127,11 @@ DaemonConfig Parse(const YAML::Node& root) {
     if (s["high_water"]) c.store.staging_high_water = Number(s["high_water"], "staging.high_water");
   }
   if (root["verify_checksums"]) c.store.verify_checksums = Bool(root["verify_checksums"], "verify_checksums");
+  if (const auto r = root["reads"]) {
+    RequireMap(r, "reads", {"deadline_floor", "deadline_cap"});
+    if (r["deadline_floor"]) c.store.read_deadline_floor_seconds = Seconds(r["deadline_floor"], "reads.deadline_floor");
+    if (r["deadline_cap"]) c.store.read_deadline_cap_seconds = Seconds(r["deadline_cap"], "reads.deadline_cap");
+  }
   if (const auto p = root["policies"]) {
     RequireMap(p, "policies", {"routing", "batching", "writes", "replication", "fsync"});
     if (p["routing"]) c.store.routing = Policy<RoutingPolicy>(p["routing"], "policies.routing", ParseRouting);
@@ -138,6 +170,11 @@ DaemonConfig Parse(const YAML::Node& root) {
 }
 
 }  // namespace
+
+uint64_t DefaultArenaBudget() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) / 4 : 4ull << 30;
+}
 
 absl::StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& yaml, const std::string& origin) {
   DaemonConfig config;

@@ -9,11 +9,16 @@
 
 namespace kvstream {
 
+// A quarter of the node's memory: arenas are pinned for O_DIRECT and registered buffers, so they
+// must never crowd out the engines and the page cache.
+uint64_t DefaultArenaBudget();
+
 struct DaemonConfig {
   std::string socket_path = "/run/kvstream/kvstreamd.sock";
   uint32_t socket_mode = 0660;      // permission bits of the control socket
   std::string socket_group;         // group owning the socket; empty = the daemon's group
   uint64_t max_arena_bytes = 8ull << 30;  // largest shared-memory arena one session may attach
+  uint64_t arena_budget_bytes = DefaultArenaBudget();  // all sessions' arenas together
   std::string log_level = "info";   // trace | debug | info | warn | error
   StoreConfig store;                // tiers, block size, staging, policies (validated)
 };

@@ -67,6 +67,16 @@ int Main(int argc, char** argv) {
     std::cerr << "kvstreamd: " << config.status().message() << "\n";
     return 2;
   }
+  gid_t socket_gid = static_cast<gid_t>(-1);
+  if (!config->socket_group.empty()) {
+    const group* g = getgrnam(config->socket_group.c_str());
+    if (g == nullptr) {
+      std::cerr << "kvstreamd: " << config_path << ": socket.group '" << config->socket_group
+                << "' does not exist (create it, or leave socket.group empty for the daemon's group)\n";
+      return 2;
+    }
+    socket_gid = g->gr_gid;
+  }
   spdlog::set_default_logger(spdlog::stderr_logger_mt("kvstreamd"));  // stderr: journald under systemd
   spdlog::set_level(spdlog::level::from_str(config->log_level));
   spdlog::set_pattern("%^%l%$ %v");  // journald adds the time and the unit
@@ -92,7 +102,7 @@ int Main(int argc, char** argv) {
     std::cerr << "kvstreamd: " << store.status().message() << "\n";
     return 1;
   }
-  SessionManager sessions(socket_path + ".data", config->max_arena_bytes);
+  SessionManager sessions(socket_path + ".data", config->max_arena_bytes, config->arena_budget_bytes);
   if (absl::Status s = sessions.Start(config->socket_mode); !s.ok()) {
     std::cerr << "kvstreamd: " << s.message() << "\n";
     return 1;
@@ -107,13 +117,13 @@ int Main(int argc, char** argv) {
     return 1;
   }
   chmod(socket_path.c_str(), config->socket_mode);
-  if (!config->socket_group.empty()) {
-    group* g = getgrnam(config->socket_group.c_str());
-    if (g == nullptr) {
-      spdlog::warn("socket group '{}' does not exist; the socket keeps the daemon's group", config->socket_group);
-    } else {
-      [[maybe_unused]] int rc = chown(socket_path.c_str(), static_cast<uid_t>(-1), g->gr_gid);
-      rc = chown(sessions.data_socket().c_str(), static_cast<uid_t>(-1), g->gr_gid);
+  if (socket_gid != static_cast<gid_t>(-1)) {
+    for (const std::string& path : {socket_path, sessions.data_socket()}) {
+      if (chown(path.c_str(), static_cast<uid_t>(-1), socket_gid) != 0) {
+        std::cerr << "kvstreamd: cannot give " << path << " to group '" << config->socket_group << "': "
+                  << std::strerror(errno) << "\n";
+        return 1;
+      }
     }
   }
   spdlog::info("kvstreamd {} serving on {} with {} tiers", KVSTREAM_VERSION, socket_path, config->store.tiers.size());

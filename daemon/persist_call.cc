@@ -62,11 +62,11 @@ void PersistCall::Staged(size_t i, const absl::Status& status) {
     absl::MutexLock lock(&state_mu_);
     ChunkState& st = chunk_state_[i];
     st.staged = true;
-    PushEvent(i, v1::PersistEvent::STAGED, status, 0);
+    PushEvent(i, v1::PersistEvent::STAGED, PersistResult{status, 0, 0, ""});
     if (!status.ok()) {  // never staged: that is its final answer too
-      PushEvent(i, v1::PersistEvent::DURABLE, status, 0);
+      PushEvent(i, v1::PersistEvent::DURABLE, PersistResult{status, 0, 0, ""});
     } else if (st.early_durable) {
-      PushEvent(i, v1::PersistEvent::DURABLE, st.early_durable->status, st.early_durable->tier_mask);
+      PushEvent(i, v1::PersistEvent::DURABLE, *st.early_durable);
     } else {
       chunk_done = false;  // Durable settles it
     }
@@ -82,19 +82,19 @@ void PersistCall::Durable(size_t i, const PersistResult& result) {
       st.early_durable = result;
       return;
     }
-    PushEvent(i, v1::PersistEvent::DURABLE, result.status, result.tier_mask);
+    PushEvent(i, v1::PersistEvent::DURABLE, result);
   }
   Settle();
 }
 
-void PersistCall::PushEvent(size_t i, v1::PersistEvent::Stage stage, const absl::Status& status,
-                            uint32_t tier_mask) {
+void PersistCall::PushEvent(size_t i, v1::PersistEvent::Stage stage, const PersistResult& result) {
   v1::PersistEvent e;
   e.set_index(static_cast<uint32_t>(i));
   e.set_stage(stage);
-  e.set_code(static_cast<int32_t>(status.code()));
-  e.set_message(std::string(status.message()));
-  e.set_tier_mask(tier_mask);
+  e.set_code(static_cast<int32_t>(result.status.code()));
+  e.set_message(result.status.ok() ? result.lost_reason : std::string(result.status.message()));
+  e.set_tier_mask(result.tier_mask);
+  e.set_lost_mask(result.lost_mask);
   Push(std::move(e));
 }
 

@@ -52,7 +52,7 @@ class PersistCall final : public EventStream<v1::PersistEvent> {
   void Staged(size_t i, const absl::Status& status) ABSL_LOCKS_EXCLUDED(state_mu_);
   // The store's I/O thread (or inside Stage): chunk i is durable or failed.
   void Durable(size_t i, const PersistResult& result) ABSL_LOCKS_EXCLUDED(state_mu_);
-  void PushEvent(size_t i, v1::PersistEvent::Stage stage, const absl::Status& status, uint32_t tier_mask);
+  void PushEvent(size_t i, v1::PersistEvent::Stage stage, const PersistResult& result);
   // One of pending_ is done; the last one closes the stream and may delete this.
   void Settle();
 

@@ -62,6 +62,8 @@ grpc::ServerUnaryReactor* Service::Stats(grpc::CallbackServerContext* ctx, const
                                          v1::StatsReply* reply) {
   ToProto(store_->Stats(), reply);
   reply->set_sessions(static_cast<uint32_t>(sessions_->count()));
+  reply->set_arena_bytes(sessions_->arena_bytes());
+  reply->set_arena_budget_bytes(sessions_->arena_budget());
   auto* r = ctx->DefaultReactor();
   r->Finish(grpc::Status::OK);
   return r;
@@ -110,6 +112,7 @@ grpc::ServerUnaryReactor* Service::Health(grpc::CallbackServerContext* ctx, cons
   reply->set_version(KVSTREAM_VERSION);
   for (const TierStats& t : store_->Stats().tiers) {
     if (t.read_errors + t.write_errors + t.checksum_failures > 0) reply->add_degraded_tiers(t.name);
+    if (t.stalled) reply->add_stalled_tiers(t.name);
   }
   auto* r = ctx->DefaultReactor();
   r->Finish(grpc::Status::OK);

@@ -30,8 +30,9 @@ void SessionCall::Attach(const v1::SessionRequest::Attach& a) {
     return;
   }
   session_ = *created;
-  // Fixed-buffer reads into the arena where the tiers allow it (else plain reads).
-  registered_ = store_->RegisterMemory(session_->arena->data(), session_->arena->size()).ok();
+  // Fixed-buffer reads into the arena where the tiers allow it (else plain reads); with its memfd,
+  // so the store can take pages back from a stalled read and serve the step from another tier.
+  registered_ = store_->RegisterMemory(session_->arena->data(), session_->arena->size(), session_->arena->fd(), 0).ok();
   spdlog::info("session {} attached: model '{}' rank {}/{} arena {} bytes", session_->id, a.model(), a.rank(),
                a.world_size(), session_->arena->size());
   auto* attached = event_.mutable_attached();

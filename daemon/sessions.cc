@@ -29,8 +29,33 @@ bool SameToken(const std::string& a, const char* b) {
 
 }  // namespace
 
-SessionManager::SessionManager(std::string data_socket, uint64_t max_arena_bytes)
-    : data_socket_(std::move(data_socket)), max_arena_bytes_(max_arena_bytes) {}
+absl::Status ArenaBudget::Take(uint64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  if (bytes > limit_ - used_) {
+    return absl::ResourceExhaustedError("an arena of " + std::to_string(bytes) + " bytes exceeds the node's arena budget: " +
+                                        std::to_string(used_) + " of " + std::to_string(limit_) + " bytes in use by " +
+                                        std::to_string(holders_) + " sessions (sessions.arena_budget)");
+  }
+  used_ += bytes;
+  ++holders_;
+  return absl::OkStatus();
+}
+
+void ArenaBudget::Give(uint64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  used_ -= bytes;
+  --holders_;
+}
+
+uint64_t ArenaBudget::used() const {
+  absl::MutexLock lock(&mu_);
+  return used_;
+}
+
+SessionManager::SessionManager(std::string data_socket, uint64_t max_arena_bytes, uint64_t arena_budget_bytes)
+    : data_socket_(std::move(data_socket)),
+      max_arena_bytes_(max_arena_bytes),
+      budget_(std::make_shared<ArenaBudget>(arena_budget_bytes)) {}
 
 SessionManager::~SessionManager() { Stop(); }
 
@@ -144,7 +169,11 @@ absl::StatusOr<std::shared_ptr<Session>> SessionManager::Create(const std::strin
       return absl::InternalError("getrandom failed");
     }
   } while (session->id == 0 || Find(session->id) != nullptr);
-  auto arena = Arena::Create("kvstream-session-" + std::to_string(session->id), (arena_bytes + page - 1) / page * page);
+  const uint64_t bytes = (arena_bytes + page - 1) / page * page;
+  if (absl::Status s = budget_->Take(bytes); !s.ok()) return s;
+  session->budget = budget_;  // from here on, the session gives the bytes back when freed
+  session->budget_bytes = bytes;
+  auto arena = Arena::Create("kvstream-session-" + std::to_string(session->id), bytes);
   if (!arena.ok()) return arena.status();
   session->arena = *std::move(arena);
   absl::MutexLock lock(&mu_);

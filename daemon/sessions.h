@@ -17,7 +17,29 @@
 
 namespace kvstream {
 
+// The node-wide budget of arena bytes (sessions.arena_budget): every session's arena holds a
+// lease on it until the arena is freed (which may be after the session ended, while reads into it
+// finish).
+class ArenaBudget {
+ public:
+  explicit ArenaBudget(uint64_t limit_bytes) : limit_(limit_bytes) {}
+  // Takes `bytes` of the budget, or ResourceExhausted saying what is in use.
+  absl::Status Take(uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
+  void Give(uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
+  uint64_t limit() const { return limit_; }
+  uint64_t used() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  const uint64_t limit_;
+  mutable absl::Mutex mu_;
+  uint64_t used_ ABSL_GUARDED_BY(mu_) = 0;
+  uint32_t holders_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
 struct Session {
+  ~Session() {
+    if (budget) budget->Give(budget_bytes);
+  }
   uint64_t id = 0;
   std::string model;
   uint32_t rank = 0;
@@ -25,13 +47,15 @@ struct Session {
   std::string token;           // 32 random bytes
   std::shared_ptr<Arena> arena;
   std::atomic<bool> fd_sent{false};
+  std::shared_ptr<ArenaBudget> budget;  // given back when the session (and its arena) is freed
+  uint64_t budget_bytes = 0;
 };
 
 class SessionManager {
  public:
   // `data_socket` is the Unix socket path that hands out arena descriptors; `max_arena` bounds
-  // one session's arena.
-  SessionManager(std::string data_socket, uint64_t max_arena_bytes);
+  // one session's arena and `arena_budget` all arenas together.
+  SessionManager(std::string data_socket, uint64_t max_arena_bytes, uint64_t arena_budget_bytes);
   ~SessionManager();
 
   // Binds and listens on the data socket (mode like the control socket) and starts its thread.
@@ -45,6 +69,8 @@ class SessionManager {
   std::shared_ptr<Session> Authorize(uint64_t id, const std::string& token) const ABSL_LOCKS_EXCLUDED(mu_);
   void Remove(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
   size_t count() const ABSL_LOCKS_EXCLUDED(mu_);
+  uint64_t arena_bytes() const { return budget_->used(); }
+  uint64_t arena_budget() const { return budget_->limit(); }
   const std::string& data_socket() const { return data_socket_; }
 
  private:
@@ -53,6 +79,7 @@ class SessionManager {
 
   const std::string data_socket_;
   const uint64_t max_arena_bytes_;
+  const std::shared_ptr<ArenaBudget> budget_;
   mutable absl::Mutex mu_;
   std::map<uint64_t, std::shared_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
   int listen_fd_ = -1;

@@ -23,8 +23,9 @@ Engine::Engine(StoreConfig config, Tiers tiers, std::shared_ptr<Reactor> reactor
         return capacities;
       }()),
       stager_(config_.staging_limit_bytes, config_.staging_high_water, config_.block_size, reactor_.get()),
+      regions_(tiers_),
       pool_(static_cast<int>(tiers_.size()), config_.routing, config_.batching),
-      reader_(config_, tiers_, &index_, &pool_, reactor_.get(), &counters_,
+      reader_(config_, tiers_, &index_, &pool_, &regions_, reactor_.get(), &counters_,
               [this](StepRecord* record) { StepFinished(record); }),
       replicator_(config_, tiers_, &index_, &stager_, &counters_),
       policies_(PoliciesOf(config_)) {}
@@ -64,7 +65,10 @@ void Engine::Shutdown() {
   stager_.Stop();  // blocked producers give up; what is staged is written, also during reads
   reactor_->Wake();
   absl::MutexLock join(&join_mu_);
-  if (thread_.joinable()) thread_.join();
+  if (!thread_.joinable()) return;
+  thread_.join();
+  absl::ReaderMutexLock lock(&index_.mu());
+  SaveIndexes(tiers_, index_.get_shared());  // the next start reads these instead of every header
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -185,38 +189,14 @@ absl::StatusOr<EvictResult> Engine::Evict(const EvictRequest& request) {
   return result;
 }
 
-absl::Status Engine::RegisterMemory(void* base, size_t size) {
-  if (base == nullptr || size == 0) return absl::InvalidArgumentError("empty region");
+absl::Status Engine::RegisterMemory(void* base, size_t size, int fd, uint64_t fd_offset) {
   absl::Status status;
-  RunOnLoop([&] {
-    std::vector<int> ids(tiers_.size(), -1);
-    int registered = 0;
-    for (size_t t = 0; t < tiers_.size(); ++t) {
-      absl::StatusOr<int> id = tiers_[t]->device->RegisterRegion(base, size);
-      if (id.ok()) {
-        ids[t] = *id;
-        ++registered;
-      } else if (status.ok()) {
-        status = id.status();
-      }
-    }
-    if (registered > 0) {
-      status = absl::OkStatus();  // tiers that refused use plain buffers
-      regions_[base] = std::move(ids);
-    }
-  });
+  RunOnLoop([&] { status = regions_.Add(static_cast<uint8_t*>(base), size, fd, fd_offset); });
   return status;
 }
 
 void Engine::UnregisterMemory(void* base) {
-  RunOnLoop([&] {
-    auto it = regions_.find(base);
-    if (it == regions_.end()) return;
-    for (size_t t = 0; t < tiers_.size(); ++t) {
-      if (it->second[t] >= 0) tiers_[t]->device->UnregisterRegion(it->second[t]);
-    }
-    regions_.erase(it);
-  });
+  RunOnLoop([&] { regions_.Remove(base); });
 }
 
 bool Engine::SetPolicies(const Policies& policies) {
@@ -285,6 +265,13 @@ StoreStats Engine::Stats() const {
     ts.resubmits = tier.device->resubmits();
     ts.fixed_ops = tier.device->fixed_ops();
     ts.reference_bandwidth_bps = tier.reference_bps;
+    ts.stalled = tier.stalled;
+    ts.stalls = c.stalls;
+    ts.late_reads = c.late_reads;
+    ts.hedged_reads = c.hedged_reads;
+    ts.no_space_errors = c.no_space_errors;
+    ts.gone_errors = c.gone_errors;
+    ts.media_errors = c.media_errors;
     s.tiers.push_back(std::move(ts));
   }
   return s;
@@ -311,6 +298,7 @@ void Engine::Loop() {
         }
       }
     }
+    const int64_t next_deadline = reader_.CheckDeadlines();
     reader_.Sweep();
     for (size_t t = 0; t < tiers_.size(); ++t) reader_.Schedule(static_cast<int>(t));
     if (!replicator_.idle()) {
@@ -328,7 +316,12 @@ void Engine::Loop() {
         break;
       }
     }
-    if (!progress) reactor_->Wait(kIdleWaitNs);
+    if (progress) continue;
+    if (next_deadline != StepReader::kNoDeadline) {
+      reactor_->WaitUntil(std::min(next_deadline, reactor_->NowNs() + kIdleWaitNs));
+    } else {
+      reactor_->Wait(kIdleWaitNs);
+    }
   }
 }
 

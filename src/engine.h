@@ -16,7 +16,6 @@
 #pragma once
 
 #include <functional>
-#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -29,6 +28,7 @@
 #include "index.h"
 #include "kvstream/config.h"
 #include "kvstream/store.h"
+#include "memory_regions.h"
 #include "reactor.h"
 #include "replicator.h"
 #include "step_pool.h"
@@ -58,7 +58,7 @@ class Engine final : public Store {
   std::vector<LookupResult> Lookup(const std::vector<std::string>& keys) const override;
   size_t PrefixHits(const std::vector<std::string>& keys) const override;
   absl::StatusOr<EvictResult> Evict(const EvictRequest& request) override;
-  absl::Status RegisterMemory(void* base, size_t size) override;
+  absl::Status RegisterMemory(void* base, size_t size, int fd = -1, uint64_t fd_offset = 0) override;
   void UnregisterMemory(void* base) override;
   bool SetPolicies(const Policies& policies) override;
   Policies policies() const override;
@@ -91,11 +91,11 @@ class Engine final : public Store {
   WriteStager stager_;
 
   // Loop-thread state (no lock: only the loop thread touches it once it runs).
+  MemoryRegions regions_;  // registered memory (RegisterMemory)
   StepPool pool_;
   StepReader reader_;
   Replicator replicator_;
   std::optional<Policies> requested_policies_;  // applied once the pool is empty
-  std::map<void*, std::vector<int>> regions_;   // registered memory -> region id per tier
 
   mutable absl::Mutex policies_mu_;
   Policies policies_ ABSL_GUARDED_BY(policies_mu_);  // in force

@@ -29,7 +29,7 @@ int64_t EventReactor::NowNs() {
 
 void EventReactor::Wait(int64_t timeout_ns) {
   pollfd p{fd_, POLLIN, 0};
-  const int timeout_ms = static_cast<int>((timeout_ns + 999'999) / 1'000'000);
+  const int timeout_ms = timeout_ns <= 0 ? 0 : static_cast<int>((timeout_ns + 999'999) / 1'000'000);
   if (poll(&p, 1, timeout_ms) > 0) {
     uint64_t value;
     // Resets the counter; completions posted after this read signal it again.

@@ -14,6 +14,7 @@ class EventReactor final : public Reactor {
 
   int64_t NowNs() override;
   void Wait(int64_t timeout_ns) override;
+  void WaitUntil(int64_t deadline_ns) override { Wait(deadline_ns - NowNs()); }
   void Wake() override;
   int event_fd() const { return fd_; }
 

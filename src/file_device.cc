@@ -10,8 +10,12 @@
 #include <cstring>
 #include <filesystem>
 
+#include <atomic>
+#include <thread>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "index_checkpoint.h"
 #include "spdlog/spdlog.h"
 
 namespace kvstream {
@@ -21,6 +25,7 @@ namespace fs = std::filesystem;
 
 constexpr char kLockName[] = ".kvstream.lock";
 constexpr char kProbeName[] = ".kvstream-probe";
+constexpr size_t kScanThreads = 8;  // header reads in flight while scanning a tier without a checkpoint
 
 absl::Status Errno(const char* what, const std::string& path, int err = errno) {
   return ErrnoStatus(err, absl::StrCat(what, " ", path));
@@ -94,6 +99,7 @@ absl::Status FileDevice::Init() {
   if (read_queue_.RegisterSparseBuffers(kMaxRegions) == 0 && write_queue_.RegisterSparseBuffers(kMaxRegions) == 0) {
     props_.fixed_buffers = true;
     regions_.resize(kMaxRegions);
+    for (int i = kMaxRegions; i > 0; --i) free_regions_.push_back(i - 1);
   }
   return absl::OkStatus();
 }
@@ -152,11 +158,8 @@ absl::StatusOr<int> FileDevice::RegisterRegion(void* base, size_t size) {
   if (size == 0 || size > (1ull << 30)) {
     return absl::InvalidArgumentError("a registered region must be 1 byte to 1 GiB");
   }
-  int index = -1;
-  for (unsigned i = 0; i < regions_.size() && index < 0; ++i) {
-    if (regions_[i].size == 0) index = static_cast<int>(i);
-  }
-  if (index < 0) return absl::ResourceExhaustedError("all registered buffer slots are in use");
+  if (free_regions_.empty()) return absl::ResourceExhaustedError("all registered buffer slots are in use");
+  const int index = free_regions_.back();
   int rc = read_queue_.UpdateBuffer(index, {base, size});
   if (rc == 0) {
     rc = write_queue_.UpdateBuffer(index, {base, size});
@@ -166,7 +169,9 @@ absl::StatusOr<int> FileDevice::RegisterRegion(void* base, size_t size) {
     return absl::ResourceExhaustedError(absl::StrCat("registering ", size, " bytes of buffers: ", std::strerror(-rc),
                                                      rc == -ENOMEM ? " (raise LimitMEMLOCK)" : ""));
   }
+  free_regions_.pop_back();
   regions_[index] = {static_cast<uint8_t*>(base), size};
+  region_by_base_[reinterpret_cast<uintptr_t>(base)] = index;
   return index;
 }
 
@@ -174,7 +179,9 @@ void FileDevice::UnregisterRegion(int index) {
   if (index < 0 || static_cast<size_t>(index) >= regions_.size() || regions_[index].size == 0) return;
   read_queue_.UpdateBuffer(index, {nullptr, 0});
   write_queue_.UpdateBuffer(index, {nullptr, 0});
+  region_by_base_.erase(reinterpret_cast<uintptr_t>(regions_[index].base));
   regions_[index] = {};
+  free_regions_.push_back(index);
 }
 
 // The queues, destroyed after this body, wait for requests still in flight; the kernel keeps its
@@ -195,6 +202,21 @@ std::string FileDevice::ChunkPath(const std::string& stem) const {
 
 absl::StatusOr<ScanReport> FileDevice::Scan() {
   ScanReport report;
+  absl::StatusOr<std::vector<ChunkMeta>> saved = TakeCheckpoint(options_.path);
+  if (saved.ok()) {
+    report.from_checkpoint = true;
+    for (ChunkMeta& m : *saved) {
+      const uint64_t size = m.file_size();
+      report.chunks.push_back({std::move(m), size});
+    }
+    return report;
+  }
+  if (!absl::IsNotFound(saved.status())) {
+    spdlog::warn("tier {}: ignoring its index checkpoint: {}; reading every chunk header", options_.path,
+                 std::string(saved.status().message()));
+  }
+  // Every chunk file's header, read by a few threads (a cold scan waits on the device).
+  std::vector<std::pair<std::string, std::string>> files;  // path, stem
   std::error_code ec;
   for (const fs::directory_entry& dir : fs::directory_iterator(options_.path, ec)) {
     const std::string dir_name = dir.path().filename().string();
@@ -210,20 +232,33 @@ absl::StatusOr<ScanReport> FileDevice::Scan() {
       if (!absl::EndsWith(name, kChunkSuffix)) continue;
       const std::string stem = name.substr(0, name.size() - kChunkSuffixLength);
       if (!IsHexStem(stem, 32) || stem.substr(0, 2) != dir_name) continue;
-      absl::StatusOr<ScannedChunk> chunk = ReadHeader(path, stem);
-      if (!chunk.ok()) {
-        spdlog::warn("tier {}: removing invalid chunk file {}: {}", options_.path, path,
-                     std::string(chunk.status().message()));
-        unlink(path.c_str());
-        ++report.removed_invalid;
-        continue;
-      }
-      report.chunks.push_back(*std::move(chunk));
+      files.emplace_back(path, stem);
     }
   }
   if (ec) return absl::InternalError(absl::StrCat("scanning ", options_.path, ": ", ec.message()));
+  std::vector<absl::StatusOr<ScannedChunk>> headers(files.size(), absl::UnknownError("not read"));
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> readers;
+  for (size_t r = 0; r < std::min<size_t>(kScanThreads, files.size()); ++r) {
+    readers.emplace_back([&] {
+      for (size_t i = next++; i < files.size(); i = next++) headers[i] = ReadHeader(files[i].first, files[i].second);
+    });
+  }
+  for (auto& t : readers) t.join();
+  for (size_t i = 0; i < files.size(); ++i) {
+    if (!headers[i].ok()) {
+      spdlog::warn("tier {}: removing invalid chunk file {}: {}", options_.path, files[i].first,
+                   std::string(headers[i].status().message()));
+      unlink(files[i].first.c_str());
+      ++report.removed_invalid;
+      continue;
+    }
+    report.chunks.push_back(*std::move(headers[i]));
+  }
   return report;
 }
+
+absl::Status FileDevice::SaveIndex(const std::vector<ChunkMeta>& chunks) { return WriteCheckpoint(options_.path, chunks); }
 
 absl::StatusOr<FileHandle> FileDevice::OpenChunk(const std::string& stem) {
   if (auto it = files_.find(stem); it != files_.end()) {
@@ -334,14 +369,15 @@ bool FileDevice::Queue(IoRequest* request) {
   UringQueue& queue = request->kind == IoKind::kRead ? read_queue_ : write_queue_;
   request->transferred = 0;
   request->region = -1;
-  if (request->kind != IoKind::kSync) {
-    const auto* b = static_cast<const uint8_t*>(request->buffer);
-    for (size_t i = 0; i < regions_.size(); ++i) {
-      const Region& reg = regions_[i];
-      if (reg.size != 0 && b >= reg.base && b + request->length <= reg.base + reg.size) {
-        request->region = static_cast<int16_t>(i);
+  if (request->kind != IoKind::kSync && !region_by_base_.empty()) {
+    const auto b = reinterpret_cast<uintptr_t>(request->buffer);
+    auto it = region_by_base_.upper_bound(b);
+    if (it != region_by_base_.begin()) {
+      const int index = std::prev(it)->second;
+      const Region& reg = regions_[index];
+      if (b + request->length <= reinterpret_cast<uintptr_t>(reg.base) + reg.size) {
+        request->region = static_cast<int16_t>(index);
         fixed_ops_.fetch_add(1, std::memory_order_relaxed);
-        break;
       }
     }
   }
@@ -355,6 +391,10 @@ bool FileDevice::Queue(IoRequest* request) {
     }
   }
   return true;
+}
+
+void FileDevice::Abandon(IoRequest* request) {
+  (request->kind == IoKind::kRead ? read_queue_ : write_queue_).Cancel(request);
 }
 
 void FileDevice::Submit() {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <list>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,12 +34,14 @@ class FileDevice final : public TierDevice {
 
   const DeviceProperties& properties() const override { return props_; }
   absl::StatusOr<ScanReport> Scan() override;
+  absl::Status SaveIndex(const std::vector<ChunkMeta>& chunks) override;
   absl::StatusOr<FileHandle> OpenChunk(const std::string& stem) override;
   absl::StatusOr<FileHandle> CreateTemp(const std::string& stem) override;
   absl::Status CommitTemp(FileHandle temp, const std::string& stem, bool sync_directory) override;
   void AbortTemp(FileHandle temp) override;
   absl::Status RemoveChunk(const std::string& stem) override;
   bool Queue(IoRequest* request) override;
+  void Abandon(IoRequest* request) override;
   void Submit() override;
   void Reap(std::vector<IoCompletion>* out) override;
   uint64_t resubmits() const override { return read_queue_.resubmits() + write_queue_.resubmits(); }
@@ -54,7 +57,7 @@ class FileDevice final : public TierDevice {
     uint8_t* base = nullptr;
     size_t size = 0;
   };
-  static constexpr unsigned kMaxRegions = 64;
+  static constexpr unsigned kMaxRegions = 4096;  // registered buffer slots per ring (64 GiB of 16 MiB pieces)
   struct CachedFile {
     int fd = -1;
     uint32_t in_flight = 0;
@@ -78,6 +81,8 @@ class FileDevice final : public TierDevice {
   UringQueue write_queue_;
   std::atomic<uint64_t> fixed_ops_{0};  // read by Stats from other threads
   std::vector<Region> regions_;  // index = registered buffer slot; size 0 = free
+  std::vector<int> free_regions_;
+  std::map<uintptr_t, int> region_by_base_;  // for the lookup of each op's buffer
   uint64_t temp_counter_ = 0;
   absl::flat_hash_map<std::string, CachedFile> files_;  // stem -> open read handle
   absl::flat_hash_map<int, std::string> fd_stems_;      // read fd -> stem

@@ -115,4 +115,11 @@ void Index::EvictLru(int tier, uint64_t bytes, std::vector<Victim>* victims) {
   }
 }
 
+std::vector<ChunkMeta> Index::Replicas(int tier) const {
+  std::vector<ChunkMeta> out;
+  out.reserve(lru_[tier].size());
+  for (const IndexEntry* e : lru_[tier]) out.push_back(*e->meta);
+  return out;
+}
+
 }  // namespace kvstream

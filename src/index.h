@@ -70,6 +70,8 @@ class Index {
   // UINT64_MAX). Pinned entries are evicted too: their in-flight reads fail over or fail.
   void EvictLru(int tier, uint64_t bytes, std::vector<Victim>* victims);
 
+  // The versions `tier` holds, least recently used first.
+  std::vector<ChunkMeta> Replicas(int tier) const;
   uint64_t used(int tier) const { return used_[tier]; }
   uint64_t capacity(int tier) const { return capacity_[tier]; }
   uint64_t replicas(int tier) const { return lru_[tier].size(); }

@@ -17,8 +17,13 @@ absl::Status RecoverIndex(const Tiers& tiers, Index* index) {
       return absl::Status(report.status().code(),
                           absl::StrCat("tier ", tiers[t]->name, ": scan failed: ", report.status().message()));
     }
-    spdlog::info("tier {}: {} chunk files, removed {} temporaries and {} invalid files", tiers[t]->name,
-                 report->chunks.size(), report->removed_temporaries, report->removed_invalid);
+    if (report->from_checkpoint) {
+      spdlog::info("tier {}: {} chunks from the index saved at the last clean shutdown", tiers[t]->name,
+                   report->chunks.size());
+    } else {
+      spdlog::info("tier {}: {} chunk files, removed {} temporaries and {} invalid files", tiers[t]->name,
+                   report->chunks.size(), report->removed_temporaries, report->removed_invalid);
+    }
     for (ScannedChunk& c : report->chunks) all.emplace_back(static_cast<int>(t), std::move(c));
   }
   std::stable_sort(all.begin(), all.end(), [](const auto& a, const auto& b) {
@@ -43,6 +48,16 @@ absl::Status RecoverIndex(const Tiers& tiers, Index* index) {
   }
   RemoveReplicaFiles(tiers, stale);
   return absl::OkStatus();
+}
+
+void SaveIndexes(const Tiers& tiers, const Index& index) {
+  for (size_t t = 0; t < tiers.size(); ++t) {
+    const std::vector<ChunkMeta> chunks = index.Replicas(static_cast<int>(t));
+    if (absl::Status s = tiers[t]->device->SaveIndex(chunks); !s.ok()) {
+      spdlog::warn("tier {}: index not saved ({}); the next start reads every chunk header", tiers[t]->name,
+                   std::string(s.message()));
+    }
+  }
 }
 
 }  // namespace kvstream

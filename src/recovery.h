@@ -1,5 +1,6 @@
 // Recovery: rebuilds the index from the tiers alone at start. Every device is scanned (which
-// removes temporaries and invalid files); replicas are indexed oldest first, so the LRU order
+// removes temporaries and invalid files), or hands over the index it saved at the last clean
+// shutdown (index_checkpoint.h; SaveIndex at shutdown writes it); replicas are indexed oldest first, so the LRU order
 // starts as creation order; of two versions of a key the newer wins and the older's files are
 // removed; each tier is then evicted down to its capacity. Runs before the loop starts.
 #pragma once
@@ -11,5 +12,7 @@
 namespace kvstream {
 
 absl::Status RecoverIndex(const Tiers& tiers, Index* index);
+// Saves each tier's chunks for the next start. REQUIRES: the loop has stopped (nothing changes).
+void SaveIndexes(const Tiers& tiers, const Index& index);
 
 }  // namespace kvstream

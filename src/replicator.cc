@@ -65,7 +65,7 @@ bool Replicator::StartReplica(Job* job, int t) {
   const StagedChunk& chunk = *job->chunk;
   absl::StatusOr<FileHandle> temp = tier.device->CreateTemp(chunk.stem);
   if (!temp.ok()) {
-    ++tier.counters.write_errors;
+    WriteFailed(t, temp.status());
     FinishReplica(job, t, temp.status());
     return false;
   }
@@ -119,9 +119,8 @@ void Replicator::Complete(int t, const IoCompletion& c) {
   Replica& r = job->replicas[t];
   --r.in_flight;
   if (c.status != IoStatus::kOk && r.error.ok()) {
-    ++tier.counters.write_errors;
     r.error = ErrnoStatus(c.error, absl::StrCat("write to tier ", tier.name, " failed"));
-    spdlog::warn("{}", std::string(r.error.message()));
+    WriteFailed(t, r.error);
   }
   if (r.in_flight > 0) return;
   if (!r.error.ok()) {
@@ -178,10 +177,20 @@ void Replicator::Commit(Job* job, int t) {
     ++tier.counters.replicas_written;
     job->durable |= 1u << t;
   } else {
-    ++tier.counters.write_errors;
-    spdlog::warn("tier {}: commit of '{}' failed: {}", tier.name, chunk.meta->key, std::string(committed.message()));
+    WriteFailed(t, committed);
   }
   FinishReplica(job, t, committed);
+}
+
+void Replicator::WriteFailed(int t, const absl::Status& why) {
+  Tier& tier = *tiers_[t];
+  ++tier.counters.write_errors;
+  tier.counters.CountError(IoStatusOf(why));
+  uint64_t left_out;
+  if (tier.write_log.Allow(&left_out)) {
+    spdlog::warn("tier {}: a replica is lost: {}{}", tier.name, std::string(why.message()),
+                 left_out ? absl::StrCat(" (", left_out, " more write failures not logged)") : "");
+  }
 }
 
 void Replicator::FinishReplica(Job* job, int t, absl::Status status) {
@@ -194,13 +203,17 @@ void Replicator::FinishReplica(Job* job, int t, absl::Status status) {
 void Replicator::MaybeFinish(Job* job) {
   if (!job->started) return;
   absl::Status first_error;
-  for (const Replica& r : job->replicas) {
-    if (r.state != State::kDone && r.state != State::kFailed) return;
-    if (r.state == State::kFailed && first_error.ok()) first_error = r.error;
-  }
   PersistResult result;
+  for (size_t t = 0; t < job->replicas.size(); ++t) {
+    const Replica& r = job->replicas[t];
+    if (r.state != State::kDone && r.state != State::kFailed) return;
+    if (r.state != State::kFailed) continue;
+    result.lost_mask |= 1u << t;
+    if (first_error.ok()) first_error = r.error;
+  }
   result.tier_mask = job->durable;
   result.status = job->durable != 0 ? absl::OkStatus() : first_error;
+  if (result.lost_mask != 0) result.lost_reason = std::string(first_error.message());
   auto it = std::find_if(jobs_.begin(), jobs_.end(), [job](const auto& j) { return j.get() == job; });
   std::unique_ptr<Job> owned = std::move(*it);
   jobs_.erase(it);

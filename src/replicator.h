@@ -61,6 +61,8 @@ class Replicator {
   bool StartReplica(Job* job, int tier);
   void IssueWrites(Job* job, int tier, bool during_reads);
   void Commit(Job* job, int tier);
+  // Counts and logs (rate-limited) a failed write, temporary or commit on `tier`.
+  void WriteFailed(int tier, const absl::Status& why);
   void FinishReplica(Job* job, int tier, absl::Status status);
   // Finishes the job once no replica is pending or in flight.
   void MaybeFinish(Job* job);

@@ -41,6 +41,26 @@ void SimClock::Wait(int64_t timeout_ns) {
   if (next >= 0) now_ns_ = std::max(now_ns_, next);
 }
 
+void SimClock::WaitUntil(int64_t deadline_ns) {
+  absl::MutexLock lock(&mu_);
+  int64_t next = -1;
+  while (!wake_) {
+    if (CanAdvanceLocked(&next)) {
+      now_ns_ = std::max(now_ns_, std::min(next, deadline_ns));
+      return;
+    }
+    if (!paused_) {  // nothing happens before the timer: time moves to it
+      now_ns_ = std::max(now_ns_, deadline_ns);
+      return;
+    }
+    waiting_ = true;
+    cv_.SignalAll();
+    cv_.WaitWithTimeout(&mu_, absl::Milliseconds(50));
+    waiting_ = false;
+  }
+  wake_ = false;
+}
+
 void SimClock::Wake() {
   absl::MutexLock lock(&mu_);
   wake_ = true;

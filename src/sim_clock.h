@@ -24,6 +24,7 @@ class SimClock final : public Reactor {
 
   int64_t NowNs() override;
   void Wait(int64_t timeout_ns) override;
+  void WaitUntil(int64_t deadline_ns) override;
   void Wake() override;
 
   void AddSource(Source* source);

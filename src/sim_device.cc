@@ -91,6 +91,15 @@ absl::StatusOr<ScanReport> SimDevice::Scan() {
   ScanReport report;
   report.removed_temporaries = temps_.size();
   temps_.clear();
+  if (saved_index_) {  // taken once, as FileDevice takes its checkpoint
+    report.from_checkpoint = true;
+    for (ChunkMeta& m : *saved_index_) {
+      const uint64_t size = m.file_size();
+      report.chunks.push_back({std::move(m), size});
+    }
+    saved_index_.reset();
+    return report;
+  }
   for (auto it = files_.begin(); it != files_.end();) {
     absl::StatusOr<ChunkMeta> meta = DecodeChunkHeader(it->second.data(), it->second.size());
     if (!meta.ok() || FileStem(meta->key) != it->first || meta->file_size() != it->second.size()) {
@@ -102,6 +111,12 @@ absl::StatusOr<ScanReport> SimDevice::Scan() {
     ++it;
   }
   return report;
+}
+
+absl::Status SimDevice::SaveIndex(const std::vector<ChunkMeta>& chunks) {
+  absl::MutexLock lock(&mu_);
+  saved_index_ = chunks;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<FileHandle> SimDevice::OpenChunk(const std::string& stem) {
@@ -154,11 +169,44 @@ std::vector<uint8_t>* SimDevice::FileOfLocked(FileHandle h) {
   return f == files_.end() ? nullptr : &f->second;  // removed after open: reads fail
 }
 
+absl::StatusOr<int> SimDevice::RegisterRegion(void* base, size_t size) {
+  absl::MutexLock lock(&mu_);
+  size_t index = 0;
+  while (index < regions_.size() && regions_[index].generation != 0) ++index;
+  if (index == regions_.size()) regions_.emplace_back();
+  regions_[index] = {static_cast<uint8_t*>(base), size, next_generation_++};
+  return static_cast<int>(index);
+}
+
+void SimDevice::Abandon(IoRequest* request) {
+  absl::MutexLock lock(&mu_);
+  request->abandoned = true;
+}
+
+void SimDevice::UnregisterRegion(int region) {
+  absl::MutexLock lock(&mu_);
+  if (region >= 0 && static_cast<size_t>(region) < regions_.size()) regions_[region] = {};
+}
+
+uint64_t SimDevice::fixed_ops() const {
+  absl::MutexLock lock(&mu_);
+  return fixed_ops_;
+}
+
 bool SimDevice::Queue(IoRequest* request) {
   absl::MutexLock lock(&mu_);
   request->transferred = 0;
   request->region = -1;
   Pending p{request, {}, SimFault::None(), 0};
+  const auto* b = static_cast<const uint8_t*>(request->buffer);
+  for (size_t i = 0; i < regions_.size() && request->kind != IoKind::kSync; ++i) {
+    const Region& r = regions_[i];
+    if (r.generation != 0 && b >= r.base && b + request->length <= r.base + r.size) {
+      request->region = static_cast<int16_t>(i);
+      ++fixed_ops_;
+      break;
+    }
+  }
   if (auto t = temps_.find(request->file); t != temps_.end()) p.stem = t->second.stem;
   if (auto o = open_.find(request->file); o != open_.end()) p.stem = o->second;
   p.fault = FaultLocked(SimOpOf(request->kind), p.stem, request->offset, request->length);
@@ -215,6 +263,7 @@ int SimDevice::TransferLocked(Pending& p) {
   if (r.kind == IoKind::kRead) {
     if (offset >= file->size()) return 0;  // end of file
     length = static_cast<uint32_t>(std::min<uint64_t>(length, file->size() - offset));
+    if (r.abandoned) return static_cast<int>(length);  // its bytes reach nobody
     std::memcpy(buffer, file->data() + offset, length);
     if (kind == SimFault::Kind::kCorrupt) buffer[0] ^= 0xff;
   } else {

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -84,20 +85,23 @@ class SimDevice final : public TierDevice, public SimClock::Source {
 
   const DeviceProperties& properties() const override { return props_; }
   absl::StatusOr<ScanReport> Scan() override;
+  absl::Status SaveIndex(const std::vector<ChunkMeta>& chunks) override;
   absl::StatusOr<FileHandle> OpenChunk(const std::string& stem) override;
   absl::StatusOr<FileHandle> CreateTemp(const std::string& stem) override;
   absl::Status CommitTemp(FileHandle temp, const std::string& stem, bool sync_directory) override;
   void AbortTemp(FileHandle temp) override;
   absl::Status RemoveChunk(const std::string& stem) override;
   bool Queue(IoRequest* request) override;
+  // An abandoned read completes as usual but its bytes reach no buffer: as if the kernel had
+  // cancelled it, or as a read into memory the store took back (memory_regions.h).
+  void Abandon(IoRequest* request) override;
   void Submit() override;
   void Reap(std::vector<IoCompletion>* out) override;
   uint64_t resubmits() const override;
-  absl::StatusOr<int> RegisterRegion(void*, size_t) override {
-    return absl::UnimplementedError("simulated devices have no registered buffers");
-  }
-  void UnregisterRegion(int) override {}
-  uint64_t fixed_ops() const override { return 0; }
+  // Registered buffers are bookkeeping only: an op whose buffer lies in a region counts as fixed.
+  absl::StatusOr<int> RegisterRegion(void* base, size_t size) override;
+  void UnregisterRegion(int region) override;
+  uint64_t fixed_ops() const override;
 
   int64_t NextEventNs() override;
 
@@ -107,6 +111,11 @@ class SimDevice final : public TierDevice, public SimClock::Source {
     std::string stem;
     SimFault fault;
     int64_t done_ns = 0;
+  };
+  struct Region {
+    uint8_t* base = nullptr;
+    size_t size = 0;
+    uint64_t generation = 0;  // 0: free
   };
   struct Temp {
     std::string stem;
@@ -137,6 +146,10 @@ class SimDevice final : public TierDevice, public SimClock::Source {
   std::vector<Pending> pending_ ABSL_GUARDED_BY(mu_);
   std::vector<Pending> hung_ ABSL_GUARDED_BY(mu_);
   std::vector<SimOpRecord> records_ ABSL_GUARDED_BY(mu_);
+  std::optional<std::vector<ChunkMeta>> saved_index_ ABSL_GUARDED_BY(mu_);
+  std::vector<Region> regions_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_generation_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t fixed_ops_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace kvstream

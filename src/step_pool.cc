@@ -123,6 +123,38 @@ void StepPool::DropHolder(Step* s, uint32_t chunk, int tier) {
   if (c.holders == 0 && c.remaining > 0) c.failing = true;
 }
 
+void StepPool::ReplaceChunk(Step* s, uint32_t chunk, uint32_t holders, uint32_t block_count) {
+  // Every block of the chunk, including fresh copies appended by Reissue past its range.
+  for (StepBlock& blk : s->blocks) {
+    if (blk.chunk != chunk) continue;
+    if (blk.state == BlockState::kInFlight) blk.state = BlockState::kAbandoned;
+    if (blk.state == BlockState::kUnclaimed) blk.state = BlockState::kDone;  // never claimed now
+  }
+  StepChunk& c = s->chunks[chunk];
+  c.first_block = static_cast<uint32_t>(s->blocks.size());
+  c.block_count = block_count;
+  c.holders = holders;
+  c.remaining = block_count;
+  c.in_flight = 0;
+  c.failing = holders == 0 && block_count > 0;
+  for (uint32_t k = 0; k < block_count; ++k) {
+    s->blocks.push_back({chunk, k, -1, BlockState::kUnclaimed});
+    s->retry.push_back(c.first_block + k);  // the tiers' cursors never reach appended blocks
+  }
+}
+
+void StepPool::Reissue(BlockRef ref, [[maybe_unused]] int tier) {
+  Step* s = ref.step;
+  StepBlock& old = s->blocks[ref.block];
+  old.state = BlockState::kAbandoned;
+  const uint32_t chunk = old.chunk, segment = old.segment;
+  --s->chunks[chunk].in_flight;
+  // The fresh copy lives past the chunk's range (in-flight reads keep their block indices); the
+  // retry list, checked first by every claim, is how tiers find it.
+  s->retry.push_back(static_cast<uint32_t>(s->blocks.size()));
+  s->blocks.push_back({chunk, segment, -1, BlockState::kUnclaimed});
+}
+
 void StepPool::Fail(BlockRef ref, int tier) {
   StepBlock& blk = ref.step->blocks[ref.block];
   StepChunk& c = ref.step->chunks[blk.chunk];

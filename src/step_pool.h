@@ -16,7 +16,9 @@
 
 namespace kvstream {
 
-enum class BlockState : uint8_t { kUnclaimed, kInFlight, kDone };
+// kAbandoned: the block's read is in flight but its result is no longer wanted (its chunk was
+// placed again); the reader ignores it when it lands.
+enum class BlockState : uint8_t { kUnclaimed, kInFlight, kDone, kAbandoned };
 
 struct StepBlock {
   uint32_t chunk = 0;
@@ -78,6 +80,14 @@ class StepPool {
   // Removes `tier` as a holder of the chunk (its replica is gone); blocks pinned to it may go to
   // any remaining holder.
   void DropHolder(Step* step, uint32_t chunk, int tier);
+  // Reads the chunk again from scratch as `block_count` new blocks held by `holders` (another
+  // version of it was placed): its blocks in flight are abandoned, those already read are
+  // forgotten, and the new blocks are claimable by any holder at once.
+  void ReplaceChunk(Step* step, uint32_t chunk, uint32_t holders, uint32_t block_count);
+  // Puts a block in flight on `tier` back in the pool (a hedge: `tier` is late): the read in
+  // flight is abandoned and a fresh copy of the block is claimable at once, by any holder (a late
+  // tier claims nothing while it is stalled, and still holds the chunk once it answers).
+  void Reissue(BlockRef ref, int tier);
 
   enum class Outcome { kPending, kComplete, kFailed };
   // kComplete: every block arrived. kFailed: no holder is left and nothing is in flight.

@@ -18,11 +18,13 @@ int64_t UnixNowNs() {
 }  // namespace
 
 StepReader::StepReader(const StoreConfig& config, const Tiers& tiers, GuardedIndex* index, StepPool* pool,
-                       Reactor* reactor, StoreCounters* counters, StepFinished on_step_finished)
+                       MemoryRegions* regions, Reactor* reactor, StoreCounters* counters,
+                       StepFinished on_step_finished)
     : config_(config),
       tiers_(tiers),
       index_(index),
       pool_(pool),
+      regions_(regions),
       reactor_(reactor),
       counters_(counters),
       on_step_finished_(std::move(on_step_finished)) {}
@@ -32,7 +34,7 @@ absl::Status StepReader::Init() {
   slots_.resize(tiers_.size());
   for (size_t t = 0; t < tiers_.size(); ++t) {
     Tier& tier = *tiers_[t];
-    TierSlots& ts = slots_[t];
+    TierReads& ts = slots_[t];
     tier_names_.push_back(tier.name);
     ts.slots = std::vector<ReadSlot>(tier.read_depth);
     for (uint32_t i = tier.read_depth; i > 0; --i) ts.free.push_back(i - 1);
@@ -57,6 +59,7 @@ void StepReader::Place(std::unique_ptr<ReadStep> owned, const Policies& policies
   step->start_ns = reactor_->NowNs();
   step->results.resize(n);
   step->metas.resize(n);
+  step->placements.assign(n, 1);
   step->stems.resize(n);
   step->errors.resize(n);
   step->use.resize(tiers_.size());
@@ -102,8 +105,21 @@ void StepReader::Place(std::unique_ptr<ReadStep> owned, const Policies& policies
 }
 
 void StepReader::Schedule(int t) {
+  if (slots_[t].late > 0) return;  // stalled: claims nothing until its late reads land
   BlockRef ref;
   while (!slots_[t].free.empty() && pool_->Claim(t, &ref)) Issue(t, ref);
+  if (!slots_[t].free.empty()) {
+    HedgeTail(t);
+    while (!slots_[t].free.empty() && pool_->Claim(t, &ref)) Issue(t, ref);
+  }
+}
+
+bool StepReader::reads_pending() const {
+  if (pool_->empty()) return false;  // reads still in flight serve no pending step (hedged ones)
+  for (const TierReads& tr : slots_) {
+    if (tr.late == 0 && tr.free.size() < tr.slots.size()) return true;
+  }
+  return false;
 }
 
 void StepReader::Issue(int t, BlockRef ref) {
@@ -113,12 +129,11 @@ void StepReader::Issue(int t, BlockRef ref) {
   const ChunkMeta& meta = *step->metas[blk.chunk];
   absl::StatusOr<FileHandle> file = tier.device->OpenChunk(step->stems[blk.chunk]);
   if (!file.ok()) {
-    ++tier.counters.read_errors;
     // A missing file is a lost replica; other errors (EMFILE, ENOMEM...) only fail over.
-    BlockFailed(t, step, ref, std::string(file.status().message()), absl::IsNotFound(file.status()));
+    ReadFailed(t, step, ref, std::string(file.status().message()), IoStatusOf(file.status()), false);
     return;
   }
-  TierSlots& ts = slots_[t];
+  TierReads& ts = slots_[t];
   const uint32_t index = ts.free.back();
   ts.free.pop_back();
   ReadSlot& slot = ts.slots[index];
@@ -141,36 +156,40 @@ void StepReader::Issue(int t, BlockRef ref) {
       target = slot.oversized.get();
     }
   }
-  step->use[t].ReadStarted(reactor_->NowNs());
+  const int64_t now = reactor_->NowNs();
+  step->use[t].ReadStarted(now);
   ++step->reads_in_flight;
   slot.Set(IoKind::kRead, *file, meta.header_size() + start, length, target);
+  slot.busy = true;
+  slot.late = false;
+  slot.issued_ns = now;
   tier.device->Queue(&slot);
 }
 
 void StepReader::Complete(int t, const IoCompletion& c) {
   Tier& tier = *tiers_[t];
   auto& slot = static_cast<ReadSlot&>(*c.request);
-  TierSlots& ts = slots_[t];
+  TierReads& ts = slots_[t];
   ts.free.push_back(static_cast<uint32_t>(&slot - ts.slots.data()));
+  const int64_t now = reactor_->NowNs();
+  ReadLanded(t, &slot, now);
   const BlockRef ref = slot.ref;
   auto* step = static_cast<ReadStep*>(ref.step);
   const StepBlock& blk = step->blocks[ref.block];
   const uint32_t chunk = blk.chunk;
-  step->use[t].ReadEnded(reactor_->NowNs());
+  step->use[t].ReadEnded(now);
   --step->reads_in_flight;
+  if (blk.state == BlockState::kAbandoned) return;  // hedged, or its chunk is being read again
   if (c.status != IoStatus::kOk) {
-    ++tier.counters.read_errors;
-    spdlog::warn("tier {}: read of '{}' failed: {}", tier.name, step->reads[chunk].key, std::strerror(c.error));
-    BlockFailed(t, step, ref, absl::StrCat("read error on tier ", tier.name, ": ", std::strerror(c.error)),
-                IsBadCopy(c.status));
+    ReadFailed(t, step, ref, absl::StrCat("read error on tier ", tier.name, ": ", std::strerror(c.error)), c.status,
+               false);
     return;
   }
   if (slot.buffer != slot.dst) std::memcpy(slot.dst, slot.buffer, slot.payload);
   const ChunkMeta& meta = *step->metas[chunk];
   if (config_.verify_checksums && Checksum(slot.dst, slot.payload) != meta.segment_checksums[blk.segment]) {
-    ++tier.counters.checksum_failures;
-    spdlog::warn("tier {}: block {} of '{}' fails its checksum", tier.name, blk.segment, step->reads[chunk].key);
-    BlockFailed(t, step, ref, absl::StrCat("checksum mismatch on tier ", tier.name), true);
+    ReadFailed(t, step, ref, absl::StrCat("checksum mismatch on tier ", tier.name, " (block ", blk.segment, ")"),
+               IoStatus::kMediaError, true);
     return;
   }
   pool_->Done(ref);
@@ -182,12 +201,55 @@ void StepReader::Complete(int t, const IoCompletion& c) {
   Settle(step, chunk);
 }
 
-void StepReader::BlockFailed(int t, ReadStep* step, BlockRef ref, std::string why, bool bad_copy) {
+void StepReader::ReadFailed(int t, ReadStep* step, BlockRef ref, std::string why, IoStatus kind, bool checksum) {
   const uint32_t chunk = step->blocks[ref.block].chunk;
+  if (PlaceAgainIfRewritten(step, chunk)) return;  // not the tier's fault
+  Tier& tier = *tiers_[t];
+  ++(checksum ? tier.counters.checksum_failures : tier.counters.read_errors);
+  tier.counters.CountError(kind);
+  const bool bad_copy = checksum || IsBadCopy(kind);
+  uint64_t left_out;
+  if (tier.read_log.Allow(&left_out)) {
+    spdlog::warn("tier {}: '{}': {}{}", tier.name, step->reads[chunk].key, why,
+                 left_out ? absl::StrCat(" (", left_out, " more read failures not logged)") : "");
+  }
   step->errors[chunk] = std::move(why);
   pool_->Fail(ref, t);  // only this chunk loses the tier; its other chunks are unaffected
   if (bad_copy) DropReplica(step, chunk, t);
   Settle(step, chunk);
+}
+
+bool StepReader::PlaceAgainIfRewritten(ReadStep* step, uint32_t chunk) {
+  const ChunkRead& read = step->reads[chunk];
+  std::shared_ptr<const ChunkMeta> current;
+  uint32_t holders = 0;
+  {
+    absl::MutexLock lock(&index_->mu());
+    const IndexEntry* e = index_->get().FindLive(read.key);
+    if (e == nullptr || e->meta == step->metas[chunk]) return false;
+    current = e->meta;
+    holders = e->tiers;
+  }
+  if (++step->placements[chunk] > kMaxPlacements) {
+    step->errors[chunk] = absl::StrCat("rewritten ", kMaxPlacements, " times while being read");
+    pool_->ReplaceChunk(step, chunk, 0, 1);  // no holder: fails once nothing is in flight
+    Settle(step, chunk);
+    return true;
+  }
+  if (read.dst_capacity < current->payload_size) {
+    pool_->ReplaceChunk(step, chunk, 0, 0);
+    Deliver(step, chunk, absl::OutOfRangeError(absl::StrCat("'", read.key, "' was rewritten as ", current->payload_size,
+                                                            " bytes, more than its destination of ",
+                                                            read.dst_capacity)));
+    if (step->unfinished == 0) Finish(step);
+    return true;
+  }
+  step->metas[chunk] = current;
+  step->results[chunk].size = current->payload_size;
+  step->results[chunk].tier_mask = 0;
+  step->eligible |= holders;
+  pool_->ReplaceChunk(step, chunk, holders, current->segment_count());
+  return true;
 }
 
 // Drops the bad copy, unless the key was rewritten since this step placed it (then the file on

@@ -3,7 +3,18 @@
 // slot, reads each block into the caller's destination (or through a bounce buffer when that is
 // not aligned for O_DIRECT), verifies it against its segment checksum, fails over to another
 // holder when a read fails or a checksum does not match (dropping a replica that is really bad),
-// and delivers each chunk's result as soon as its last block is in. Loop thread only.
+// and delivers each chunk's result as soon as its last block is in. A read is bound to the
+// version it was placed against: when the key is rewritten meanwhile (so a tier's file now holds
+// other bytes), the chunk is placed again as the new version instead of blaming the tier.
+//
+// No step waits on one tier without bound (step_reader_deadlines.cc): a read in flight past its
+// tier's deadline (4x the tier's recent read time, clamped to the configured floor and cap) marks
+// the tier stalled, so it claims nothing new until that read lands, and its block is read again
+// from another holder (a hedge); at the end of a step, an idle tier also takes over a block that a
+// much slower tier would finish later than it could read it. A hedged read is abandoned: its
+// completion is ignored, and it can no longer be seen because it targets a bounce buffer or
+// memory the store took back (memory_regions.h). A read straight into other memory is never
+// hedged: it is waited for. Loop thread only.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +27,7 @@
 #include "aligned_buffer.h"
 #include "index.h"
 #include "kvstream/config.h"
+#include "memory_regions.h"
 #include "kvstream/store.h"
 #include "reactor.h"
 #include "step_pool.h"
@@ -29,6 +41,7 @@ struct ReadStep : Step {
   std::vector<ChunkRead> reads;
   std::vector<ChunkResult> results;
   std::vector<std::shared_ptr<const ChunkMeta>> metas;  // the version placed; null if finished at placement
+  std::vector<uint32_t> placements;  // per chunk: versions placed (a rewrite places the chunk again)
   std::vector<std::string> stems;
   std::vector<std::string> errors;  // last block error per chunk, for the failure message
   ChunkCallback on_chunk;
@@ -46,8 +59,10 @@ class StepReader {
   // Called for each finished step with its record, before the step's own on_done.
   using StepFinished = std::function<void(StepRecord*)>;
 
+  static constexpr int64_t kNoDeadline = INT64_MAX;
+
   StepReader(const StoreConfig& config, const Tiers& tiers, GuardedIndex* index, StepPool* pool,
-             Reactor* reactor, StoreCounters* counters, StepFinished on_step_finished);
+             MemoryRegions* regions, Reactor* reactor, StoreCounters* counters, StepFinished on_step_finished);
 
   // Allocates the bounce buffers (registered for fixed-buffer reads where the device can).
   absl::Status Init();
@@ -55,15 +70,21 @@ class StepReader {
   // Places a step: finishes misses, bad keys and too small destinations at once, pins the
   // versions found against eviction and queues the rest in the pool.
   void Place(std::unique_ptr<ReadStep> step, const Policies& policies);
-  // Claims and issues reads while `tier` has free read slots.
+  // Claims and issues reads while `tier` has free read slots (none while it is stalled); when it
+  // still has room, takes over a straggler of a slower tier.
   void Schedule(int tier);
+  // Marks the reads past their deadline late (their tiers stalled) and hedges their blocks.
+  // Returns the next deadline of a read in flight, or kNoDeadline.
+  int64_t CheckDeadlines();
   // A read issued by this reader completed on `tier`.
   void Complete(int tier, const IoCompletion& completion);
   // Frees the steps that are finished and have no read in flight.
   void Sweep();
 
   bool idle() const { return steps_.empty(); }
-  bool reads_pending() const { return !pool_->empty(); }
+  // A step is pending and a tier that is not stalled is reading for it (deferred writes wait for
+  // these; never for a stalled tier, nor for hedged reads of finished steps).
+  bool reads_pending() const;
 
  private:
   struct ReadSlot : IoRequest {
@@ -72,15 +93,39 @@ class StepReader {
     uint32_t payload = 0;       // payload bytes of the block
     uint8_t* bounce = nullptr;  // this slot's bounce buffer, block_size bytes
     AlignedBuffer oversized;    // bounce for blocks larger than block_size (older chunks)
+    bool busy = false;
+    bool late = false;          // past its deadline; its tier is stalled until it lands
+    int64_t issued_ns = 0;
   };
-  struct TierSlots {
+  struct TierReads {
     std::vector<ReadSlot> slots;
     std::vector<uint32_t> free;
     AlignedBuffer bounce_pool;  // read_depth x block_size
+    double read_ns = 0;         // moving average of a read's time from issue to completion
+    uint32_t late = 0;          // late reads in flight: the tier is stalled while > 0
+    int64_t stalled_since_ns = 0;
   };
 
+  // A chunk rewritten more often than this while one step reads it fails (Aborted-like DataLoss).
+  static constexpr uint32_t kMaxPlacements = 16;
+
   void Issue(int tier, BlockRef ref);
-  void BlockFailed(int tier, ReadStep* step, BlockRef ref, std::string why, bool bad_copy);
+  int64_t Deadline(int tier) const;
+  void ReadLate(int tier, ReadSlot* slot, int64_t now);
+  void ReadLanded(int tier, ReadSlot* slot, int64_t now);
+  // Abandons the slot's read and gives its block to another holder; false when that is unsafe
+  // (a read straight into memory that cannot be taken back) or nobody else holds the chunk.
+  bool Hedge(int tier, ReadSlot* slot);
+  // `tier` has room and nothing to claim: takes over the straggler of another tier that it can
+  // read well before that tier would deliver it.
+  void HedgeTail(int tier);
+  // A read of the placed version failed on `tier` as `kind` (`checksum`: its bytes did not match).
+  // If the key was rewritten since placement, the chunk is read again as the current version and
+  // nothing counts against the tier; otherwise the tier stops serving the chunk, the failure is
+  // counted, and a replica that is really bad (a checksum mismatch, IsBadCopy) is dropped.
+  void ReadFailed(int tier, ReadStep* step, BlockRef ref, std::string why, IoStatus kind, bool checksum);
+  // Places the chunk again if the index holds another version of it than the one placed.
+  bool PlaceAgainIfRewritten(ReadStep* step, uint32_t chunk);
   void DropReplica(ReadStep* step, uint32_t chunk, int tier);
   void Settle(ReadStep* step, uint32_t chunk);
   void Deliver(ReadStep* step, uint32_t chunk, absl::Status status);
@@ -90,11 +135,12 @@ class StepReader {
   const Tiers& tiers_;
   GuardedIndex* index_;
   StepPool* pool_;
+  MemoryRegions* regions_;
   Reactor* reactor_;
   StoreCounters* counters_;
   StepFinished on_step_finished_;
   std::vector<std::string> tier_names_;
-  std::vector<TierSlots> slots_;  // per tier
+  std::vector<TierReads> slots_;  // per tier
   std::vector<std::unique_ptr<ReadStep>> steps_;
 };
 

@@ -1,8 +1,24 @@
 #include "tier.h"
 
+#include <chrono>
+
 #include "spdlog/spdlog.h"
 
 namespace kvstream {
+
+bool LogLimiter::Allow(uint64_t* left_out) {
+  constexpr int64_t kPeriodNs = 1'000'000'000;
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch()).count();
+  if (now < next_ns_) {
+    ++refused_;
+    return false;
+  }
+  next_ns_ = now + kPeriodNs;
+  *left_out = refused_;
+  refused_ = 0;
+  return true;
+}
 
 void RemoveReplicaFiles(const Tiers& tiers, const std::vector<Victim>& victims) {
   for (const Victim& v : victims) {

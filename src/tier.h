@@ -18,6 +18,37 @@ struct TierCounters {
   std::atomic<uint64_t> bytes_read{0}, blocks_read{0}, bytes_written{0}, replicas_written{0};
   std::atomic<uint64_t> read_errors{0}, checksum_failures{0}, write_errors{0}, evictions{0};
   std::atomic<uint64_t> bounce_reads{0};
+  std::atomic<uint64_t> stalls{0};        // times the tier was marked stalled
+  std::atomic<uint64_t> late_reads{0};    // reads that missed their deadline
+  std::atomic<uint64_t> hedged_reads{0};  // reads abandoned and given to another holder
+  // Failed reads, writes and file operations by kind (IoStatus).
+  std::atomic<uint64_t> no_space_errors{0}, gone_errors{0}, media_errors{0};
+
+  void CountError(IoStatus status) {
+    if (status == IoStatus::kNoSpace) ++no_space_errors;
+    if (status == IoStatus::kGone) ++gone_errors;
+    if (status == IoStatus::kMediaError || status == IoStatus::kEndOfFile) ++media_errors;
+  }
+};
+
+// The kind of a failed file operation's status (ErrnoStatus' codes).
+inline IoStatus IoStatusOf(const absl::Status& s) {
+  if (absl::IsResourceExhausted(s)) return IoStatus::kNoSpace;
+  if (absl::IsNotFound(s)) return IoStatus::kGone;
+  if (absl::IsDataLoss(s)) return IoStatus::kMediaError;
+  return s.ok() ? IoStatus::kOk : IoStatus::kFailed;
+}
+
+// Keeps a flood of failures from flooding the log: at most one line per period, and the next
+// line says how many were left out. Loop thread only.
+class LogLimiter {
+ public:
+  // True when a line may be written now; `*left_out` is how many were refused since the last.
+  bool Allow(uint64_t* left_out);
+
+ private:
+  int64_t next_ns_ = 0;
+  uint64_t refused_ = 0;
 };
 
 struct Tier {
@@ -26,7 +57,10 @@ struct Tier {
   uint32_t read_depth = 0;
   uint32_t write_depth = 0;
   TierCounters counters;
+  LogLimiter write_log;  // failed writes (loop thread)
+  LogLimiter read_log;   // failed reads (loop thread)
   std::atomic<double> reference_bps{0};  // moving average of the bandwidth achieved in steps
+  std::atomic<bool> stalled{false};      // a read is past its deadline: the tier claims nothing new
 };
 
 using Tiers = std::vector<std::unique_ptr<Tier>>;

@@ -42,6 +42,11 @@ absl::Status ErrnoStatus(int error, const std::string& message) {
 
 TransferStep AdvanceTransfer(IoRequest* request, int result, IoCompletion* completion) {
   *completion = {request, IoStatus::kOk, 0};
+  if (request->abandoned && (result < 0 || request->transferred + static_cast<uint32_t>(result) < request->length)) {
+    completion->status = IoStatus::kFailed;  // cancelled or cut short: nobody wants the rest
+    completion->error = result < 0 ? -result : ECANCELED;
+    return TransferStep::kDone;
+  }
   if (result == -EAGAIN || result == -EINTR) return TransferStep::kResubmit;
   if (result < 0) {
     completion->status = IoStatusOfErrno(-result);

@@ -51,10 +51,11 @@ struct IoRequest {
   // Device state while in flight.
   uint32_t transferred = 0;  // bytes done so far (short transfers continue from here)
   int16_t region = -1;       // registered buffer in use, or -1
+  bool abandoned = false;    // TierDevice::Abandon: never resubmitted, its bytes are not wanted
 
   // Sets the operation and clears the device state.
   void Set(IoKind k, FileHandle f, uint64_t off, uint32_t len, void* buf) {
-    kind = k, file = f, offset = off, length = len, buffer = buf, transferred = 0, region = -1;
+    kind = k, file = f, offset = off, length = len, buffer = buf, transferred = 0, region = -1, abandoned = false;
   }
 };
 
@@ -65,8 +66,8 @@ struct IoCompletion {
 };
 
 // What one kernel (or simulated) result means for a request: finished (completion filled in), or
-// to be resubmitted for the rest (a short transfer, -EAGAIN, -EINTR). Every device continues
-// partial transfers through this one function.
+// to be resubmitted for the rest (a short transfer, -EAGAIN, -EINTR; never an abandoned request).
+// Every device continues partial transfers through this one function.
 enum class TransferStep { kDone, kResubmit };
 TransferStep AdvanceTransfer(IoRequest* request, int result, IoCompletion* completion);
 
@@ -86,6 +87,7 @@ struct ScanReport {
   std::vector<ScannedChunk> chunks;
   uint64_t removed_temporaries = 0;
   uint64_t removed_invalid = 0;
+  bool from_checkpoint = false;  // read from the index saved at the last clean shutdown
 };
 
 class TierDevice {
@@ -95,8 +97,12 @@ class TierDevice {
   virtual const DeviceProperties& properties() const = 0;
 
   // Lists valid chunk files (headers only). Removes temporaries and files whose header is invalid
-  // or whose size does not match their header.
+  // or whose size does not match their header. Where SaveIndex left an index at the last clean
+  // shutdown, takes it (once) instead of reading every file's header.
   virtual absl::StatusOr<ScanReport> Scan() = 0;
+  // Saves the chunks the tier holds for the next Scan (at clean shutdown, when nothing changes
+  // any more).
+  virtual absl::Status SaveIndex(const std::vector<ChunkMeta>& chunks) = 0;
 
   // Returns a handle for reading the committed chunk file of `stem` (NotFound if there is none).
   // Handles are cached by the device. REQUIRES: the handle is used by Queue before the next
@@ -118,6 +124,10 @@ class TierDevice {
   // by its queue depths, so this is a programming error). A completion always covers the whole
   // request or reports why not.
   virtual bool Queue(IoRequest* request) = 0;
+  // The caller no longer wants the result of a request in flight (a hedged read): a device that
+  // can cancel it tries to. Its completion still comes and must still be reaped; the request stays
+  // owned by the caller until then.
+  virtual void Abandon(IoRequest* request) = 0;
   virtual void Submit() = 0;
   // Appends completions that are ready, without blocking.
   virtual void Reap(std::vector<IoCompletion>* out) = 0;

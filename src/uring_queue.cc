@@ -75,6 +75,20 @@ bool UringQueue::Queue(IoRequest* request) {
   return true;
 }
 
+void UringQueue::Cancel(IoRequest* request) {
+  request->abandoned = true;
+  io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+  if (sqe == nullptr) {
+    io_uring_submit(&ring_);
+    unsubmitted_ = 0;
+    sqe = io_uring_get_sqe(&ring_);
+    if (sqe == nullptr) return;  // best effort
+  }
+  io_uring_prep_cancel(sqe, request, 0);
+  io_uring_sqe_set_data(sqe, nullptr);  // its own completion is skipped by Reap
+  ++unsubmitted_;
+}
+
 void UringQueue::Submit() {
   if (unsubmitted_ == 0) return;
   io_uring_submit(&ring_);
@@ -87,6 +101,7 @@ void UringQueue::Reap(std::vector<IoCompletion>* out) {
     auto* request = static_cast<IoRequest*>(io_uring_cqe_get_data(cqe));
     const int result = cqe->res;
     io_uring_cqe_seen(&ring_, cqe);
+    if (request == nullptr) continue;  // a Cancel's own completion
     IoCompletion done;
     if (AdvanceTransfer(request, result, &done) == TransferStep::kResubmit) {
       resubmits_.fetch_add(1, std::memory_order_relaxed);

@@ -28,6 +28,9 @@ class UringQueue {
 
   // Queues the request's remaining bytes. False when `depth` requests are in flight.
   bool Queue(IoRequest* request);
+  // Asks the kernel to cancel a request in flight (best effort: one already in the block layer
+  // cannot be); the request completes either way. Marks it abandoned.
+  void Cancel(IoRequest* request);
   // Enters the kernel once for everything queued.
   void Submit();
   // Appends the requests that finished; resubmits those that need more.

@@ -29,7 +29,9 @@ nlohmann::json TierJson(const TierStats& t) {
           {"replicas_written", t.replicas_written}, {"read_errors", t.read_errors},
           {"checksum_failures", t.checksum_failures}, {"write_errors", t.write_errors}, {"evictions", t.evictions},
           {"bounce_reads", t.bounce_reads}, {"resubmits", t.resubmits}, {"fixed_ops", t.fixed_ops},
-          {"reference_bandwidth_bps", t.reference_bandwidth_bps}};
+          {"reference_bandwidth_bps", t.reference_bandwidth_bps}, {"stalled", t.stalled}, {"stalls", t.stalls},
+          {"late_reads", t.late_reads}, {"hedged_reads", t.hedged_reads}, {"no_space_errors", t.no_space_errors},
+          {"gone_errors", t.gone_errors}, {"media_errors", t.media_errors}};
 }
 
 nlohmann::json StepJson(const StepRecord& s) {
@@ -175,12 +177,14 @@ int Main(int argc, char** argv) {
       std::cout << j.dump(2) << "\n";
     } else {
       for (const TierStats& t : s->tiers) {
-        std::printf("%-8s %-36s %-8s %6llu chunks %12s / %-12s read %12s written %12s errors r%llu/c%llu/w%llu\n",
+        std::printf("%-8s %-36s %-8s %6llu chunks %12s / %-12s read %12s written %12s errors r%llu/c%llu/w%llu "
+                    "hedged %llu%s\n",
                     t.name.c_str(), t.path.c_str(), t.direct_io ? "O_DIRECT" : "buffered",
                     static_cast<unsigned long long>(t.chunks), Mib(t.used_bytes).c_str(), Mib(t.capacity_bytes).c_str(),
                     Mib(t.bytes_read).c_str(), Mib(t.bytes_written).c_str(),
                     static_cast<unsigned long long>(t.read_errors), static_cast<unsigned long long>(t.checksum_failures),
-                    static_cast<unsigned long long>(t.write_errors));
+                    static_cast<unsigned long long>(t.write_errors), static_cast<unsigned long long>(t.hedged_reads),
+                    t.stalled ? "  STALLED" : "");
       }
     }
   } else if (steps->parsed()) {

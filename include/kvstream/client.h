@@ -45,6 +45,7 @@ class Client {
   absl::Status Persist(const std::vector<ArenaChunk>& chunks, std::vector<PersistResult>* results = nullptr);
 
   absl::StatusOr<StoreStats> Stats(uint32_t* sessions = nullptr);
+  absl::StatusOr<HealthReport> Health();
   absl::StatusOr<std::vector<StepRecord>> Steps(uint32_t max);
   absl::StatusOr<EvictResult> Evict(const EvictRequest& request);
   // Asks the daemon for new policies (Store::SetPolicies); empty strings keep the current value.

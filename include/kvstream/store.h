@@ -71,9 +71,13 @@ class Store {
   virtual absl::StatusOr<EvictResult> Evict(const EvictRequest& request) = 0;
 
   // Registers long-lived destination memory (a session arena) for fixed-buffer I/O on every tier
-  // that supports it, so reads into it skip per-I/O page pinning. Unimplemented when no tier can
-  // (reads into it still work). REQUIRES: no retrieval into it is pending when unregistered.
-  virtual absl::Status RegisterMemory(void* base, size_t size) = 0;
+  // that supports it, so reads into it skip per-I/O page pinning. With `fd` >= 0, the file that
+  // maps [base, base + size) from `fd_offset` (a memfd or a tmpfs file, kept open by the caller
+  // until unregistered): the store may then take pages back from a stalled read into it
+  // (fallocate PUNCH_HOLE) and serve the step from another tier; reads straight into other memory
+  // are waited for when they stall. Unimplemented when no tier can register buffers and there is
+  // no fd (reads into it still work). REQUIRES: no retrieval into it is pending when unregistered.
+  virtual absl::Status RegisterMemory(void* base, size_t size, int fd = -1, uint64_t fd_offset = 0) = 0;
   virtual void UnregisterMemory(void* base) = 0;
 
   // Asks for new routing, batching and write policies and returns at once. Steps already pending

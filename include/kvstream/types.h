@@ -65,6 +65,8 @@ struct PersistResult {
   // first (then tier_mask is 0: the newer version holds the key).
   absl::Status status;
   uint32_t tier_mask = 0;  // tiers whose replica of this write is durable
+  uint32_t lost_mask = 0;  // tiers the replication policy targeted whose replica failed
+  std::string lost_reason;  // why the first of those failed ("" when none did)
 };
 using PersistCallback = std::function<void(const std::string& key, const PersistResult&)>;
 
@@ -108,7 +110,22 @@ struct TierStats {
   uint64_t bounce_reads = 0;
   uint64_t resubmits = 0;       // short reads and -EAGAIN
   uint64_t fixed_ops = 0;       // ops on registered buffers
+  bool stalled = false;         // a read is past its deadline: the tier claims no new reads
+  uint64_t stalls = 0;          // times the tier was marked stalled
+  uint64_t late_reads = 0;      // reads that missed their deadline
+  uint64_t hedged_reads = 0;    // reads abandoned and served by another holder instead
+  uint64_t no_space_errors = 0; // failed operations by kind: no space (ENOSPC, EDQUOT),
+  uint64_t gone_errors = 0;     // file or directory gone (ENOENT, ESTALE...),
+  uint64_t media_errors = 0;    // bad bytes (EIO, a short file, a checksum mismatch)
   double reference_bandwidth_bps = 0;  // moving average of achieved step bandwidth
+};
+
+// What kvstreamd says of its own health.
+struct HealthReport {
+  bool serving = false;
+  std::string version;
+  std::vector<std::string> degraded_tiers;  // tiers with read or write errors since start
+  std::vector<std::string> stalled_tiers;   // tiers with a read past its deadline now
 };
 
 struct StoreStats {

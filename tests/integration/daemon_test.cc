@@ -128,6 +128,13 @@ TEST_CASE("bad requests get clear errors and the daemon keeps serving") {
   CHECK(absl::IsInvalidArgument(c->Retrieve({{"", 0, 4096}}).status()));
   CHECK(absl::IsInvalidArgument(c->Retrieve({{std::string(2000, 'k'), 0, 4096}}).status()));
   CHECK(absl::IsInvalidArgument(c->Lookup({std::string("a\0b", 3)}).status()));
+  // Malformed UTF-8 is refused as a bad key, by every call that takes keys (D6).
+  const std::string not_text = "k\xff\xfe";
+  for (const absl::Status& s : {c->Lookup({not_text}).status(), c->Retrieve({{not_text, 0, 4096}}).status(),
+                                c->Persist({{not_text, 0, 4096}}), c->Evict({not_text, "", 0, false}).status()}) {
+    CHECK(absl::IsInvalidArgument(s));
+    CHECK(s.message().find("UTF-8") != std::string::npos);
+  }
   auto oversize = Client::Attach(d.socket(), {"m", 0, 1, 1ull << 40});
   CHECK(absl::IsInvalidArgument(oversize.status()));
   CHECK(absl::IsInvalidArgument(Client::Attach(d.socket(), {"m", 3, 2, 1 << 20}).status()));

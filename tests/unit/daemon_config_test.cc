@@ -35,6 +35,8 @@ TEST_CASE("the documented default config parses into the documented values") {
   CHECK(c->store.tiers[0].capacity_bytes == 1ull << 40);
   CHECK(c->store.tiers[0].queue_depth == DefaultQueueDepth(1 << 20));
   CHECK(c->store.tiers[1].capacity_bytes == 10ull << 40);
+  CHECK(c->store.read_deadline_floor_seconds == Approx(0.5));
+  CHECK(c->store.read_deadline_cap_seconds == Approx(2.0));
 }
 
 TEST_CASE("a minimal config takes the defaults") {
@@ -58,6 +60,17 @@ TEST_CASE("bad configs are refused with the key and line at fault") {
   CHECK(ErrorOf("tiers: [\n").find("test.yaml") != std::string::npos);  // YAML syntax error
   CHECK(ErrorOf(std::string(kMinimal) + "logging: {level: loud}\n").find("logging.level") != std::string::npos);
   CHECK(absl::IsNotFound(LoadDaemonConfig("/nonexistent/kvstreamd.yaml").status()));
+  CHECK(ErrorOf(std::string(kMinimal) + "reads: {deadline_cap: soon}\n").find("reads.deadline_cap") != std::string::npos);
+  CHECK(ErrorOf(std::string(kMinimal) + "reads: {deadline_floor: 5s, deadline_cap: 1s}\n").find("floor <= cap") !=
+        std::string::npos);
+}
+
+TEST_CASE("a key given twice and an arena limit of zero are refused") {
+  CHECK(ErrorOf(std::string(kMinimal) + "block_size: 1MiB\nblock_size: 4MiB\n").find("'block_size' (line 5) appears twice") !=
+        std::string::npos);
+  CHECK(ErrorOf("tiers:\n  - {name: a, path: /x, capacity: 1G, capacity: 2G}\n").find("tiers[0].capacity") !=
+        std::string::npos);
+  CHECK(ErrorOf(std::string(kMinimal) + "sessions: {max_arena: 0}\n").find("sessions.max_arena") != std::string::npos);
 }
 
 }  // namespace

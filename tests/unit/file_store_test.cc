@@ -140,13 +140,8 @@ TEST_CASE("a bit-flipped replica is never served and the other replica is while 
   CHECK_FALSE(fs::exists(ChunkFile(dir.sub("t0"), "chunk-1")));
 }
 
-TEST_CASE("truncated files and temporaries are removed at start and bad headers are never indexed") {
-  TempDir dir;
-  auto chunks = Chunks(3, 512 << 10);
-  {
-    auto store = OpenOrSkip(TwoTiers(dir));
-    PutAll(*store, chunks);
-  }
+// Damages chunk-0 on t0 (truncated), chunk-1 on t1 (a header byte), and leaves a temporary.
+std::string DamageWhileDown(const TempDir& dir) {
   fs::resize_file(ChunkFile(dir.sub("t0"), "chunk-0"), 4096 + 100000);
   {
     std::fstream f(ChunkFile(dir.sub("t1"), "chunk-1"), std::ios::in | std::ios::out | std::ios::binary);
@@ -155,6 +150,18 @@ TEST_CASE("truncated files and temporaries are removed at start and bad headers 
   }
   const std::string temp = ChunkFile(dir.sub("t0"), "chunk-2") + ".tmp.1234.1";
   std::ofstream(temp) << "half a chunk";
+  return temp;
+}
+
+TEST_CASE("after a crash, truncated files and temporaries are removed at start and bad headers never indexed") {
+  TempDir dir;
+  auto chunks = Chunks(3, 512 << 10);
+  {
+    auto store = OpenOrSkip(TwoTiers(dir));
+    PutAll(*store, chunks);
+  }
+  for (const char* tier : {"t0", "t1"}) fs::remove(dir.sub(tier) + "/.kvstream.index");  // as after a crash
+  const std::string temp = DamageWhileDown(dir);
   auto store = OpenOrSkip(TwoTiers(dir));
   CHECK_FALSE(fs::exists(temp));
   CHECK_FALSE(fs::exists(ChunkFile(dir.sub("t0"), "chunk-0")));
@@ -169,6 +176,29 @@ TEST_CASE("truncated files and temporaries are removed at start and bad headers 
     REQUIRE(results[i].status.ok());
     CHECK((buffers[i] == chunks[i].second));
   }
+}
+
+TEST_CASE("after a clean shutdown, files damaged while down are never served and leave when first read") {
+  TempDir dir;
+  auto chunks = Chunks(3, 512 << 10);
+  {
+    auto store = OpenOrSkip(TwoTiers(dir));
+    PutAll(*store, chunks);
+  }
+  DamageWhileDown(dir);
+  auto store = OpenOrSkip(TwoTiers(dir));  // takes the saved index: no file is read at start
+  // Leave only the damaged replicas: the truncated chunk-0 on t0, chunk-1 with a bad header on t1.
+  REQUIRE(store->Evict({"chunk-0", "slow", 0, false}).ok());
+  REQUIRE(store->Evict({"chunk-1", "fast", 0, false}).ok());
+  std::vector<std::vector<uint8_t>> buffers;
+  auto results = ReadAll(*store, chunks, &buffers);
+  CHECK(absl::IsDataLoss(results[0].status));  // truncated: never served...
+  CHECK_FALSE(store->Lookup({"chunk-0"})[0].present);  // ...and gone from the index and the disk
+  CHECK_FALSE(fs::exists(ChunkFile(dir.sub("t0"), "chunk-0")));
+  REQUIRE(results[1].status.ok());  // its payload is intact: every block matches its checksum
+  CHECK((buffers[1] == chunks[1].second));
+  REQUIRE(results[2].status.ok());
+  CHECK((buffers[2] == chunks[2].second));
 }
 
 TEST_CASE("LRU eviction keeps each tier under its capacity") {
@@ -359,6 +389,42 @@ TEST_CASE("a replica truncated under a running store gives a short read that fai
   CHECK(s.tiers[0].read_errors >= 1);   // the read past the end: short, resubmitted, then EOF
   CHECK(s.tiers[0].resubmits >= 1);
   CHECK(store->Lookup({"chunk-0"})[0].tier_mask == 2u);
+}
+
+}  // namespace
+}  // namespace kvstream::testing
+
+namespace kvstream::testing {
+namespace {
+
+TEST_CASE("a clean restart takes the index saved at shutdown; a crash restart reads every header") {
+  TempDir dir;
+  auto chunks = Chunks(20, 64 << 10);
+  {
+    auto store = OpenOrSkip(TwoTiers(dir));
+    PutAll(*store, chunks);
+  }  // clean shutdown: each tier saves its index
+  for (const char* tier : {"t0", "t1"}) CHECK(fs::exists(dir.sub(tier) + "/.kvstream.index"));
+  // A file removed behind the daemon's back while it was down: the saved index still lists it.
+  fs::remove(ChunkFile(dir.sub("t0"), "chunk-3"));
+  {
+    auto store = OpenOrSkip(TwoTiers(dir));
+    for (const char* tier : {"t0", "t1"}) CHECK_FALSE(fs::exists(dir.sub(tier) + "/.kvstream.index"));  // taken
+    CHECK(store->Stats().chunks == 20);
+    std::vector<std::vector<uint8_t>> buffers;
+    auto results = ReadAll(*store, chunks, &buffers);
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      INFO(i << ": " << results[i].status.ToString());
+      REQUIRE(results[i].status.ok());  // chunk-3 came from t1
+      CHECK((buffers[i] == chunks[i].second));
+    }
+    CHECK(store->Lookup({"chunk-3"})[0].tier_mask == 2u);  // the missing replica left the index
+  }
+  // A crash leaves no index: the next start reads the headers and finds the same chunks.
+  for (const char* tier : {"t0", "t1"}) fs::remove(dir.sub(tier) + "/.kvstream.index");
+  auto store = OpenOrSkip(TwoTiers(dir));
+  CHECK(store->Stats().chunks == 20);
+  CHECK(store->Lookup({"chunk-3"})[0].tier_mask == 2u);
 }
 
 }  // namespace

@@ -20,6 +20,8 @@ constexpr double MBps = 1e6;
 struct Outcome {
   absl::Status status;
   uint32_t tier_mask = 0;
+  uint32_t lost_mask = 0;
+  std::string lost_reason;
   int calls = 0;
 };
 
@@ -31,6 +33,8 @@ Outcome PersistAndWait(SimRig& rig, const std::string& key, const std::vector<ui
                         [&out](const std::string&, const PersistResult& r) {
                           out.status = r.status;
                           out.tier_mask = r.tier_mask;
+                          out.lost_mask = r.lost_mask;
+                          out.lost_reason = r.lost_reason;
                           ++out.calls;
                         })
               .ok());
@@ -63,6 +67,8 @@ TEST_CASE("a replica whose write fails leaves the chunk durable on the other tie
   CHECK(out.calls == 1);
   CHECK(out.status.ok());
   CHECK(out.tier_mask == 1u);
+  CHECK(out.lost_mask == 2u);  // and it says the replica on t1 was lost, and why
+  CHECK(out.lost_reason.find("t1") != std::string::npos);
   CHECK(rig.engine->Lookup({"k"})[0].tier_mask == 1u);
   CHECK(rig.engine->Stats().tiers[1].write_errors > 0);
   CHECK(rig.devices[1]->files().empty());
@@ -116,6 +122,7 @@ TEST_CASE("replication that fails on every tier reports the error and indexes no
   Outcome out = PersistAndWait(rig, "k", Payload(kBlock, 6));
   CHECK(absl::IsResourceExhausted(out.status));
   CHECK(out.tier_mask == 0u);
+  CHECK(out.lost_mask == 3u);
   CHECK_FALSE(rig.engine->Lookup({"k"})[0].present);
   CHECK(rig.engine->Stats().persist_failures == 1);
   RequireNoTemporaries(rig);
@@ -178,6 +185,7 @@ TEST_CASE("a replica already present with the same bytes is not written again") 
   for (SimDevice* d : rig.devices) d->ClearOps();
   Outcome out = PersistAndWait(rig, "k", data);
   CHECK(out.tier_mask == 3u);
+  CHECK(out.lost_mask == 0u);
   for (SimDevice* d : rig.devices) CHECK(d->ops().empty());
 }
 

@@ -24,6 +24,7 @@ namespace {
 constexpr uint64_t kStoredBytes = 3000;    // every chunk the fake retrieves has this size
 constexpr uint32_t kDurableMask = 3;       // tiers the fake reports durable
 constexpr uint64_t kStagingLimit = 12345;  // the fake's Stats
+constexpr uint64_t kArenaBudget = 64 << 20;
 constexpr uint8_t Fill(size_t i) { return static_cast<uint8_t>(0x40 + i); }  // retrieved chunk i's bytes
 
 // A Store that records calls. RetrieveAsync writes Fill(i) into chunk i and calls back at once.
@@ -85,7 +86,7 @@ class FakeStore final : public Store {
       staged_[std::string(key)].assign(static_cast<const char*>(data), size);
       if (staging == Staging::kHoldDurable) held_.emplace_back(std::string(key), std::move(on_durable));
     }
-    if (staging == Staging::kDurableInside) on_durable(std::string(key), {absl::OkStatus(), kDurableMask});
+    if (staging == Staging::kDurableInside) on_durable(std::string(key), {absl::OkStatus(), kDurableMask, 0, ""});
     return absl::OkStatus();
   }
   absl::Status Persist(std::string_view key, const void* data, size_t size, PersistCallback on_durable) override {
@@ -97,7 +98,7 @@ class FakeStore final : public Store {
       mu_.Await(absl::Condition(&gate_open_));
       staged_[std::string(key)].assign(static_cast<const char*>(data), size);
     }
-    on_durable(std::string(key), {absl::OkStatus(), kDurableMask});
+    on_durable(std::string(key), {absl::OkStatus(), kDurableMask, 0, ""});
     return absl::OkStatus();
   }
   bool SetPolicies(const Policies& policies) override {
@@ -117,7 +118,7 @@ class FakeStore final : public Store {
   std::vector<LookupResult> Lookup(const std::vector<std::string>& keys) const override { return {}; }
   size_t PrefixHits(const std::vector<std::string>& keys) const override { return 0; }
   absl::StatusOr<EvictResult> Evict(const EvictRequest&) override { return absl::UnimplementedError("fake"); }
-  absl::Status RegisterMemory(void*, size_t) override { return absl::UnimplementedError("fake"); }
+  absl::Status RegisterMemory(void*, size_t, int, uint64_t) override { return absl::UnimplementedError("fake"); }
   void UnregisterMemory(void*) override {}
   std::vector<StepRecord> RecentSteps(size_t) const override { return {}; }
   const StoreConfig& config() const override { return config_; }
@@ -140,7 +141,7 @@ class FakeStore final : public Store {
 
 // The Service and a SessionManager (on a temporary data socket) behind an in-process server.
 struct InProcessDaemon {
-  InProcessDaemon() : sessions(dir.sub("data.sock"), 1 << 20), service(std::make_unique<Service>(&store, &sessions)) {
+  InProcessDaemon() : sessions(dir.sub("data.sock"), 1 << 20, kArenaBudget), service(std::make_unique<Service>(&store, &sessions)) {
     REQUIRE(sessions.Start(0600).ok());
     grpc::ServerBuilder builder;
     builder.RegisterService(service.get());
@@ -337,7 +338,7 @@ TEST_CASE("a persist sends each chunk's STAGED before its DURABLE, whenever the 
     auto reader = d.stub->Persist(&ctx, req);
     std::vector<v1::PersistEvent> events(chunks.size());
     for (auto& e : events) REQUIRE(reader->Read(&e));  // the three STAGED: nothing durable yet
-    d.store.CompleteHeld({absl::DataLossError("every replica failed"), 0});
+    d.store.CompleteHeld({absl::DataLossError("every replica failed"), 0, kDurableMask, "every replica failed"});
     for (v1::PersistEvent e; reader->Read(&e);) events.push_back(e);
     REQUIRE(reader->Finish().ok());
     CheckStagedThenDurable(events, chunks.size(), grpc::StatusCode::DATA_LOSS, 0);
@@ -394,7 +395,7 @@ TEST_CASE("a client gone mid-persist leaves nothing behind once the store's call
   s.Detach();
   REQUIRE(Eventually([&] { return d.sessions.count() == 0; }));
   CHECK_FALSE(session.expired());  // the call lives on (with the session) while the store holds it
-  d.store.CompleteHeld({absl::OkStatus(), kDurableMask});
+  d.store.CompleteHeld({absl::OkStatus(), kDurableMask, 0, ""});
   CHECK(Eventually([&] { return session.expired(); }));  // then it is freed, and the arena with it
   d.store.set_staging(FakeStore::Staging::kDurableInside);
   AttachedSession again(d);  // and the daemon serves on

@@ -22,6 +22,7 @@ class CountingReactor final : public Reactor {
  public:
   int64_t NowNs() override { return 0; }
   void Wait(int64_t) override {}
+  void WaitUntil(int64_t) override {}
   void Wake() override { ++wakes; }
   std::atomic<int> wakes{0};
 };
@@ -65,7 +66,7 @@ TEST_CASE("a full staging refuses or blocks producers until a chunk is finished"
   stager.TakeStaged(&taken);
   REQUIRE(taken.size() == 2);
   CHECK(taken[0]->meta->key == "a");
-  stager.Finish(std::move(taken[0]), {absl::OkStatus(), 1});
+  stager.Finish(std::move(taken[0]), {absl::OkStatus(), 1, 0, ""});
   producer.join();
   CHECK(blocked.ok());
   CHECK(stager.persists() == 1);
@@ -86,7 +87,7 @@ TEST_CASE("flush returns only after the callbacks of the chunks staged before it
   stager.TakeStaged(&taken);
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   CHECK_FALSE(flushed);
-  stager.Finish(std::move(taken[0]), {absl::InternalError("disk"), 0});
+  stager.Finish(std::move(taken[0]), {absl::InternalError("disk"), 0, 1, "disk"});
   flusher.join();
   CHECK(called == 1);
   CHECK(stager.persist_failures() == 1);

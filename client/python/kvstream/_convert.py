@@ -28,12 +28,18 @@ def _scalars(cls: Type[T], msg: Any, **overrides: Any) -> T:
     return cls(**values, **overrides)
 
 
+def key_bytes(key: "str | bytes") -> bytes:
+    """A key as the wire carries it: UTF-8 bytes (a str that is not valid text stays invalid, and
+    the daemon refuses it with INVALID_ARGUMENT)."""
+    return key.encode("utf-8", "surrogateescape") if isinstance(key, str) else bytes(key)
+
+
 def chunks_to_proto(chunks: Iterable[ChunkLike]) -> List[Any]:
     """(key, offset, length) tuples to pb.ChunkRange messages."""
     out = []
     for c in chunks:
         key, offset, length = c
-        out.append(pb.ChunkRange(key=key, offset=int(offset), length=int(length)))
+        out.append(pb.ChunkRange(key=key_bytes(key), offset=int(offset), length=int(length)))
     return out
 
 
@@ -59,4 +65,4 @@ def stats(msg: Any) -> Stats:
 
 
 def health(msg: Any) -> Health:
-    return Health(msg.serving, msg.version, list(msg.degraded_tiers))
+    return Health(msg.serving, msg.version, list(msg.degraded_tiers), list(msg.stalled_tiers))

@@ -247,7 +247,7 @@ class Client:
 
     def lookup(self, keys: Sequence[str]) -> Tuple[List[LookupEntry], int]:
         """Presence of each key (request order) and the prefix hit count (leading keys present)."""
-        reply = self._unary(self._stub.Lookup, pb.LookupRequest(keys=list(keys)), "lookup")
+        reply = self._unary(self._stub.Lookup, pb.LookupRequest(keys=[_convert.key_bytes(k) for k in keys]), "lookup")
         entries = [LookupEntry(e.present, e.size, e.tier_mask) for e in reply.entries]
         return entries, reply.prefix_hits
 
@@ -347,7 +347,8 @@ class Client:
                             all_staged[0] = True
                             staged.set()
                     elif event.stage == pb.PersistEvent.DURABLE and event.index < n:
-                        r = PersistResult(event.index, Code.of(event.code), event.message, event.tier_mask)
+                        r = PersistResult(event.index, Code.of(event.code), event.message, event.tier_mask,
+                                          event.lost_mask)
                         results[event.index] = r
                         if on_durable is not None:
                             on_durable(r)
@@ -392,7 +393,7 @@ class Client:
     ) -> EvictResult:
         """Evicts `key` (from `tier`, or every tier); with no key, least recently used chunks until
         `bytes` per tier, or everything with `all`."""
-        request = pb.EvictRequest(key=key, tier=tier, bytes=bytes, all=all)
+        request = pb.EvictRequest(key=_convert.key_bytes(key), tier=tier, bytes=bytes, all=all)
         reply = self._unary(self._stub.Evict, request, "evict")
         return EvictResult(reply.replicas, reply.bytes)
 

@@ -44,12 +44,14 @@ class ChunkResult:
 
 @dataclass(frozen=True)
 class PersistResult:
-    """Final state of one persisted chunk: `code` OK when durable on the tiers in `tier_mask`."""
+    """Final state of one persisted chunk: `code` OK when durable on the tiers in `tier_mask`;
+    `lost_mask` names the targeted tiers whose replica failed (why: `message`)."""
 
     index: int
     code: Code
     message: str = ""
     tier_mask: int = 0
+    lost_mask: int = 0
 
     @property
     def ok(self) -> bool:
@@ -120,6 +122,10 @@ class TierStats:
     resubmits: int
     fixed_ops: int
     reference_bandwidth_bps: float
+    stalled: bool = False
+    stalls: int = 0
+    late_reads: int = 0
+    hedged_reads: int = 0
 
 
 @dataclass(frozen=True)
@@ -154,3 +160,4 @@ class Health:
     serving: bool
     version: str
     degraded_tiers: List[str]
+    stalled_tiers: List[str] = field(default_factory=list)

@@ -1,0 +1,123 @@
+// StepReader's deadlines and hedges: no step waits on one tier without bound (step_reader.h).
+#include <algorithm>
+
+#include "spdlog/spdlog.h"
+#include "step_reader.h"
+
+namespace kvstream {
+namespace {
+
+constexpr double kDeadlineFactor = 4;      // a read is late past this many times its tier's usual time
+constexpr double kReadTimeWeight = 0.25;   // of a new read in its tier's moving average
+constexpr double kTailFactor = 4;          // a straggler lands this many of the idle tier's blocks late,
+constexpr double kTailFloorNs = 50e6;      // and at least this late (healthy tiers' last blocks stay)
+
+}  // namespace
+
+int64_t StepReader::Deadline(int t) const {
+  const double floor = config_.read_deadline_floor_seconds * 1e9, cap = config_.read_deadline_cap_seconds * 1e9;
+  const double usual = slots_[t].read_ns;
+  return static_cast<int64_t>(usual == 0 ? cap : std::clamp(kDeadlineFactor * usual, floor, cap));
+}
+
+int64_t StepReader::CheckDeadlines() {
+  const int64_t now = reactor_->NowNs();
+  int64_t next = kNoDeadline;
+  for (size_t t = 0; t < slots_.size(); ++t) {
+    const int64_t deadline = Deadline(static_cast<int>(t));
+    for (ReadSlot& slot : slots_[t].slots) {
+      if (!slot.busy || slot.late) continue;
+      if (now - slot.issued_ns >= deadline) {
+        ReadLate(static_cast<int>(t), &slot, now);
+      } else {
+        next = std::min(next, slot.issued_ns + deadline);
+      }
+    }
+  }
+  return next;
+}
+
+void StepReader::ReadLate(int t, ReadSlot* slot, int64_t now) {
+  TierReads& tr = slots_[t];
+  Tier& tier = *tiers_[t];
+  slot->late = true;
+  if (tr.late++ == 0) {
+    tr.stalled_since_ns = now;
+    tier.stalled = true;
+    ++tier.counters.stalls;
+    spdlog::warn("tier {}: a read has been in flight for {} ms (deadline {} ms): stalled, it claims no new reads "
+                 "until it answers",
+                 tier.name, (now - slot->issued_ns) / 1'000'000, Deadline(t) / 1'000'000);
+  }
+  ++tier.counters.late_reads;
+  auto* step = static_cast<ReadStep*>(slot->ref.step);
+  if (step->blocks[slot->ref.block].state == BlockState::kInFlight && !Hedge(t, slot) && tr.late == 1) {
+    spdlog::warn("tier {}: the late read of '{}' cannot be taken over (no other holder, or it reads straight into "
+                 "memory the store cannot take back); its step waits for it",
+                 tier.name, step->reads[step->blocks[slot->ref.block].chunk].key);
+  }
+}
+
+void StepReader::ReadLanded(int t, ReadSlot* slot, int64_t now) {
+  TierReads& tr = slots_[t];
+  const double took = static_cast<double>(now - slot->issued_ns);
+  tr.read_ns = tr.read_ns == 0 ? took : (1 - kReadTimeWeight) * tr.read_ns + kReadTimeWeight * took;
+  slot->busy = false;
+  if (!slot->late) return;
+  slot->late = false;
+  if (--tr.late == 0) {
+    tiers_[t]->stalled = false;
+    spdlog::info("tier {}: answers again after {} ms", tiers_[t]->name, (now - tr.stalled_since_ns) / 1'000'000);
+  }
+}
+
+bool StepReader::Hedge(int t, ReadSlot* slot) {
+  auto* step = static_cast<ReadStep*>(slot->ref.step);
+  const StepChunk& chunk = step->chunks[step->blocks[slot->ref.block].chunk];
+  if ((chunk.holders & ~(1u << t)) == 0) return false;
+  // The abandoned read must not be seen: it lands in the slot's bounce buffer (busy until then),
+  // or in registered memory the store takes back from it.
+  const bool safe = slot->buffer != slot->dst ||
+                    regions_->TakeBack(t, slot->region, static_cast<uint8_t*>(slot->buffer), slot->length);
+  if (!safe) return false;
+  tiers_[t]->device->Abandon(slot);
+  pool_->Reissue(slot->ref, t);
+  ++tiers_[t]->counters.hedged_reads;
+  return true;
+}
+
+void StepReader::HedgeTail(int h) {
+  // How long `h` takes for one block: from its bandwidth in steps (smooth), else its read time.
+  const double bps = tiers_[h]->reference_bps;
+  const double block_ns = bps > 0 ? config_.block_size / bps * 1e9 : slots_[h].read_ns;
+  if (block_ns == 0) return;  // no measure of this tier yet
+  const double margin = std::max(kTailFactor * block_ns, kTailFloorNs);
+  const int64_t now = reactor_->NowNs();
+  int best_tier = -1;
+  ReadSlot* best = nullptr;
+  for (size_t t = 0; t < slots_.size(); ++t) {
+    if (static_cast<int>(t) == h) continue;
+    const double usual = slots_[t].read_ns;
+    for (ReadSlot& slot : slots_[t].slots) {
+      if (!slot.busy || slot.late) continue;
+      // It lands much later than `h` could read it (by its tier's usual read time), or it is
+      // overdue there: in flight twice its tier's usual time, and much longer than `h` needs.
+      const double age = static_cast<double>(now - slot.issued_ns);
+      const bool straggles = usual > 0 && (usual - age > margin || age > std::max(2 * usual, margin));
+      if (!straggles) continue;
+      auto* step = static_cast<ReadStep*>(slot.ref.step);
+      const StepBlock& blk = step->blocks[slot.ref.block];
+      if (blk.state != BlockState::kInFlight || !(step->chunks[blk.chunk].holders & (1u << h))) continue;
+      if (best == nullptr || slot.issued_ns < best->issued_ns) {
+        best_tier = static_cast<int>(t);
+        best = &slot;
+      }
+    }
+  }
+  if (best != nullptr && Hedge(best_tier, best)) {
+    spdlog::debug("tier {}: takes over a straggler of tier {} in flight for {} ms", tiers_[h]->name,
+                  tiers_[best_tier]->name, (now - best->issued_ns) / 1'000'000);
+  }
+}
+
+}  // namespace kvstream

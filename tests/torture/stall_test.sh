@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# A tier that stalls, or turns very slow, under a running kvstreamd (tierlab tiers: loop devices
+# with blkio caps, so root): 16 x 4 MiB persisted on both tiers, a step reading them all, and t1's
+# read cap set to 8 KB/s 100 ms into it. The step must finish within 2 s with intact bytes, health
+# must name t1 stalled within 5 s, and a 4 KiB persist from another session must not wait behind
+# it. Then, t1 at 1 MB/s (slow but alive): every step (48 x 4 MiB: long enough that the blkio
+# throttle's slices do not dominate) within 1.3 x t0 alone.
+# Usage: stall_test.sh KVSTREAMD KVTORTURE   (exit 77: skipped, not root or no loop devices)
+set -euo pipefail
+daemon=$1 torture=$2
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+tierlab="$root/tools/tierlab"
+[ "$(id -u)" -eq 0 ] || { echo "SKIPPED: needs root (loop devices, blkio caps)"; exit 77; }
+[ -d /sys/fs/cgroup/blkio ] && losetup -f > /dev/null 2>&1 || { echo "SKIPPED: no blkio cgroup or loop devices"; exit 77; }
+work=$(mktemp -d /var/tmp/kvstream-stall-XXXXXX)
+pid=""
+cleanup() {
+  set +e
+  [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid"
+  "$tierlab" down --dir "$work" > /dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+"$tierlab" up --dir "$work" --tier t0:2G:300 --tier t1:2G:150 > /dev/null
+cat > "$work/kvstreamd.yaml" <<YAML
+socket: {path: $work/kvstreamd.sock, mode: "0600"}
+sessions: {max_arena: 256MiB}
+logging: {level: warn}
+tiers:
+  - {name: t0, path: $work/mnt/t0/kvstream, capacity: 1500MiB}
+  - {name: t1, path: $work/mnt/t1/kvstream, capacity: 1500MiB}
+YAML
+"$tierlab" run --dir "$work" -- "$daemon" --config "$work/kvstreamd.yaml" 2> "$work/kvstreamd.log" &
+pid=$!
+for _ in $(seq 200); do [ -S "$work/kvstreamd.sock" ] && break; sleep 0.05; done
+status=0
+"$torture" stall --socket "$work/kvstreamd.sock" --chunks 16 --chunk-size 4MiB --hook-after-ms 100 \
+  --hook "$tierlab cap --dir $work t1 0.008" --undo "$tierlab cap --dir $work t1 150" --expect-stalled t1 \
+  --step-limit 2 --health-limit 5 --persist-limit 2 \
+  || status=1
+"$tierlab" cap --dir "$work" t1 150
+sleep 1
+"$torture" slow --socket "$work/kvstreamd.sock" --chunks 48 --chunk-size 4MiB --steps 5 --ratio-limit 1.3 \
+  --hook "$tierlab cap --dir $work t1 1" || status=1
+[ $status -eq 0 ] || tail -30 "$work/kvstreamd.log"
+exit $status
