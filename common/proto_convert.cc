@@ -78,6 +78,9 @@ void ToProto(const StoreStats& in, v1::StatsReply* out) {
     p->set_no_space_errors(t.no_space_errors);
     p->set_gone_errors(t.gone_errors);
     p->set_media_errors(t.media_errors);
+    p->set_readable(t.readable);
+    p->set_writable(t.writable);
+    p->set_condition(t.condition);
   }
   out->set_chunks(in.chunks);
   out->set_staged_bytes(in.staged_bytes);
@@ -126,6 +129,9 @@ StoreStats FromProto(const v1::StatsReply& in) {
     t.no_space_errors = p.no_space_errors();
     t.gone_errors = p.gone_errors();
     t.media_errors = p.media_errors();
+    t.readable = p.readable();
+    t.writable = p.writable();
+    t.condition = p.condition();
     s.tiers.push_back(std::move(t));
   }
   s.chunks = in.chunks();

@@ -113,6 +113,7 @@ grpc::ServerUnaryReactor* Service::Health(grpc::CallbackServerContext* ctx, cons
   for (const TierStats& t : store_->Stats().tiers) {
     if (t.read_errors + t.write_errors + t.checksum_failures > 0) reply->add_degraded_tiers(t.name);
     if (t.stalled) reply->add_stalled_tiers(t.name);
+    if (!t.readable || !t.writable) reply->add_unusable_tiers(t.name + ": " + t.condition);
   }
   auto* r = ctx->DefaultReactor();
   r->Finish(grpc::Status::OK);

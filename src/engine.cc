@@ -2,6 +2,7 @@
 
 #include <future>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "recovery.h"
 #include "spdlog/spdlog.h"
@@ -10,6 +11,7 @@ namespace kvstream {
 namespace {
 
 constexpr int64_t kIdleWaitNs = 100'000'000;
+constexpr int64_t kTierCheckNs = 1'000'000'000;
 
 }  // namespace
 
@@ -272,6 +274,12 @@ StoreStats Engine::Stats() const {
     ts.no_space_errors = c.no_space_errors;
     ts.gone_errors = c.gone_errors;
     ts.media_errors = c.media_errors;
+    ts.readable = tier.readable;
+    ts.writable = tier.writable;
+    {
+      absl::MutexLock condition_lock(&tier.condition_mu);
+      ts.condition = tier.condition;
+    }
     s.tiers.push_back(std::move(ts));
   }
   return s;
@@ -298,6 +306,10 @@ void Engine::Loop() {
         }
       }
     }
+    if (const int64_t now = reactor_->NowNs(); now >= next_tier_check_ns_) {
+      CheckTiers();
+      next_tier_check_ns_ = now + kTierCheckNs;
+    }
     const int64_t next_deadline = reader_.CheckDeadlines();
     reader_.Sweep();
     for (size_t t = 0; t < tiers_.size(); ++t) reader_.Schedule(static_cast<int>(t));
@@ -322,6 +334,39 @@ void Engine::Loop() {
     } else {
       reactor_->Wait(kIdleWaitNs);
     }
+  }
+}
+
+void Engine::CheckTiers() {
+  for (size_t t = 0; t < tiers_.size(); ++t) {
+    Tier& tier = *tiers_[t];
+    absl::Status condition = tier.device->Condition();
+    std::string reason(condition.message());
+    {
+      absl::MutexLock lock(&tier.condition_mu);
+      if (reason == tier.condition) continue;  // nothing new
+    }
+    if (condition.ok()) {
+      spdlog::warn("tier {}: usable again (its chunks return to the index at the next start)", tier.name);
+    } else if (absl::IsNotFound(condition) || !absl::StrContains(reason, "read-only")) {
+      uint64_t dropped;
+      {
+        absl::MutexLock lock(&index_.mu());
+        dropped = index_.get().DropTier(static_cast<int>(t));
+      }
+      spdlog::error("tier {}: {}: its {} chunks are out of the index", tier.name, reason, dropped);
+      if (absl::IsNotFound(condition) && tier.device->Recreate().ok()) {
+        spdlog::warn("tier {}: its directory is made again, empty, and in use", tier.name);
+        condition = absl::OkStatus();
+        reason.clear();
+      }
+    } else {
+      spdlog::error("tier {}: {}: no more replicas are written there", tier.name, reason);
+    }
+    tier.readable = condition.ok() || absl::StrContains(reason, "read-only");
+    tier.writable = condition.ok();
+    absl::MutexLock lock(&tier.condition_mu);
+    tier.condition = reason;
   }
 }
 

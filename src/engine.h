@@ -81,6 +81,9 @@ class Engine final : public Store {
   void MaybeApplyPolicies();
   // Loop: whether everything taken in is done (no step, no write, nothing staged).
   bool Idle() const;
+  // Loop, about once a second: each tier's Condition; a tier whose directory was deleted is made
+  // again (empty), one out of reach is neither read nor written, a read-only one not written.
+  void CheckTiers();
 
   const StoreConfig config_;
   std::shared_ptr<Reactor> reactor_;
@@ -96,6 +99,7 @@ class Engine final : public Store {
   StepReader reader_;
   Replicator replicator_;
   std::optional<Policies> requested_policies_;  // applied once the pool is empty
+  int64_t next_tier_check_ns_ = 0;
 
   mutable absl::Mutex policies_mu_;
   Policies policies_ ABSL_GUARDED_BY(policies_mu_);  // in force

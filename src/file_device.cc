@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -83,14 +84,7 @@ absl::Status FileDevice::Init() {
   if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot create tier directory ", root, ": ", ec.message()));
   if (!fs::is_directory(root, ec)) return absl::InvalidArgumentError(absl::StrCat(root, " is not a directory"));
 
-  const std::string lock_path = absl::StrCat(root, "/", kLockName);
-  lock_fd_ = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0640);
-  if (lock_fd_ < 0) return Errno("tier directory is not writable: cannot create", lock_path);
-  if (flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("tier directory ", root, " is in use by another kvstream process"));
-  }
-
+  if (absl::Status s = OpenDirectory(); !s.ok()) return s;
   if (absl::Status s = ProbeDirectIo(); !s.ok()) return s;
   if (absl::Status s = read_queue_.Init(options_.read_depth, options_.event_fd); !s.ok()) return s;
   if (absl::Status s = write_queue_.Init(options_.write_depth, options_.event_fd); !s.ok()) return s;
@@ -104,12 +98,88 @@ absl::Status FileDevice::Init() {
   return absl::OkStatus();
 }
 
+absl::Status FileDevice::OpenDirectory() {
+  const std::string& root = options_.path;
+  const int dir = open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) return Errno("open tier directory", root);
+  struct stat st;
+  if (fstat(dir, &st) != 0) {
+    const absl::Status s = Errno("stat tier directory", root);
+    close(dir);
+    return s;
+  }
+  const std::string lock_path = absl::StrCat(root, "/", kLockName);
+  const int lock = openat(dir, kLockName, O_RDWR | O_CREAT | O_CLOEXEC, 0640);
+  if (lock < 0) {
+    const absl::Status s = Errno("tier directory is not writable: cannot create", lock_path);
+    close(dir);
+    return s;
+  }
+  if (flock(lock, LOCK_EX | LOCK_NB) != 0) {
+    close(lock);
+    close(dir);
+    return absl::FailedPreconditionError(absl::StrCat("tier directory ", root, " is in use by another kvstream process"));
+  }
+  if (dir_fd_ >= 0) close(dir_fd_);
+  if (lock_fd_ >= 0) close(lock_fd_);
+  dir_fd_ = dir;
+  lock_fd_ = lock;
+  dir_dev_ = st.st_dev;
+  dir_ino_ = st.st_ino;
+  return absl::OkStatus();
+}
+
+absl::Status FileDevice::Condition() const {
+  const std::string& root = options_.path;
+  struct stat opened, at_path;
+  if (fstat(dir_fd_, &opened) != 0 || opened.st_nlink == 0) {
+    return absl::NotFoundError(absl::StrCat("the tier directory ", root, " was deleted"));
+  }
+  if (stat(root.c_str(), &at_path) != 0) {  // still linked, but not there: its file system went away
+    return absl::FailedPreconditionError(
+        absl::StrCat("the tier directory is no longer at ", root, " (its file system was unmounted, or it moved)"));
+  }
+  if (at_path.st_dev != dir_dev_ || at_path.st_ino != dir_ino_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("another directory is now at ", root, " (its file system was unmounted or it was replaced)"));
+  }
+  struct statvfs vfs;
+  if (fstatvfs(dir_fd_, &vfs) == 0 && (vfs.f_flag & ST_RDONLY)) {
+    return absl::FailedPreconditionError(absl::StrCat("the file system of ", root, " is read-only"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FileDevice::Recreate() {
+  // Only where it was: never on another file system (an unmounted tier's mount point).
+  struct stat parent;
+  const std::string parent_path = fs::path(options_.path).parent_path().string();
+  if (stat(parent_path.c_str(), &parent) != 0 || parent.st_dev != dir_dev_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("not making ", options_.path, " again: ", parent_path, " is not on the tier's file system"));
+  }
+  std::error_code ec;
+  fs::create_directories(options_.path, ec);
+  if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot create ", options_.path, ": ", ec.message()));
+  for (auto& [stem, f] : files_) {
+    if (f.in_flight == 0) {
+      close(f.fd);
+    } else {
+      doomed_[f.fd] = f.in_flight;
+    }
+  }
+  files_.clear();
+  fd_stems_.clear();
+  idle_lru_.clear();
+  return OpenDirectory();
+}
+
 // Probes O_DIRECT with a real aligned write and read and takes the alignment from statx; falls
 // back to buffered I/O (when allowed) with the reason recorded.
 absl::Status FileDevice::ProbeDirectIo() {
   const std::string& root = options_.path;
   const std::string probe = absl::StrCat(root, "/", kProbeName);
-  int fd = open(probe.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, 0640);
+  int fd = openat(dir_fd_, kProbeName, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, 0640);
   if (fd < 0 && errno != EINVAL) return Errno("tier directory is not writable: cannot create", probe);
   if (fd < 0) {
     buffered_reason_ = "the filesystem does not support O_DIRECT";
@@ -141,7 +211,7 @@ absl::Status FileDevice::ProbeDirectIo() {
     }
     close(fd);
   }
-  unlink(probe.c_str());
+  unlinkat(dir_fd_, kProbeName, 0);
   if (!props_.direct_io) {
     if (!options_.allow_buffered_fallback) {
       return absl::FailedPreconditionError(absl::StrCat(root, ": ", buffered_reason_,
@@ -191,9 +261,10 @@ FileDevice::~FileDevice() {
   for (auto& [fd, n] : doomed_) close(fd);
   for (auto& [fd, path] : temps_) {
     close(fd);
-    unlink(path.c_str());
+    unlinkat(dir_fd_, path.c_str(), 0);
   }
   if (lock_fd_ >= 0) close(lock_fd_);
+  if (dir_fd_ >= 0) close(dir_fd_);
 }
 
 std::string FileDevice::ChunkPath(const std::string& stem) const {
@@ -265,9 +336,8 @@ absl::StatusOr<FileHandle> FileDevice::OpenChunk(const std::string& stem) {
     if (it->second.in_flight == 0) idle_lru_.splice(idle_lru_.end(), idle_lru_, it->second.lru);
     return it->second.fd;
   }
-  const std::string path = ChunkPath(stem);
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | (props_.direct_io ? O_DIRECT : 0));
-  if (fd < 0) return Errno("open", path);
+  const int fd = openat(dir_fd_, RelativeChunkPath(stem).c_str(), O_RDONLY | O_CLOEXEC | (props_.direct_io ? O_DIRECT : 0));
+  if (fd < 0) return Errno("open", ChunkPath(stem));
   CachedFile& f = files_[stem];
   f.fd = fd;
   f.lru = idle_lru_.insert(idle_lru_.end(), stem);
@@ -318,13 +388,14 @@ void FileDevice::ReleaseFile(int fd) {
 }
 
 absl::StatusOr<FileHandle> FileDevice::CreateTemp(const std::string& stem) {
-  const std::string dir = absl::StrCat(options_.path, "/", stem.substr(0, 2));
-  if (mkdir(dir.c_str(), 0750) != 0 && errno != EEXIST) return Errno("mkdir", dir);
-  const std::string path =
-      absl::StrCat(dir, "/", stem, kChunkSuffix, kTempMarker, getpid(), ".", ++temp_counter_);
-  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC |
-                                        (props_.direct_io ? O_DIRECT : 0), 0640);
-  if (fd < 0) return Errno("create", path);
+  const std::string dir = stem.substr(0, 2);
+  if (mkdirat(dir_fd_, dir.c_str(), 0750) != 0 && errno != EEXIST) {
+    return Errno("mkdir", absl::StrCat(options_.path, "/", dir));
+  }
+  const std::string path = absl::StrCat(dir, "/", stem, kChunkSuffix, kTempMarker, getpid(), ".", ++temp_counter_);
+  const int fd =
+      openat(dir_fd_, path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | (props_.direct_io ? O_DIRECT : 0), 0640);
+  if (fd < 0) return Errno("create", absl::StrCat(options_.path, "/", path));
   temps_[fd] = path;
   return fd;
 }
@@ -332,19 +403,18 @@ absl::StatusOr<FileHandle> FileDevice::CreateTemp(const std::string& stem) {
 absl::Status FileDevice::CommitTemp(FileHandle temp, const std::string& stem, bool sync_directory) {
   auto it = temps_.find(temp);
   if (it == temps_.end()) return absl::InternalError("unknown temporary handle");
-  const std::string final_path = ChunkPath(stem);
   absl::Status status;
-  if (rename(it->second.c_str(), final_path.c_str()) != 0) {
-    status = Errno("rename", it->second);
-    unlink(it->second.c_str());
+  if (renameat(dir_fd_, it->second.c_str(), dir_fd_, RelativeChunkPath(stem).c_str()) != 0) {
+    status = Errno("rename", absl::StrCat(options_.path, "/", it->second));
+    unlinkat(dir_fd_, it->second.c_str(), 0);
   }
   close(temp);
   temps_.erase(it);
   DropCached(stem);
   if (status.ok() && sync_directory) {
-    const std::string dir = absl::StrCat(options_.path, "/", stem.substr(0, 2));
-    const int dfd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0 || fsync(dfd) != 0) status = Errno("fsync", dir);
+    const std::string dir = stem.substr(0, 2);
+    const int dfd = openat(dir_fd_, dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0 || fsync(dfd) != 0) status = Errno("fsync", absl::StrCat(options_.path, "/", dir));
     if (dfd >= 0) close(dfd);
   }
   return status;
@@ -354,14 +424,13 @@ void FileDevice::AbortTemp(FileHandle temp) {
   auto it = temps_.find(temp);
   if (it == temps_.end()) return;
   close(temp);
-  unlink(it->second.c_str());
+  unlinkat(dir_fd_, it->second.c_str(), 0);
   temps_.erase(it);
 }
 
 absl::Status FileDevice::RemoveChunk(const std::string& stem) {
   DropCached(stem);
-  const std::string path = ChunkPath(stem);
-  if (unlink(path.c_str()) != 0) return Errno("unlink", path);
+  if (unlinkat(dir_fd_, RelativeChunkPath(stem).c_str(), 0) != 0) return Errno("unlink", ChunkPath(stem));
   return absl::OkStatus();
 }
 

@@ -1,7 +1,11 @@
 // FileDevice: a tier on a directory of chunk files, with one io_uring ring for reads and another
 // for writes (so neither waits behind the other), O_DIRECT where the filesystem supports it and
-// buffered I/O where it does not (tmpfs).
+// buffered I/O where it does not (tmpfs). The directory is opened once and every read, write,
+// rename and removal resolves relative to that descriptor, so reads and writes always mean the
+// same directory; Condition says when its path no longer leads there.
 #pragma once
+
+#include <sys/types.h>
 
 #include <list>
 #include <map>
@@ -40,6 +44,8 @@ class FileDevice final : public TierDevice {
   absl::Status CommitTemp(FileHandle temp, const std::string& stem, bool sync_directory) override;
   void AbortTemp(FileHandle temp) override;
   absl::Status RemoveChunk(const std::string& stem) override;
+  absl::Status Condition() const override;
+  absl::Status Recreate() override;
   bool Queue(IoRequest* request) override;
   void Abandon(IoRequest* request) override;
   void Submit() override;
@@ -67,6 +73,8 @@ class FileDevice final : public TierDevice {
   explicit FileDevice(FileDeviceOptions options) : options_(std::move(options)) {}
   absl::Status Init();
   absl::Status ProbeDirectIo();
+  // Opens and locks the tier directory (again, after Recreate).
+  absl::Status OpenDirectory();
   void ReleaseFile(int fd);
   void DropCached(const std::string& stem);
   void TrimCache();
@@ -76,6 +84,9 @@ class FileDevice final : public TierDevice {
   DeviceProperties props_;
   std::string buffered_reason_;
   int lock_fd_ = -1;
+  int dir_fd_ = -1;  // the tier directory: every path below resolves from here
+  dev_t dir_dev_ = 0;
+  ino_t dir_ino_ = 0;
   // Reads and writes on rings of their own, so neither waits behind the other.
   UringQueue read_queue_;
   UringQueue write_queue_;
@@ -88,7 +99,7 @@ class FileDevice final : public TierDevice {
   absl::flat_hash_map<int, std::string> fd_stems_;      // read fd -> stem
   absl::flat_hash_map<int, uint32_t> doomed_;           // replaced read fd -> ops in flight
   std::list<std::string> idle_lru_;                     // stems of idle cached files, oldest first
-  absl::flat_hash_map<int, std::string> temps_;          // temp fd -> temp path
+  absl::flat_hash_map<int, std::string> temps_;          // temp fd -> its path below the directory
 };
 
 }  // namespace kvstream

@@ -115,6 +115,12 @@ void Index::EvictLru(int tier, uint64_t bytes, std::vector<Victim>* victims) {
   }
 }
 
+uint64_t Index::DropTier(int tier) {
+  std::vector<Victim> dropped;
+  EvictLru(tier, UINT64_MAX, &dropped);
+  return dropped.size();
+}
+
 std::vector<ChunkMeta> Index::Replicas(int tier) const {
   std::vector<ChunkMeta> out;
   out.reserve(lru_[tier].size());

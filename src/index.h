@@ -70,6 +70,8 @@ class Index {
   // UINT64_MAX). Pinned entries are evicted too: their in-flight reads fail over or fail.
   void EvictLru(int tier, uint64_t bytes, std::vector<Victim>* victims);
 
+  // Forgets every replica of `tier` (its files are gone or out of reach); returns how many.
+  uint64_t DropTier(int tier);
   // The versions `tier` holds, least recently used first.
   std::vector<ChunkMeta> Replicas(int tier) const;
   uint64_t used(int tier) const { return used_[tier]; }

@@ -63,6 +63,11 @@ void Replicator::Schedule(int t, bool during_reads) {
 bool Replicator::StartReplica(Job* job, int t) {
   Tier& tier = *tiers_[t];
   const StagedChunk& chunk = *job->chunk;
+  if (!tier.writable) {
+    absl::MutexLock lock(&tier.condition_mu);
+    FinishReplica(job, t, absl::UnavailableError(absl::StrCat("tier ", tier.name, ": ", tier.condition)));
+    return false;
+  }
   absl::StatusOr<FileHandle> temp = tier.device->CreateTemp(chunk.stem);
   if (!temp.ok()) {
     WriteFailed(t, temp.status());

@@ -113,6 +113,23 @@ absl::StatusOr<ScanReport> SimDevice::Scan() {
   return report;
 }
 
+void SimDevice::SetCondition(absl::Status condition) {
+  absl::MutexLock lock(&mu_);
+  condition_ = std::move(condition);
+}
+
+absl::Status SimDevice::Condition() const {
+  absl::MutexLock lock(&mu_);
+  return condition_;
+}
+
+absl::Status SimDevice::Recreate() {
+  absl::MutexLock lock(&mu_);
+  files_.clear();
+  condition_ = absl::OkStatus();
+  return absl::OkStatus();
+}
+
 absl::Status SimDevice::SaveIndex(const std::vector<ChunkMeta>& chunks) {
   absl::MutexLock lock(&mu_);
   saved_index_ = chunks;

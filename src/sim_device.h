@@ -91,6 +91,10 @@ class SimDevice final : public TierDevice, public SimClock::Source {
   absl::Status CommitTemp(FileHandle temp, const std::string& stem, bool sync_directory) override;
   void AbortTemp(FileHandle temp) override;
   absl::Status RemoveChunk(const std::string& stem) override;
+  // Set by tests: what Condition reports. Recreate empties the files and reports OK again.
+  void SetCondition(absl::Status condition);
+  absl::Status Condition() const override;
+  absl::Status Recreate() override;
   bool Queue(IoRequest* request) override;
   // An abandoned read completes as usual but its bytes reach no buffer: as if the kernel had
   // cancelled it, or as a read into memory the store took back (memory_regions.h).
@@ -147,6 +151,7 @@ class SimDevice final : public TierDevice, public SimClock::Source {
   std::vector<Pending> hung_ ABSL_GUARDED_BY(mu_);
   std::vector<SimOpRecord> records_ ABSL_GUARDED_BY(mu_);
   std::optional<std::vector<ChunkMeta>> saved_index_ ABSL_GUARDED_BY(mu_);
+  absl::Status condition_ ABSL_GUARDED_BY(mu_);
   std::vector<Region> regions_ ABSL_GUARDED_BY(mu_);
   uint64_t next_generation_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t fixed_ops_ ABSL_GUARDED_BY(mu_) = 0;

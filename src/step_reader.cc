@@ -105,7 +105,7 @@ void StepReader::Place(std::unique_ptr<ReadStep> owned, const Policies& policies
 }
 
 void StepReader::Schedule(int t) {
-  if (slots_[t].late > 0) return;  // stalled: claims nothing until its late reads land
+  if (slots_[t].late > 0 || !tiers_[t]->readable) return;  // stalled or out of reach: claims nothing
   BlockRef ref;
   while (!slots_[t].free.empty() && pool_->Claim(t, &ref)) Issue(t, ref);
   if (!slots_[t].free.empty()) {

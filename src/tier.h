@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "index.h"
 #include "tier_device.h"
 
@@ -61,6 +63,12 @@ struct Tier {
   LogLimiter read_log;   // failed reads (loop thread)
   std::atomic<double> reference_bps{0};  // moving average of the bandwidth achieved in steps
   std::atomic<bool> stalled{false};      // a read is past its deadline: the tier claims nothing new
+  // From the periodic Condition check (loop thread writes): a tier that cannot be read claims
+  // nothing; one that cannot be written gets no replicas; `condition` says why ("" when usable).
+  std::atomic<bool> readable{true};
+  std::atomic<bool> writable{true};
+  mutable absl::Mutex condition_mu;
+  std::string condition ABSL_GUARDED_BY(condition_mu);
 };
 
 using Tiers = std::vector<std::unique_ptr<Tier>>;

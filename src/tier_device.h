@@ -120,6 +120,14 @@ class TierDevice {
 
   virtual absl::Status RemoveChunk(const std::string& stem) = 0;
 
+  // OK while the tier is usable. NotFound: its directory was deleted (Recreate may make an empty
+  // one); FailedPrecondition: its path no longer leads to it (unmounted, moved, replaced) or it
+  // is read-only; the message says which.
+  virtual absl::Status Condition() const = 0;
+  // After NotFound: makes the directory again, empty, where it was (on the same file system),
+  // and uses it from now on.
+  virtual absl::Status Recreate() = 0;
+
   // Data path. Queue returns false when the device has no room (the caller bounds in-flight ops
   // by its queue depths, so this is a programming error). A completion always covers the whole
   // request or reports why not.

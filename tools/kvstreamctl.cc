@@ -31,7 +31,8 @@ nlohmann::json TierJson(const TierStats& t) {
           {"bounce_reads", t.bounce_reads}, {"resubmits", t.resubmits}, {"fixed_ops", t.fixed_ops},
           {"reference_bandwidth_bps", t.reference_bandwidth_bps}, {"stalled", t.stalled}, {"stalls", t.stalls},
           {"late_reads", t.late_reads}, {"hedged_reads", t.hedged_reads}, {"no_space_errors", t.no_space_errors},
-          {"gone_errors", t.gone_errors}, {"media_errors", t.media_errors}};
+          {"gone_errors", t.gone_errors}, {"media_errors", t.media_errors}, {"readable", t.readable},
+          {"writable", t.writable}, {"condition", t.condition}};
 }
 
 nlohmann::json StepJson(const StepRecord& s) {
@@ -72,6 +73,8 @@ int Main(int argc, char** argv) {
   auto* steps = app.add_subcommand("steps", "recent step records with their gap to the bound");
   uint32_t max_steps = 16;
   steps->add_option("-n,--max", max_steps, "how many")->capture_default_str();
+  auto* health = app.add_subcommand("health", "OK, or what is wrong (tiers out of reach, read-only, stalled); "
+                                    "exit status 0 when OK, 1 when not");
   auto* lookup = app.add_subcommand("lookup", "which keys are present, and the prefix hit count");
   std::vector<std::string> keys;
   lookup->add_option("keys", keys, "keys")->required();
@@ -118,11 +121,16 @@ int Main(int argc, char** argv) {
       std::memcpy((*c)->arena(), content.data(), size);
       std::vector<PersistResult> results;
       if (absl::Status s = (*c)->Persist({{key, 0, size}}, &results); !s.ok()) return Fail(s);
+      const PersistResult& r = results[0];
       if (json) {
-        std::cout << nlohmann::json{{"key", key}, {"bytes", size}, {"tier_mask", results[0].tier_mask}}.dump() << "\n";
+        std::cout << nlohmann::json{{"key", key}, {"bytes", size}, {"tier_mask", r.tier_mask}, {"lost_mask", r.lost_mask},
+                                    {"lost_reason", r.lost_reason}}.dump()
+                  << "\n";
       } else {
-        std::printf("stored '%s' (%llu bytes), durable on tier mask 0x%x\n", key.c_str(),
-                    static_cast<unsigned long long>(size), results[0].tier_mask);
+        std::printf("stored '%s' (%llu bytes), durable on tier mask 0x%x", key.c_str(),
+                    static_cast<unsigned long long>(size), r.tier_mask);
+        if (r.lost_mask != 0) std::printf("; replicas lost on tier mask 0x%x: %s", r.lost_mask, r.lost_reason.c_str());
+        std::printf("\n");
       }
     } else {
       std::vector<ChunkResult> results;
@@ -145,6 +153,23 @@ int Main(int argc, char** argv) {
   auto client = Client::Connect(socket);
   if (!client.ok()) return Fail(client.status());
   Client& c = **client;
+  if (health->parsed()) {
+    auto h = c.Health();
+    if (!h.ok()) return Fail(h.status());
+    const bool ok = h->serving && h->unusable_tiers.empty() && h->stalled_tiers.empty();
+    if (json) {
+      std::cout << nlohmann::json{{"ok", ok}, {"serving", h->serving}, {"version", h->version},
+                                  {"unusable_tiers", h->unusable_tiers}, {"stalled_tiers", h->stalled_tiers},
+                                  {"degraded_tiers", h->degraded_tiers}}.dump(2)
+                << "\n";
+    } else {
+      std::printf("%s (kvstreamd %s)\n", ok ? "OK" : "NOT OK", h->version.c_str());
+      for (const std::string& t : h->unusable_tiers) std::printf("  unusable: %s\n", t.c_str());
+      for (const std::string& t : h->stalled_tiers) std::printf("  stalled: %s (a read is past its deadline)\n", t.c_str());
+      for (const std::string& t : h->degraded_tiers) std::printf("  errors since start: %s\n", t.c_str());
+    }
+    return ok ? 0 : 1;
+  }
   if (stats->parsed() || tiers->parsed()) {
     uint32_t sessions = 0;
     auto s = c.Stats(&sessions);
@@ -178,13 +203,13 @@ int Main(int argc, char** argv) {
     } else {
       for (const TierStats& t : s->tiers) {
         std::printf("%-8s %-36s %-8s %6llu chunks %12s / %-12s read %12s written %12s errors r%llu/c%llu/w%llu "
-                    "hedged %llu%s\n",
+                    "hedged %llu%s%s\n",
                     t.name.c_str(), t.path.c_str(), t.direct_io ? "O_DIRECT" : "buffered",
                     static_cast<unsigned long long>(t.chunks), Mib(t.used_bytes).c_str(), Mib(t.capacity_bytes).c_str(),
                     Mib(t.bytes_read).c_str(), Mib(t.bytes_written).c_str(),
                     static_cast<unsigned long long>(t.read_errors), static_cast<unsigned long long>(t.checksum_failures),
                     static_cast<unsigned long long>(t.write_errors), static_cast<unsigned long long>(t.hedged_reads),
-                    t.stalled ? "  STALLED" : "");
+                    t.stalled ? "  STALLED" : "", t.condition.empty() ? "" : ("  " + t.condition).c_str());
       }
     }
   } else if (steps->parsed()) {

@@ -117,6 +117,9 @@ struct TierStats {
   uint64_t no_space_errors = 0; // failed operations by kind: no space (ENOSPC, EDQUOT),
   uint64_t gone_errors = 0;     // file or directory gone (ENOENT, ESTALE...),
   uint64_t media_errors = 0;    // bad bytes (EIO, a short file, a checksum mismatch)
+  bool readable = true;         // false: the tier is out of reach (unmounted, replaced)
+  bool writable = true;         // false: out of reach or read-only
+  std::string condition;        // why not, or ""
   double reference_bandwidth_bps = 0;  // moving average of achieved step bandwidth
 };
 
@@ -126,6 +129,7 @@ struct HealthReport {
   std::string version;
   std::vector<std::string> degraded_tiers;  // tiers with read or write errors since start
   std::vector<std::string> stalled_tiers;   // tiers with a read past its deadline now
+  std::vector<std::string> unusable_tiers;  // "name: why" for tiers that cannot be read or written
 };
 
 struct StoreStats {

@@ -73,3 +73,82 @@ TEST_CASE("calls after shutdown fail cleanly instead of hanging") {
 
 }  // namespace
 }  // namespace kvstream::testing
+
+namespace kvstream::testing {
+namespace {
+
+constexpr double kMBps = 1e6;
+
+// Runs the loop past its next tier check (virtual time moves only while it waits).
+void PassTierCheck(SimRig& rig) {
+  static uint64_t seed = 0;
+  SimDevice& d = *rig.devices[0];
+  d.SetFaultHook([](const SimOpInfo&) { return SimFault::Delay(600'000'000); });
+  for (int i = 0; i < 2; ++i) {  // a slow write gives the loop something to wait for
+    auto data = Payload(4096, ++seed);
+    REQUIRE(rig.engine->Persist("tick", data.data(), data.size()).ok());
+    rig.engine->Flush();
+  }
+  d.SetFaultHook(nullptr);
+  REQUIRE(rig.engine->Evict({"no-such-key", "", 0, false}).ok());  // runs on the loop after its check
+}
+
+TEST_CASE("a tier whose directory was deleted is made again, empty, and its chunks leave the index") {
+  SimRig rig({300 * kMBps, 100 * kMBps});
+  rig.Populate("k", 4, kBlock);
+  rig.devices[1]->SetCondition(absl::NotFoundError("the tier directory /sim/t1 was deleted"));
+  PassTierCheck(rig);
+  CHECK(rig.engine->Lookup({"k0"})[0].tier_mask == 1u);  // only t0 still holds it
+  const TierStats t1 = rig.engine->Stats().tiers[1];
+  CHECK(t1.readable);
+  CHECK(t1.writable);  // made again and in use
+  CHECK(t1.condition.empty());
+  auto data = Payload(kBlock, 9);
+  PersistResult result;
+  REQUIRE(rig.engine->Persist("after", data.data(), data.size(), [&](const std::string&, const PersistResult& r) {
+    result = r;
+  }).ok());
+  rig.engine->Flush();
+  CHECK(result.tier_mask == 3u);
+}
+
+TEST_CASE("a read-only tier gets no replicas but is read; a tier out of reach is neither") {
+  SimRig rig({300 * kMBps, 100 * kMBps});
+  auto data = rig.Populate("k", 4, kBlock);
+  rig.devices[1]->SetCondition(absl::FailedPreconditionError("the file system of /sim/t1 is read-only"));
+  PassTierCheck(rig);
+  TierStats t1 = rig.engine->Stats().tiers[1];
+  CHECK(t1.readable);
+  CHECK_FALSE(t1.writable);
+  CHECK(t1.condition.find("read-only") != std::string::npos);
+  CHECK(rig.engine->Lookup({"k0"})[0].tier_mask == 3u);  // still read there
+  auto fresh = Payload(kBlock, 10);
+  PersistResult result;
+  REQUIRE(rig.engine->Persist("new", fresh.data(), fresh.size(), [&](const std::string&, const PersistResult& r) {
+    result = r;
+  }).ok());
+  rig.engine->Flush();
+  CHECK(result.status.ok());
+  CHECK(result.tier_mask == 1u);
+  CHECK(result.lost_mask == 2u);
+  CHECK(result.lost_reason.find("read-only") != std::string::npos);
+
+  rig.devices[1]->SetCondition(absl::FailedPreconditionError("another directory is now at /sim/t1 (unmounted)"));
+  PassTierCheck(rig);
+  t1 = rig.engine->Stats().tiers[1];
+  CHECK_FALSE(t1.readable);
+  CHECK(rig.engine->Lookup({"k0"})[0].tier_mask == 1u);
+  auto batch = SimRig::MakeBatch("k", 4, kBlock);
+  std::vector<ChunkResult> results;
+  StepRecord rec = rig.engine->Retrieve(batch.reads, &results);
+  RequireIntact(batch, data, results);
+  CHECK(rec.tiers[1].blocks == 0);
+
+  rig.devices[1]->SetCondition(absl::OkStatus());
+  PassTierCheck(rig);
+  CHECK(rig.engine->Stats().tiers[1].readable);
+  CHECK(rig.engine->Stats().tiers[1].writable);
+}
+
+}  // namespace
+}  // namespace kvstream::testing

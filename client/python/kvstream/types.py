@@ -126,6 +126,12 @@ class TierStats:
     stalls: int = 0
     late_reads: int = 0
     hedged_reads: int = 0
+    no_space_errors: int = 0
+    gone_errors: int = 0
+    media_errors: int = 0
+    readable: bool = True
+    writable: bool = True
+    condition: str = ""
 
 
 @dataclass(frozen=True)
@@ -161,3 +167,4 @@ class Health:
     version: str
     degraded_tiers: List[str]
     stalled_tiers: List[str] = field(default_factory=list)
+    unusable_tiers: List[str] = field(default_factory=list)
