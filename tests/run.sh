@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds KVStream and runs every test: the C++ suite through ctest, a clang
-# build that checks the lock annotations (-Wthread-safety; a violation fails the run), then the
+# build that checks the lock annotations (-Wthread-safety; a violation fails the run) and runs the
+# libFuzzer targets briefly (KVSTREAM_FUZZ_SECONDS, default 15 each), then the
 # Python client, LMCache plugin and step-batching tests (pytest, against the built kvstreamd, with
 # real LMCache from PyPI in the virtual environment of deploy/python-env.sh).
-# Usage: tests/run.sh   (build dirs: build/ and build-tsa/, override with BUILD_DIR=...; venv: KVSTREAM_VENV)
+# Usage: tests/run.sh   (build dirs: build/ and build-clang/, override with BUILD_DIR=...; venv: KVSTREAM_VENV)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${BUILD_DIR:-$root/build}"
@@ -11,10 +12,16 @@ build="${BUILD_DIR:-$root/build}"
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVSTREAM_WERROR=ON
 cmake --build "$build" -j "$(nproc)"
 (cd "$build" && ctest --output-on-failure --timeout 600 -j 2)
-# Thread-safety analysis: the libraries (core, daemon, client) with clang; nothing to run.
-CC=clang CXX=clang++ cmake -S "$root" -B "${build}-tsa" -DCMAKE_BUILD_TYPE=Debug -DKVSTREAM_THREAD_SAFETY=ON \
-  -DKVSTREAM_BUILD_TESTS=OFF -DKVSTREAM_BUILD_TOOLS=OFF -DKVSTREAM_WITH_CUDA=OFF
-cmake --build "${build}-tsa" -j "$(nproc)"
+# clang: the libraries (core, daemon, client) with the lock annotations checked (-Wthread-safety),
+# instrumented for the libFuzzer targets, which then run a short while each from valid seeds.
+CC=clang CXX=clang++ cmake -S "$root" -B "${build}-clang" -DCMAKE_BUILD_TYPE=Debug -DKVSTREAM_THREAD_SAFETY=ON \
+  -DKVSTREAM_FUZZ=ON -DKVSTREAM_BUILD_TESTS=OFF -DKVSTREAM_BUILD_TOOLS=OFF -DKVSTREAM_WITH_CUDA=OFF
+cmake --build "${build}-clang" -j "$(nproc)"
+fuzz="${build}-clang/tests/fuzz"
+"$fuzz/make_fuzz_seeds" "$fuzz/corpus" "$root/deploy/kvstreamd.yaml"
+for f in fuzz_chunk_header fuzz_checkpoint fuzz_daemon_config fuzz_requests; do
+  (cd "$fuzz" && "./$f" -max_total_time="${KVSTREAM_FUZZ_SECONDS:-15}" -print_final_stats=0 "corpus/$f" 2>&1 | tail -1)
+done
 python="$("$root/deploy/python-env.sh")"
 "$python" -c "import lmcache, kvstream.lmcache"   # the LMCache tests must run, not skip
 cd "$root/tests/python"

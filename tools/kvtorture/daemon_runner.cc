@@ -21,7 +21,7 @@ double DaemonRunner::Start(const std::string& log) {
     execl(binary_.c_str(), "kvstreamd", "--config", config_.c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
-  while (std::chrono::steady_clock::now() - start < std::chrono::seconds(60)) {
+  while (std::chrono::steady_clock::now() - start < std::chrono::seconds(600)) {
     int status;
     if (waitpid(pid_, &status, WNOHANG) == pid_) {
       pid_ = -1;
@@ -34,6 +34,15 @@ double DaemonRunner::Start(const std::string& log) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return -1;
+}
+
+bool DaemonRunner::Stop() {
+  if (pid_ <= 0) return false;
+  kill(pid_, SIGTERM);
+  int status = 0;
+  waitpid(pid_, &status, 0);
+  pid_ = -1;
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
 void DaemonRunner::Kill() {

@@ -14,10 +14,12 @@ class DaemonRunner {
   ~DaemonRunner() { Kill(); }
 
   // Starts the daemon (stderr appended to `log`) and waits until it serves; the seconds it took,
-  // or a negative value when it exited or did not serve within 60 s.
+  // or a negative value when it exited or did not serve within 10 minutes.
   double Start(const std::string& log);
   // SIGKILL and reap; nothing of the daemon runs afterwards.
   void Kill();
+  // SIGTERM (a clean shutdown) and reap; false when it did not exit 0.
+  bool Stop();
   pid_t pid() const { return pid_; }
 
  private:

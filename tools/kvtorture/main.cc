@@ -7,6 +7,7 @@
 
 #include "crash.h"
 #include "kvstream/policies.h"
+#include "restart.h"
 #include "stall.h"
 
 int main(int argc, char** argv) {
@@ -45,9 +46,32 @@ int main(int argc, char** argv) {
   s->add_option("--persist-limit", stall.persist_limit_s, "seconds a concurrent persist may take")->capture_default_str();
   slow->add_option("--steps", stall.steps, "steps measured alone and then with the slow tier")->capture_default_str();
   slow->add_option("--ratio-limit", stall.ratio_limit, "largest step time / the first tier alone")->capture_default_str();
+  kvtorture::FillOptions fill;
+  std::string fill_size = "4KiB";
+  auto* f = app.add_subcommand("fill", "write valid chunk files straight into tier directories");
+  f->add_option("dirs", fill.dirs, "tier directories")->required();
+  f->add_option("--chunks", fill.chunks, "chunk files per directory")->capture_default_str();
+  f->add_option("--chunk-size", fill_size, "payload bytes per chunk")->capture_default_str();
+  kvtorture::RestartOptions restart;
+  auto* r = app.add_subcommand("restart", "time kvstreamd from start to serving: every header read, then from "
+                                          "the index saved at a clean shutdown");
+  r->add_option("--daemon", restart.daemon, "the kvstreamd binary")->required();
+  r->add_option("--config", restart.config, "its YAML configuration")->required();
+  r->add_option("--socket", restart.socket, "the control socket that configuration names")->required();
+  r->add_option("--log", restart.log, "the daemon's stderr is appended here")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   if (c->parsed()) return kvtorture::RunCrash(crash);
+  if (r->parsed()) return kvtorture::RunRestart(restart);
+  if (f->parsed()) {
+    auto size = kvstream::ParseBytes(fill_size);
+    if (!size.ok() || *size == 0) {
+      std::fprintf(stderr, "kvtorture: --chunk-size: not a size\n");
+      return 2;
+    }
+    fill.chunk_bytes = *size;
+    return kvtorture::RunFill(fill);
+  }
   auto bytes = kvstream::ParseBytes(chunk_text);
   if (!bytes.ok() || *bytes < 16) {
     std::fprintf(stderr, "kvtorture: --chunk-size: not a size of at least 16 bytes\n");
