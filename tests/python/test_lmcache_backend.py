@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 
 import pytest
@@ -334,6 +335,23 @@ def test_a_killed_daemon_does_not_stall_lmcache(daemon, manager):
     assert slowest < 0.5, slowest  # no call waits for a connect attempt (connect_timeout is 1 s)
 
 
+def wait_stopped(pid: int, timeout: float = 5.0) -> None:
+    """Waits until every thread of `pid` is stopped (state T), as SIGSTOP is delivered asynchronously."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        states = []
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                    states.append(f.read().rsplit(")", 1)[1].split()[0])
+            except OSError:
+                continue
+        if states and all(s in ("T", "t") for s in states):
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"process {pid} did not stop")
+
+
 def test_a_hung_daemon_costs_one_lookup_timeout_then_misses_at_once(daemon, captured):
     import signal
 
@@ -343,6 +361,7 @@ def test_a_hung_daemon_costs_one_lookup_timeout_then_misses_at_once(daemon, capt
         put(sm, keys, seed=12)
         backend = backend_of(sm)
         daemon.process.send_signal(signal.SIGSTOP)
+        wait_stopped(daemon.process.pid)  # every thread, before the first lookup
         try:
             start = time.monotonic()
             assert backend.batched_contains(keys) == 0  # waits lookup_timeout, then gives up on the session
