@@ -4,7 +4,9 @@
 # read cap set to 8 KB/s 100 ms into it. The step must finish within 2 s with intact bytes, health
 # must name t1 stalled within 5 s, and a 4 KiB persist from another session must not wait behind
 # it. Then, t1 at 1 MB/s (slow but alive): every step (48 x 4 MiB: long enough that the blkio
-# throttle's slices do not dominate) within 1.3 x t0 alone.
+# throttle's slices do not dominate) within 2 x t0 alone. The old daemon took 3.4 x (each step
+# waited for the slow tier's reads in flight); the limit is loose because the machine is shared and
+# single steps vary by 30% (a speed target is a benchmark's business, not this test's).
 # Usage: stall_test.sh KVSTREAMD KVTORTURE   (exit 77: skipped, not root or no loop devices)
 set -euo pipefail
 daemon=$1 torture=$2
@@ -40,7 +42,7 @@ status=0
   || status=1
 "$tierlab" cap --dir "$work" t1 150
 sleep 1
-"$torture" slow --socket "$work/kvstreamd.sock" --chunks 48 --chunk-size 4MiB --steps 5 --ratio-limit 1.3 \
+"$torture" slow --socket "$work/kvstreamd.sock" --chunks 48 --chunk-size 4MiB --steps 5 --ratio-limit 2 \
   --hook "$tierlab cap --dir $work t1 1" || status=1
 [ $status -eq 0 ] || tail -30 "$work/kvstreamd.log"
 exit $status
