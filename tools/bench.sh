@@ -5,7 +5,7 @@
 #   1. steady caps, with fio on the fast tier's files as the single-tier reference and
 #      deferred vs immediate writes of each step's new chunks;
 #   2. the slow tier fluctuating per step (periodic SLOW / SLOW/3, as a shared parallel FS);
-#   3. a production request trace (TRACE, default ../shared/traces/conversation_trace.jsonl).
+#   3. a production request trace (TRACE, default bench/traces/conversation_trace.jsonl in the repo).
 # Needs root. Results (JSON, PNG) go to OUT. Tears everything down, also on failure.
 # Usage: sudo tools/bench.sh [--fast MBPS] [--slow MBPS] [--steps N] [--out DIR] [--check GAP]
 set -euo pipefail
@@ -18,13 +18,14 @@ while [ $# -gt 0 ]; do
     --steps) steps=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --check) check=$2; shift 2 ;;
-    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^[^#]/{/^#/p}' "$0"; exit 0 ;;
     *) echo "bench: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
 build="${BUILD_DIR:-$root/build}"
 work="${BENCH_DIR:-/var/tmp/kvstream-bench}"
-trace="${TRACE:-$root/../shared/traces/conversation_trace.jsonl}"
+trace="${TRACE:-$root/bench/traces/conversation_trace.jsonl}"
+[ -r "$trace" ] || { echo "bench: trace $trace not readable (TRACE=FILE names another)" >&2; exit 1; }
 source "$root/tools/bench-tiers.sh"
 bench_up bench 7GiB "$out/kvstreamd.log"
 common=(--socket "$sock" --ranks 2 --steps "$steps" --requests 4 --chunks 8 --hit-ratio 0.75 --chunk-size 8MiB)

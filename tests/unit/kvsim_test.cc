@@ -1,4 +1,4 @@
-// kvsim's model against the worked examples of DESIGN.md section 2, reuse distances computed by
+// kvsim's model against the worked examples of docs/design.md section 2, reuse distances computed by
 // hand, and the serving queue's prediction that faster retrieval matters more under load.
 #include <catch2/catch.hpp>
 

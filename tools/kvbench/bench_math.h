@@ -1,5 +1,5 @@
 // The arithmetic of kvbench's report: per-step aggregate-bandwidth bounds from the tiers' alone
-// runs of the same steps, gaps, speedups and shares (DESIGN.md section 2). Pure functions, so
+// runs of the same steps, gaps, speedups and shares (docs/design.md section 2). Pure functions, so
 // they are tested on recorded inputs.
 #pragma once
 

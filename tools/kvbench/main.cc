@@ -1,7 +1,7 @@
 // kvbench: drives a running kvstreamd through the C++ client, as several tensor-parallel rank
 // sessions at once, and measures every policy of the daemon on the same steps, side by side,
 // against the aggregate-bandwidth bound D / sum_k b_k with each tier's alone bandwidth measured
-// in the same run (DESIGN.md section 2). Policies are switched at run time (SetPolicies).
+// in the same run (docs/design.md section 2). Policies are switched at run time (SetPolicies).
 //
 // Exit codes: 0 done; 1 a daemon call failed (connect, stats, attach, populate, measure); 2 a bad
 // size, workload or policy, or a tier reading through the page cache; 3 --check failed; CLI11's

@@ -36,7 +36,7 @@ struct SyntheticOptions {
 };
 absl::StatusOr<Workload> Synthetic(const SyntheticOptions& o);
 
-// A Mooncake-format request trace (DESIGN.md section 6) in arrival order, `batch` requests per
+// A Mooncake-format request trace (docs/design.md section 6) in arrival order, `batch` requests per
 // step. A chunk is chunk_tokens (a multiple of 512) of a request's prefix; its id is its last
 // prefix block's hash id. A host-memory LRU of host_cache_bytes sits in front: a chunk it holds
 // is a host hit, a chunk seen before but evicted from it is read from storage, an unseen one is

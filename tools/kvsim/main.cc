@@ -193,7 +193,7 @@ int Main(int argc, char** argv) {
   node.bandwidth = *sched;
   const std::vector<Request> trace = Arrange(*std::move(loaded), rate, *order, seed);
 
-  // Storage demand from reuse distances (DESIGN.md section 1), in trace blocks.
+  // Storage demand from reuse distances (docs/design.md section 1), in trace blocks.
   std::vector<uint64_t> accesses;
   for (const Request& r : trace) accesses.insert(accesses.end(), r.blocks.begin(), r.blocks.end());
   const double block_kv = kTraceBlockTokens * node.profile.kv_bytes_per_token;

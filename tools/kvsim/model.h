@@ -1,4 +1,4 @@
-// The performance model of DESIGN.md sections 1-2: retrieval time of a step under each policy,
+// The performance model of docs/design.md sections 1-2: retrieval time of a step under each policy,
 // given per-tier bandwidths and the time each tier is still busy with earlier writes.
 #pragma once
 

@@ -1,4 +1,4 @@
-// Reuse distances under LRU and the storage demand D = V * Pr[d > M] (DESIGN.md section 1).
+// Reuse distances under LRU and the storage demand D = V * Pr[d > M] (docs/design.md section 1).
 #pragma once
 
 #include <cstddef>

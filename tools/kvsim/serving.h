@@ -1,6 +1,6 @@
 // A continuous-batching serving node in front of KVStream: requests are admitted in arrival order
 // (never reordered for the cache), each step spends a token budget on decodes and chunked
-// prefills, and a step takes T_ret + T_fwd + T_wr (DESIGN.md section 1).
+// prefills, and a step takes T_ret + T_fwd + T_wr (docs/design.md section 1).
 #pragma once
 
 #include <cstdint>
