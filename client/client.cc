@@ -189,7 +189,8 @@ absl::StatusOr<HealthReport> Client::Health() {
   if (absl::Status s = FromGrpc(impl_->stub->Health(&ctx, v1::HealthRequest(), &reply)); !s.ok()) return s;
   return HealthReport{reply.serving(), reply.version(), {reply.degraded_tiers().begin(), reply.degraded_tiers().end()},
                       {reply.stalled_tiers().begin(), reply.stalled_tiers().end()},
-                      {reply.unusable_tiers().begin(), reply.unusable_tiers().end()}};
+                      {reply.unusable_tiers().begin(), reply.unusable_tiers().end()},
+                      {reply.problems().begin(), reply.problems().end()}};
 }
 
 absl::StatusOr<std::vector<StepRecord>> Client::Steps(uint32_t max) {

@@ -98,7 +98,7 @@ T Policy(const YAML::Node& node, const std::string& key, absl::StatusOr<T> (*par
 DaemonConfig Parse(const YAML::Node& root) {
   DaemonConfig c;
   RequireMap(root, "", {"socket", "sessions", "block_size", "staging", "verify_checksums", "reads", "policies", "logging",
-                        "tiers"});
+                        "metrics", "tiers"});
   if (const auto s = root["socket"]) {
     RequireMap(s, "socket", {"path", "mode", "group"});
     if (s["path"]) c.socket_path = Str(s["path"], "socket.path");
@@ -147,6 +147,10 @@ DaemonConfig Parse(const YAML::Node& root) {
       static const std::set<std::string> levels = {"trace", "debug", "info", "warn", "error"};
       if (!levels.count(c.log_level)) throw ConfigError{Where(l["level"], "logging.level") + " must be trace, debug, info, warn or error"};
     }
+  }
+  if (const auto m = root["metrics"]) {
+    RequireMap(m, "metrics", {"listen"});
+    if (m["listen"]) c.metrics_listen = Str(m["listen"], "metrics.listen");
   }
   const auto tiers = root["tiers"];
   if (!tiers || !tiers.IsSequence() || tiers.size() == 0) throw ConfigError{"'tiers' must list at least one tier"};

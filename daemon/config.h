@@ -20,6 +20,7 @@ struct DaemonConfig {
   uint64_t max_arena_bytes = 8ull << 30;  // largest shared-memory arena one session may attach
   uint64_t arena_budget_bytes = DefaultArenaBudget();  // all sessions' arenas together
   std::string log_level = "info";   // trace | debug | info | warn | error
+  std::string metrics_listen;       // HOST:PORT of HTTP /metrics and /health; empty = off
   StoreConfig store;                // tiers, block size, staging, policies (validated)
 };
 

@@ -11,12 +11,17 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <thread>
 
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "config.h"
+#include "http_endpoint.h"
 #include "kvstream/store.h"
 #include "service.h"
 #include "sessions.h"
@@ -42,6 +47,40 @@ void Notify(const std::string& state) {
          static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + len));
   close(fd);
 }
+
+// Under systemd with WatchdogSec, pings WATCHDOG=1 every half period, but only while the I/O loop
+// goes round: a daemon whose loop hangs stops pinging and systemd restarts it.
+class Watchdog {
+ public:
+  explicit Watchdog(const Store* store) {
+    const char* usec = std::getenv("WATCHDOG_USEC");
+    const long long period_us = usec ? std::atoll(usec) : 0;
+    if (period_us <= 0) return;
+    const auto half = std::chrono::microseconds(period_us / 2);
+    thread_ = std::thread([this, store, half] {
+      absl::MutexLock lock(&mu_);
+      while (!stop_) {
+        if (store->Stats().loop_lag_seconds < std::chrono::duration<double>(half).count()) Notify("WATCHDOG=1");
+        stopped_.WaitWithTimeout(&mu_, absl::FromChrono(half));
+      }
+    });
+  }
+  ~Watchdog() { Stop(); }
+  void Stop() {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+      stopped_.SignalAll();
+    }
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  absl::Mutex mu_;
+  absl::CondVar stopped_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
 
 // True when something accepts connections on `path` (a live daemon).
 bool SocketIsLive(const std::string& path) {
@@ -127,12 +166,23 @@ int Main(int argc, char** argv) {
     }
   }
   spdlog::info("kvstreamd {} serving on {} with {} tiers", KVSTREAM_VERSION, socket_path, config->store.tiers.size());
+  HttpEndpoint http(store->get(), &sessions, KVSTREAM_VERSION);
+  if (!config->metrics_listen.empty()) {
+    if (absl::Status s = http.Start(config->metrics_listen); !s.ok()) {
+      std::cerr << "kvstreamd: " << s.message() << "\n";
+      return 1;
+    }
+    spdlog::info("metrics and health on http://{}/metrics and /health", config->metrics_listen);
+  }
+  Watchdog watchdog(store->get());
   Notify("READY=1\nSTATUS=serving");
 
   int sig = 0;
   sigwait(&signals, &sig);
   spdlog::info("signal {}: stopping; draining staged writes", sig);
   Notify("STOPPING=1");
+  watchdog.Stop();
+  http.Stop();
   // In-flight calls get a short grace period; then the rest (open session streams, idle client
   // connections) are cancelled. Staged writes are drained after that, however long it takes.
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));

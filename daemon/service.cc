@@ -1,5 +1,7 @@
 #include "service.h"
 
+#include "health.h"
+
 #include <string>
 #include <vector>
 
@@ -108,13 +110,13 @@ grpc::ServerUnaryReactor* Service::Evict(grpc::CallbackServerContext* ctx, const
 
 grpc::ServerUnaryReactor* Service::Health(grpc::CallbackServerContext* ctx, const v1::HealthRequest*,
                                           v1::HealthReply* reply) {
-  reply->set_serving(true);
-  reply->set_version(KVSTREAM_VERSION);
-  for (const TierStats& t : store_->Stats().tiers) {
-    if (t.read_errors + t.write_errors + t.checksum_failures > 0) reply->add_degraded_tiers(t.name);
-    if (t.stalled) reply->add_stalled_tiers(t.name);
-    if (!t.readable || !t.writable) reply->add_unusable_tiers(t.name + ": " + t.condition);
-  }
+  const HealthReport h = ComputeHealth(*store_, KVSTREAM_VERSION);
+  reply->set_serving(h.serving);
+  reply->set_version(h.version);
+  for (const std::string& t : h.degraded_tiers) reply->add_degraded_tiers(t);
+  for (const std::string& t : h.stalled_tiers) reply->add_stalled_tiers(t);
+  for (const std::string& t : h.unusable_tiers) reply->add_unusable_tiers(t);
+  for (const std::string& p : h.problems) reply->add_problems(p);
   auto* r = ctx->DefaultReactor();
   r->Finish(grpc::Status::OK);
   return r;

@@ -1,5 +1,6 @@
 #include "engine.h"
 
+#include <chrono>
 #include <future>
 
 #include "absl/strings/match.h"
@@ -12,6 +13,11 @@ namespace {
 
 constexpr int64_t kIdleWaitNs = 100'000'000;
 constexpr int64_t kTierCheckNs = 1'000'000'000;
+
+int64_t SteadyNowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 }  // namespace
 
@@ -236,6 +242,14 @@ StoreStats Engine::Stats() const {
   s.retrieve_misses = counters_.retrieve_misses;
   s.retrieve_failures = counters_.retrieve_failures;
   s.writes_under_pressure = counters_.writes_under_pressure;
+  s.write_stall_seconds = stager_.stall_seconds();
+  {
+    const int64_t ran = loop_ran_ns_.load(std::memory_order_relaxed);
+    s.loop_lag_seconds = ran == 0 ? 0 : std::max<int64_t>(0, SteadyNowNs() - ran) / 1e9;
+  }
+  s.step_seconds = step_seconds_.Snapshot();
+  s.step_bound_seconds = step_bound_seconds_.Snapshot();
+  s.step_gap = step_gap_.Snapshot();
   s.policies = policies();
   absl::ReaderMutexLock lock(&index_.mu());
   const Index& index = index_.get_shared();
@@ -274,6 +288,9 @@ StoreStats Engine::Stats() const {
     ts.no_space_errors = c.no_space_errors;
     ts.gone_errors = c.gone_errors;
     ts.media_errors = c.media_errors;
+    ts.dropped_replicas = c.dropped_replicas;
+    ts.read_seconds = c.read_seconds.Snapshot();
+    ts.write_seconds = c.write_seconds.Snapshot();
     ts.readable = tier.readable;
     ts.writable = tier.writable;
     {
@@ -293,6 +310,7 @@ std::vector<StepRecord> Engine::RecentSteps(size_t max) const { return history_.
 void Engine::Loop() {
   std::vector<IoCompletion> completions;
   while (true) {
+    loop_ran_ns_.store(SteadyNowNs(), std::memory_order_relaxed);
     bool progress = TakeInbox();
     for (size_t t = 0; t < tiers_.size(); ++t) {
       completions.clear();
@@ -391,6 +409,11 @@ bool Engine::TakeInbox() {
 
 void Engine::StepFinished(StepRecord* record) {
   history_.Add(record);
+  step_seconds_.Observe(record->wall_seconds);
+  if (record->bound_seconds > 0) {
+    step_bound_seconds_.Observe(record->bound_seconds);
+    step_gap_.Observe(record->gap);
+  }
   MaybeApplyPolicies();  // after the record names the policies that ran this step
 }
 

@@ -22,9 +22,12 @@
 #include <thread>
 #include <vector>
 
+#include <atomic>
+
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "histogram.h"
 #include "index.h"
 #include "kvstream/config.h"
 #include "kvstream/store.h"
@@ -91,6 +94,10 @@ class Engine final : public Store {
   GuardedIndex index_;
   StoreCounters counters_;
   StepHistory history_;
+  AtomicHistogram step_seconds_{AtomicHistogram::SecondsBuckets()};
+  AtomicHistogram step_bound_seconds_{AtomicHistogram::SecondsBuckets()};
+  AtomicHistogram step_gap_{AtomicHistogram::GapBuckets()};
+  std::atomic<int64_t> loop_ran_ns_{0};  // when the loop last went round (steady clock)
   WriteStager stager_;
 
   // Loop-thread state (no lock: only the loop thread touches it once it runs).

@@ -108,6 +108,7 @@ void Replicator::IssueWrites(Job* job, int t, bool during_reads) {
     slot.job = job;
     const uint32_t length = static_cast<uint32_t>(std::min<uint64_t>(config_.block_size, chunk.image_size - r.next_offset));
     slot.Set(IoKind::kWrite, r.temp, r.next_offset, length, chunk.image.get() + r.next_offset);
+    slot.issued = std::chrono::steady_clock::now();
     tiers_[t]->device->Queue(&slot);
     r.next_offset += length;
     ++r.in_flight;
@@ -123,6 +124,10 @@ void Replicator::Complete(int t, const IoCompletion& c) {
   Job* job = slot.job;
   Replica& r = job->replicas[t];
   --r.in_flight;
+  if (slot.kind == IoKind::kWrite) {
+    tier.counters.write_seconds.Observe(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - slot.issued).count());
+  }
   if (c.status != IoStatus::kOk && r.error.ok()) {
     r.error = ErrnoStatus(c.error, absl::StrCat("write to tier ", tier.name, " failed"));
     WriteFailed(t, r.error);

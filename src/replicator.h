@@ -7,6 +7,7 @@
 // only.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -51,6 +52,7 @@ class Replicator {
   };
   struct WriteSlot : IoRequest {
     Job* job = nullptr;
+    std::chrono::steady_clock::time_point issued;
   };
   struct TierSlots {
     std::vector<WriteSlot> slots;

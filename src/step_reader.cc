@@ -263,6 +263,7 @@ void StepReader::DropReplica(ReadStep* step, uint32_t chunk, int t) {
     Victim v;
     if (e != nullptr && e->meta == step->metas[chunk] && index.RemoveReplica(step->reads[chunk].key, t, &v)) {
       victims.push_back(std::move(v));
+      ++tiers_[t]->counters.dropped_replicas;
     }
   }
   RemoveReplicaFiles(tiers_, victims);

@@ -62,6 +62,7 @@ void StepReader::ReadLanded(int t, ReadSlot* slot, int64_t now) {
   TierReads& tr = slots_[t];
   const double took = static_cast<double>(now - slot->issued_ns);
   tr.read_ns = tr.read_ns == 0 ? took : (1 - kReadTimeWeight) * tr.read_ns + kReadTimeWeight * took;
+  tiers_[t]->counters.read_seconds.Observe(took / 1e9);
   slot->busy = false;
   if (!slot->late) return;
   slot->late = false;

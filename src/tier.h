@@ -11,6 +11,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "histogram.h"
 #include "index.h"
 #include "tier_device.h"
 
@@ -25,6 +26,9 @@ struct TierCounters {
   std::atomic<uint64_t> hedged_reads{0};  // reads abandoned and given to another holder
   // Failed reads, writes and file operations by kind (IoStatus).
   std::atomic<uint64_t> no_space_errors{0}, gone_errors{0}, media_errors{0};
+  std::atomic<uint64_t> dropped_replicas{0};  // bad or gone replicas taken out of the index
+  AtomicHistogram read_seconds{AtomicHistogram::SecondsBuckets()};
+  AtomicHistogram write_seconds{AtomicHistogram::SecondsBuckets()};
 
   void CountError(IoStatus status) {
     if (status == IoStatus::kNoSpace) ++no_space_errors;

@@ -34,7 +34,9 @@ absl::Status WriteStager::Stage(std::string_view key, const void* data, size_t s
       if (!block) return absl::ResourceExhaustedError("staging is full");
       ++space_waiters_;
       reactor_->Wake();  // pressure: writes may now run during reads
+      const auto waited = std::chrono::steady_clock::now();
       changed_.Wait(&mu_);
+      stall_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - waited).count();
       --space_waiters_;
     }
     if (stopping_) return absl::UnavailableError("store is shutting down");
@@ -121,6 +123,11 @@ uint64_t WriteStager::staged_chunks() const {
 uint64_t WriteStager::persists() const {
   absl::MutexLock lock(&mu_);
   return persists_;
+}
+
+double WriteStager::stall_seconds() const {
+  absl::MutexLock lock(&mu_);
+  return stall_seconds_;
 }
 
 uint64_t WriteStager::persist_failures() const {

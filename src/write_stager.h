@@ -64,6 +64,7 @@ class WriteStager {
   uint64_t limit_bytes() const { return limit_bytes_; }
   uint64_t persists() const;
   uint64_t persist_failures() const;
+  double stall_seconds() const;  // time producers spent waiting for staging space
 
  private:
   const uint64_t limit_bytes_;
@@ -82,6 +83,7 @@ class WriteStager {
   std::vector<std::unique_ptr<StagedChunk>> new_ ABSL_GUARDED_BY(mu_);  // not yet taken by the loop
   uint64_t persists_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t persist_failures_ ABSL_GUARDED_BY(mu_) = 0;
+  double stall_seconds_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace kvstream

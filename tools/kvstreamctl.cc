@@ -156,17 +156,16 @@ int Main(int argc, char** argv) {
   if (health->parsed()) {
     auto h = c.Health();
     if (!h.ok()) return Fail(h.status());
-    const bool ok = h->serving && h->unusable_tiers.empty() && h->stalled_tiers.empty();
+    const bool ok = h->serving && h->problems.empty();
     if (json) {
       std::cout << nlohmann::json{{"ok", ok}, {"serving", h->serving}, {"version", h->version},
-                                  {"unusable_tiers", h->unusable_tiers}, {"stalled_tiers", h->stalled_tiers},
-                                  {"degraded_tiers", h->degraded_tiers}}.dump(2)
+                                  {"problems", h->problems}, {"unusable_tiers", h->unusable_tiers},
+                                  {"stalled_tiers", h->stalled_tiers}, {"degraded_tiers", h->degraded_tiers}}.dump(2)
                 << "\n";
     } else {
       std::printf("%s (kvstreamd %s)\n", ok ? "OK" : "NOT OK", h->version.c_str());
-      for (const std::string& t : h->unusable_tiers) std::printf("  unusable: %s\n", t.c_str());
-      for (const std::string& t : h->stalled_tiers) std::printf("  stalled: %s (a read is past its deadline)\n", t.c_str());
-      for (const std::string& t : h->degraded_tiers) std::printf("  errors since start: %s\n", t.c_str());
+      for (const std::string& p : h->problems) std::printf("  %s\n", p.c_str());
+      for (const std::string& t : h->degraded_tiers) std::printf("  errors since start on tier %s\n", t.c_str());
     }
     return ok ? 0 : 1;
   }

@@ -88,6 +88,15 @@ struct EvictResult {
   uint64_t bytes = 0;
 };
 
+// A distribution as Prometheus keeps one: counts per bucket (bucket i holds values <= upper[i]; one
+// more for larger values), their sum and count.
+struct Histogram {
+  std::vector<double> upper;    // bucket upper bounds, increasing
+  std::vector<uint64_t> counts;  // upper.size() + 1 entries, not cumulative
+  double sum = 0;
+  uint64_t count = 0;
+};
+
 struct TierStats {
   std::string name;
   std::string path;
@@ -117,6 +126,9 @@ struct TierStats {
   uint64_t no_space_errors = 0; // failed operations by kind: no space (ENOSPC, EDQUOT),
   uint64_t gone_errors = 0;     // file or directory gone (ENOENT, ESTALE...),
   uint64_t media_errors = 0;    // bad bytes (EIO, a short file, a checksum mismatch)
+  uint64_t dropped_replicas = 0;  // replicas dropped because their bytes were bad or gone
+  Histogram read_seconds;       // a block read's time, issue to completion
+  Histogram write_seconds;      // a replica write's time, issue to completion
   bool readable = true;         // false: the tier is out of reach (unmounted, replaced)
   bool writable = true;         // false: out of reach or read-only
   std::string condition;        // why not, or ""
@@ -130,6 +142,7 @@ struct HealthReport {
   std::vector<std::string> degraded_tiers;  // tiers with read or write errors since start
   std::vector<std::string> stalled_tiers;   // tiers with a read past its deadline now
   std::vector<std::string> unusable_tiers;  // "name: why" for tiers that cannot be read or written
+  std::vector<std::string> problems;        // why it is not OK, one sentence each (empty: OK)
 };
 
 struct StoreStats {
@@ -145,6 +158,11 @@ struct StoreStats {
   uint64_t persists = 0;
   uint64_t persist_failures = 0;
   uint64_t writes_under_pressure = 0;  // write ops issued while reads were pending
+  double write_stall_seconds = 0;      // time persists spent waiting for staging space
+  double loop_lag_seconds = 0;         // since the I/O loop last went round (health: it is stuck)
+  Histogram step_seconds;              // each step's retrieval time
+  Histogram step_bound_seconds;        // each step's bound D / sum of b_k
+  Histogram step_gap;                  // each step's gap to the bound (wall / bound - 1)
   Policies policies;                   // in force
 };
 

@@ -61,7 +61,7 @@ ctl put b "$work/a.bin" | grep -q "tier mask 0x3" || fail "put b after t1 was ma
 [ -n "$(find "$work/mnt/t1/kvstream" -name '*.kvc')" ] || fail "no replica written to the new t1 directory"
 
 umount -l "$work/mnt/t1"
-wait_health "unusable: t1" || fail "health does not name t1 after umount -l"
+wait_health "tier t1 cannot be used" || fail "health does not name t1 after umount -l"
 ctl health > /dev/null && fail "health says OK with t1 unmounted"
 ctl get b "$work/b.out" > /dev/null && cmp -s "$work/a.bin" "$work/b.out" || fail "get b after umount -l"
 ctl put c "$work/a.bin" | grep -q "durable on tier mask 0x1; replicas lost on tier mask 0x6" || fail "put c does not report t1 lost"

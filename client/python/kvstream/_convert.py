@@ -65,4 +65,5 @@ def stats(msg: Any) -> Stats:
 
 
 def health(msg: Any) -> Health:
-    return Health(msg.serving, msg.version, list(msg.degraded_tiers), list(msg.stalled_tiers), list(msg.unusable_tiers))
+    return Health(msg.serving, msg.version, list(msg.degraded_tiers), list(msg.stalled_tiers),
+                  list(msg.unusable_tiers), list(msg.problems))

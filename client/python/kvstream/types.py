@@ -168,3 +168,4 @@ class Health:
     degraded_tiers: List[str]
     stalled_tiers: List[str] = field(default_factory=list)
     unusable_tiers: List[str] = field(default_factory=list)
+    problems: List[str] = field(default_factory=list)

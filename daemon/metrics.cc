@@ -1,0 +1,157 @@
+#include "metrics.h"
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace kvstream {
+namespace {
+
+// Appends one metric family: its HELP and TYPE lines, then the samples added through it.
+class Family {
+ public:
+  Family(std::string* out, const std::string& name, const char* type, const std::string& help)
+      : out_(out), name_(name) {
+    absl::StrAppend(out_, "# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n");
+  }
+  Family& Sample(const std::string& labels, double value) {
+    absl::StrAppend(out_, name_, labels.empty() ? "" : "{" + labels + "}", " ", absl::StrFormat("%.17g", value), "\n");
+    return *this;
+  }
+  // A histogram's _bucket (cumulative, with le), _sum and _count samples.
+  Family& Distribution(const std::string& labels, const Histogram& h) {
+    const std::string sep = labels.empty() ? "" : labels + ",";
+    uint64_t cumulative = 0;
+    for (size_t i = 0; i < h.counts.size(); ++i) {
+      cumulative += h.counts[i];
+      const std::string le = i < h.upper.size() ? absl::StrFormat("%g", h.upper[i]) : "+Inf";
+      absl::StrAppend(out_, name_, "_bucket{", sep, "le=\"", le, "\"} ", cumulative, "\n");
+    }
+    absl::StrAppend(out_, name_, "_sum", labels.empty() ? "" : "{" + labels + "}", " ", absl::StrFormat("%.17g", h.sum),
+                    "\n");
+    absl::StrAppend(out_, name_, "_count", labels.empty() ? "" : "{" + labels + "}", " ", h.count, "\n");
+    return *this;
+  }
+
+ private:
+  std::string* out_;
+  std::string name_;
+};
+
+std::string Tier(const TierStats& t) { return absl::StrCat("tier=\"", t.name, "\""); }
+
+// One family with a sample per tier.
+template <typename Get>
+void PerTier(std::string* out, const StoreStats& s, const std::string& name, const char* type, const std::string& help,
+             Get get) {
+  Family f(out, name, type, help);
+  for (const TierStats& t : s.tiers) f.Sample(Tier(t), static_cast<double>(get(t)));
+}
+
+}  // namespace
+
+std::string RenderMetrics(const StoreStats& s, const DaemonGauges& d, bool healthy, const std::string& version) {
+  std::string out;
+  Family(&out, "kvstream_build_info", "gauge", "The running kvstreamd's version.")
+      .Sample(absl::StrCat("version=\"", version, "\""), 1);
+  Family(&out, "kvstream_up", "gauge", "1 when health is OK (tiers usable, none stalled, the I/O loop turning).")
+      .Sample("", healthy ? 1 : 0);
+
+  PerTier(&out, s, "kvstream_tier_read_bytes_total", "counter", "Payload bytes read per tier.",
+          [](const TierStats& t) { return t.bytes_read; });
+  PerTier(&out, s, "kvstream_tier_read_blocks_total", "counter", "Blocks read per tier.",
+          [](const TierStats& t) { return t.blocks_read; });
+  PerTier(&out, s, "kvstream_tier_written_bytes_total", "counter", "Replica bytes written per tier.",
+          [](const TierStats& t) { return t.bytes_written; });
+  PerTier(&out, s, "kvstream_tier_replicas_written_total", "counter", "Replicas written per tier.",
+          [](const TierStats& t) { return t.replicas_written; });
+  {
+    Family f(&out, "kvstream_tier_io_seconds", "histogram", "A block read's or a replica write's time per tier.");
+    for (const TierStats& t : s.tiers) {
+      f.Distribution(Tier(t) + ",op=\"read\"", t.read_seconds);
+      f.Distribution(Tier(t) + ",op=\"write\"", t.write_seconds);
+    }
+  }
+  {
+    Family f(&out, "kvstream_tier_errors_total", "counter", "Failed reads and writes per tier.");
+    for (const TierStats& t : s.tiers) {
+      f.Sample(Tier(t) + ",op=\"read\"", static_cast<double>(t.read_errors));
+      f.Sample(Tier(t) + ",op=\"write\"", static_cast<double>(t.write_errors));
+    }
+  }
+  {
+    Family f(&out, "kvstream_tier_errors_by_kind_total", "counter",
+             "Failed operations per tier by kind: no_space, gone, media (bad bytes).");
+    for (const TierStats& t : s.tiers) {
+      f.Sample(Tier(t) + ",kind=\"no_space\"", static_cast<double>(t.no_space_errors));
+      f.Sample(Tier(t) + ",kind=\"gone\"", static_cast<double>(t.gone_errors));
+      f.Sample(Tier(t) + ",kind=\"media\"", static_cast<double>(t.media_errors));
+    }
+  }
+  PerTier(&out, s, "kvstream_tier_checksum_failures_total", "counter", "Blocks that failed their checksum per tier.",
+          [](const TierStats& t) { return t.checksum_failures; });
+  PerTier(&out, s, "kvstream_tier_dropped_replicas_total", "counter", "Replicas dropped because bad or gone.",
+          [](const TierStats& t) { return t.dropped_replicas; });
+  PerTier(&out, s, "kvstream_tier_evictions_total", "counter", "Replicas evicted per tier (LRU or by request).",
+          [](const TierStats& t) { return t.evictions; });
+  PerTier(&out, s, "kvstream_tier_hedged_reads_total", "counter", "Reads abandoned and served by another tier.",
+          [](const TierStats& t) { return t.hedged_reads; });
+  PerTier(&out, s, "kvstream_tier_late_reads_total", "counter", "Reads that missed their deadline.",
+          [](const TierStats& t) { return t.late_reads; });
+  PerTier(&out, s, "kvstream_tier_stalled", "gauge", "1 while a read of the tier is past its deadline.",
+          [](const TierStats& t) { return t.stalled; });
+  PerTier(&out, s, "kvstream_tier_usable", "gauge", "1 when the tier can be read and written.",
+          [](const TierStats& t) { return t.readable && t.writable; });
+  PerTier(&out, s, "kvstream_tier_direct_io", "gauge", "1 with O_DIRECT, 0 with buffered I/O (page cache).",
+          [](const TierStats& t) { return t.direct_io; });
+  PerTier(&out, s, "kvstream_tier_capacity_bytes", "gauge", "Configured capacity per tier.",
+          [](const TierStats& t) { return t.capacity_bytes; });
+  PerTier(&out, s, "kvstream_tier_used_bytes", "gauge", "Bytes of chunk files per tier.",
+          [](const TierStats& t) { return t.used_bytes; });
+  PerTier(&out, s, "kvstream_tier_chunks", "gauge", "Replicas per tier.", [](const TierStats& t) { return t.chunks; });
+  PerTier(&out, s, "kvstream_tier_reference_bandwidth_bytes_per_second", "gauge",
+          "Moving average of the bandwidth each tier achieved in steps.",
+          [](const TierStats& t) { return t.reference_bandwidth_bps; });
+
+  Family(&out, "kvstream_steps_total", "counter", "Steps retrieved.").Sample("", static_cast<double>(s.steps));
+  Family(&out, "kvstream_step_seconds", "histogram", "Each step's retrieval time.").Distribution("", s.step_seconds);
+  Family(&out, "kvstream_step_bound_seconds", "histogram", "Each step's bound: its bytes over the sum of its tiers' bandwidths.")
+      .Distribution("", s.step_bound_seconds);
+  Family(&out, "kvstream_step_gap_ratio", "histogram", "Each step's gap to its bound (time / bound - 1).")
+      .Distribution("", s.step_gap);
+  Family(&out, "kvstream_retrieved_chunks_total", "counter", "Chunks asked for, by result.")
+      .Sample("result=\"hit\"", static_cast<double>(s.retrieve_hits))
+      .Sample("result=\"miss\"", static_cast<double>(s.retrieve_misses))
+      .Sample("result=\"failed\"", static_cast<double>(s.retrieve_failures));
+  Family(&out, "kvstream_persists_total", "counter", "Chunks persisted, by result.")
+      .Sample("result=\"ok\"", static_cast<double>(s.persists - s.persist_failures))
+      .Sample("result=\"failed\"", static_cast<double>(s.persist_failures));
+  Family(&out, "kvstream_chunks", "gauge", "Keys held by at least one tier.").Sample("", static_cast<double>(s.chunks));
+  Family(&out, "kvstream_staged_bytes", "gauge", "Chunk images staged, not yet durable (the write backlog).")
+      .Sample("", static_cast<double>(s.staged_bytes));
+  Family(&out, "kvstream_staged_chunks", "gauge", "Chunks staged, not yet durable.")
+      .Sample("", static_cast<double>(s.staged_chunks));
+  Family(&out, "kvstream_staging_limit_bytes", "gauge", "The staging limit.")
+      .Sample("", static_cast<double>(s.staging_limit_bytes));
+  Family(&out, "kvstream_write_stall_seconds_total", "counter", "Time persists waited for staging space.")
+      .Sample("", s.write_stall_seconds);
+  Family(&out, "kvstream_writes_under_pressure_total", "counter", "Writes issued while reads were pending.")
+      .Sample("", static_cast<double>(s.writes_under_pressure));
+  Family(&out, "kvstream_loop_lag_seconds", "gauge", "Since the I/O loop last went round.").Sample("", s.loop_lag_seconds);
+  Family(&out, "kvstream_sessions", "gauge", "Attached client sessions.").Sample("", d.sessions);
+  Family(&out, "kvstream_arena_bytes", "gauge", "Bytes of all sessions' arenas (pinned memory).")
+      .Sample("", static_cast<double>(d.arena_bytes));
+  Family(&out, "kvstream_arena_budget_bytes", "gauge", "sessions.arena_budget.")
+      .Sample("", static_cast<double>(d.arena_budget_bytes));
+  {
+    Family f(&out, "kvstream_policy_info", "gauge", "The policies in force.");
+    f.Sample(absl::StrCat("routing=\"", ToString(s.policies.routing), "\",batching=\"",
+                          std::string(ToString(s.policies.batching)), "\",writes=\"",
+                          std::string(ToString(s.policies.writes)), "\""),
+             1);
+  }
+  return out;
+}
+
+}  // namespace kvstream

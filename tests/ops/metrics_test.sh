@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# kvstreamd's /metrics and /health, scraped by a real Prometheus while kvbench runs:
+#  - every metric family the dashboard and operators rely on is exposed, and the counters equal
+#    what `kvstreamctl stats` / `tiers` report;
+#  - every PromQL expression of deploy/grafana/kvstream.json returns data through Prometheus's API;
+#  - a tier made unusable (its directory moved away) turns /health and `kvstreamctl health` non-OK
+#    within a few seconds while the other tier keeps serving.
+# Usage: metrics_test.sh KVSTREAMD KVSTREAMCTL KVBENCH   (exit 77: skipped without prometheus)
+set -euo pipefail
+daemon=$1 ctl=$2 kvbench=$3
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+command -v prometheus > /dev/null || { echo "SKIPPED: prometheus is not installed (deploy/install-deps.sh)"; exit 77; }
+work=$(mktemp -d "${KVSTREAM_TEST_DIR:-$PWD}/kvstream-metrics-XXXXXX")
+pids=()
+cleanup() {
+  set +e
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+fail() { echo "FAILED: $*"; tail -5 "$work/kvstreamd.log"; exit 1; }
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+mport=$(free_port) pport=$(free_port)
+sock="$work/kvstreamd.sock"
+cat > "$work/kvstreamd.yaml" <<YAML
+socket: {path: $sock, mode: "0600"}
+sessions: {max_arena: 256MiB}
+metrics: {listen: "127.0.0.1:$mport"}
+logging: {level: warn}
+tiers:
+  - {name: t0, path: $work/t0, capacity: 2GiB}
+  - {name: t1, path: $work/t1, capacity: 2GiB}
+YAML
+"$daemon" --config "$work/kvstreamd.yaml" 2> "$work/kvstreamd.log" & pids+=($!)
+for _ in $(seq 200); do [ -S "$sock" ] && break; sleep 0.05; done
+sed "s/127.0.0.1:9464/127.0.0.1:$mport/; s/scrape_interval: 5s/scrape_interval: 1s/" "$root/deploy/prometheus.yml" > "$work/prometheus.yml"
+prometheus --config.file="$work/prometheus.yml" --storage.tsdb.path="$work/tsdb" \
+  --web.listen-address="127.0.0.1:$pport" --log.level=warn 2> "$work/prometheus.log" & pids+=($!)
+for _ in $(seq 100); do curl -sf "127.0.0.1:$pport/-/ready" > /dev/null && break; sleep 0.2; done
+curl -sf "127.0.0.1:$pport/-/ready" > /dev/null || fail "prometheus did not start: $(tail -3 "$work/prometheus.log")"
+
+# Load: every policy path that moves the counters (reads on both tiers, writes, steps).
+"$kvbench" --socket "$sock" --ranks 2 --steps 6 --requests 2 --chunks 4 --hit-ratio 0.75 --chunk-size 1MiB \
+  --policies completion --write-policies deferred --settle 0 > "$work/kvbench.log" 2>&1 || fail "kvbench: $(tail -3 "$work/kvbench.log")"
+sleep 4  # a few scrapes after the load
+
+curl -sf "127.0.0.1:$mport/metrics" > "$work/metrics.txt" || fail "no /metrics"
+"$ctl" --socket "$sock" --json stats > "$work/stats.json"
+"$ctl" --socket "$sock" --json tiers > "$work/tiers.json"
+python3 - "$work" <<'PY' || fail "metrics do not match kvstreamctl"
+import json, re, sys
+work = sys.argv[1]
+text = open(f"{work}/metrics.txt").read()
+samples = {}
+for line in text.splitlines():
+    if line and not line.startswith("#"):
+        name, value = line.rsplit(" ", 1)
+        samples[name] = float(value)
+families = {l.split()[2] for l in text.splitlines() if l.startswith("# TYPE")}
+required = """kvstream_build_info kvstream_up kvstream_tier_read_bytes_total kvstream_tier_read_blocks_total
+kvstream_tier_written_bytes_total kvstream_tier_replicas_written_total kvstream_tier_io_seconds
+kvstream_tier_errors_total kvstream_tier_errors_by_kind_total kvstream_tier_checksum_failures_total
+kvstream_tier_dropped_replicas_total kvstream_tier_evictions_total kvstream_tier_capacity_bytes
+kvstream_tier_used_bytes kvstream_tier_direct_io kvstream_tier_stalled kvstream_tier_usable kvstream_steps_total
+kvstream_step_seconds kvstream_step_bound_seconds kvstream_step_gap_ratio kvstream_retrieved_chunks_total
+kvstream_persists_total kvstream_staged_bytes kvstream_write_stall_seconds_total kvstream_sessions
+kvstream_arena_bytes""".split()
+missing = [f for f in required if f not in families]
+assert not missing, f"missing families: {missing}"
+stats = json.load(open(f"{work}/stats.json"))
+tiers = json.load(open(f"{work}/tiers.json"))
+def check(metric, want):
+    got = samples.get(metric)
+    assert got == want, f"{metric} = {got}, kvstreamctl says {want}"
+check("kvstream_steps_total", stats["steps"])
+check('kvstream_retrieved_chunks_total{result="hit"}', stats["retrieve_hits"])
+check('kvstream_persists_total{result="ok"}', stats["persists"] - stats["persist_failures"])
+for t in tiers:
+    tier = t["name"]
+    check(f'kvstream_tier_read_bytes_total{{tier="{tier}"}}', t["bytes_read"])
+    check(f'kvstream_tier_written_bytes_total{{tier="{tier}"}}', t["bytes_written"])
+    check(f'kvstream_tier_used_bytes{{tier="{tier}"}}', t["used_bytes"])
+assert samples['kvstream_tier_read_bytes_total{tier="t0"}'] > 0 and samples['kvstream_tier_read_bytes_total{tier="t1"}'] > 0
+print(f"metrics: {len(families)} families; counters equal to kvstreamctl's")
+PY
+python3 - "$root/deploy/grafana/kvstream.json" "$pport" <<'PY' || fail "a dashboard query returned no data"
+import json, sys, urllib.parse, urllib.request
+dashboard, port = sys.argv[1], sys.argv[2]
+exprs = [t["expr"] for p in json.load(open(dashboard))["panels"] for t in p["targets"]]
+empty = []
+for e in exprs:
+    url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": e})
+    reply = json.load(urllib.request.urlopen(url))
+    if reply["status"] != "success" or not reply["data"]["result"]:
+        empty.append(e)
+assert not empty, f"no data for: {empty}"
+print(f"dashboard: all {len(exprs)} queries return data from Prometheus")
+PY
+
+code=$(curl -s -o /dev/null -w '%{http_code}' "127.0.0.1:$mport/health")
+[ "$code" = 200 ] || fail "/health is $code before the fault"
+"$ctl" --socket "$sock" health > /dev/null || fail "kvstreamctl health not OK before the fault"
+head -c 500000 /dev/urandom > "$work/x.bin"
+"$ctl" --socket "$sock" put x "$work/x.bin" > /dev/null
+mv "$work/t1" "$work/t1.moved"  # t1 no longer at its path
+for _ in $(seq 50); do
+  code=$(curl -s -o "$work/health.txt" -w '%{http_code}' "127.0.0.1:$mport/health")
+  [ "$code" = 503 ] && break
+  sleep 0.1
+done
+[ "$code" = 503 ] || fail "/health stays $code after t1 moved away"
+grep -q "tier t1" "$work/health.txt" || fail "/health does not name t1: $(cat "$work/health.txt")"
+"$ctl" --socket "$sock" health > "$work/ctl-health.txt" && fail "kvstreamctl health says OK with t1 gone"
+grep -q "tier t1" "$work/ctl-health.txt" || fail "kvstreamctl health does not name t1"
+"$ctl" --socket "$sock" get x "$work/x.out" > /dev/null && cmp -s "$work/x.bin" "$work/x.out" || fail "t0 no longer serves"
+curl -s "127.0.0.1:$mport/metrics" | grep -q '^kvstream_tier_usable{tier="t1"} 0' || fail "kvstream_tier_usable{t1} not 0"
+echo "health: t1 unusable reported by /health (503) and kvstreamctl health; t0 serves"
