@@ -32,9 +32,11 @@ TEST_CASE("the documented default config parses into the documented values") {
   CHECK(c->store.fsync == FsyncPolicy::kNone);
   REQUIRE(c->store.tiers.size() == 2);
   CHECK(c->store.tiers[0].name == "nvme");
-  CHECK(c->store.tiers[0].capacity_bytes == 1ull << 40);
+  CHECK(c->store.tiers[0].path == "/var/lib/kvstream/nvme");  // the package's state directory: works after install
+  CHECK(c->store.tiers[0].capacity_bytes == 32ull << 30);
   CHECK(c->store.tiers[0].queue_depth == DefaultQueueDepth(1 << 20));
-  CHECK(c->store.tiers[1].capacity_bytes == 10ull << 40);
+  CHECK(c->store.tiers[1].path == "/var/lib/kvstream/pfs");
+  CHECK(c->store.tiers[1].capacity_bytes == 64ull << 30);
   CHECK(c->store.read_deadline_floor_seconds == Approx(0.5));
   CHECK(c->store.read_deadline_cap_seconds == Approx(2.0));
 }
