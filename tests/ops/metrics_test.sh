@@ -113,5 +113,7 @@ grep -q "tier t1" "$work/health.txt" || fail "/health does not name t1: $(cat "$
 "$ctl" --socket "$sock" health > "$work/ctl-health.txt" && fail "kvstreamctl health says OK with t1 gone"
 grep -q "tier t1" "$work/ctl-health.txt" || fail "kvstreamctl health does not name t1"
 "$ctl" --socket "$sock" get x "$work/x.out" > /dev/null && cmp -s "$work/x.bin" "$work/x.out" || fail "t0 no longer serves"
-curl -s "127.0.0.1:$mport/metrics" | grep -q '^kvstream_tier_usable{tier="t1"} 0' || fail "kvstream_tier_usable{t1} not 0"
+# Into a file first: `curl | grep -q` under pipefail fails when grep exits at the match (SIGPIPE).
+curl -s -o "$work/metrics-after.txt" "127.0.0.1:$mport/metrics"
+grep -q '^kvstream_tier_usable{tier="t1"} 0' "$work/metrics-after.txt" || fail "kvstream_tier_usable{t1} not 0"
 echo "health: t1 unusable reported by /health (503) and kvstreamctl health; t0 serves"

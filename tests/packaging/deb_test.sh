@@ -9,7 +9,7 @@ set -euo pipefail
 build=$(cd "$1" && pwd)
 [ "$(id -u)" -eq 0 ] || { echo "SKIPPED: needs root (dpkg -i)"; exit 77; }
 command -v dpkg > /dev/null || { echo "SKIPPED: no dpkg"; exit 77; }
-if dpkg-query -W -f='${Status}' kvstream 2>/dev/null | grep -q installed; then
+if grep -q installed <<< "$(dpkg-query -W -f='${Status}' kvstream 2>/dev/null)"; then
   echo "SKIPPED: a kvstream package is already installed here; not touching it"; exit 77
 fi
 work=$(mktemp -d /var/tmp/kvstream-deb-XXXXXX)
@@ -27,14 +27,14 @@ fail() { echo "FAIL: $*"; [ -f "$work/kvstreamd.log" ] && tail -20 "$work/kvstre
   || { cat "$work/cpack.log"; fail "cpack"; }
 deb=$(ls "$work"/kvstream_*.deb)
 echo "built $(basename "$deb") ($(du -k "$deb" | cut -f1) KiB)"
-dpkg-deb -f "$deb" Depends | grep -q liburing || fail "Depends lacks the shared libraries: $(dpkg-deb -f "$deb" Depends)"
+grep -q liburing <<< "$(dpkg-deb -f "$deb" Depends)" || fail "Depends lacks the shared libraries: $(dpkg-deb -f "$deb" Depends)"
 
 dpkg -i "$deb" > "$work/dpkg.log" 2>&1 || { cat "$work/dpkg.log"; fail "dpkg -i"; }
 for f in /usr/bin/kvstreamd /usr/bin/kvstreamctl /usr/bin/kvbench /usr/bin/kvsim \
          /lib/systemd/system/kvstreamd.service /etc/kvstream/kvstreamd.yaml; do
   [ -e "$f" ] || fail "$f not installed"
 done
-dpkg-query -W -f='${Conffiles}' kvstream | grep -q /etc/kvstream/kvstreamd.yaml || fail "the config is not a conffile"
+grep -q /etc/kvstream/kvstreamd.yaml <<< "$(dpkg-query -W -f='${Conffiles}' kvstream)" || fail "the config is not a conffile"
 getent passwd kvstream > /dev/null || fail "no user kvstream"
 [ "$(stat -c %U:%G:%a /var/lib/kvstream)" = kvstream:kvstream:750 ] || fail "/var/lib/kvstream is $(stat -c %U:%G:%a /var/lib/kvstream)"
 [ "$(stat -c %U /run/kvstream)" = kvstream ] || fail "/run/kvstream not owned by kvstream"

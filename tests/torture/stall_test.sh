@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A tier that stalls, or turns very slow, under a running kvstreamd (tierlab tiers: loop devices
-# with blkio caps, so root): 16 x 4 MiB persisted on both tiers, a step reading them all, and t1's
-# read cap set to 8 KB/s 100 ms into it. The step must finish within 2 s with intact bytes, health
+# with blkio caps, so root): 48 x 4 MiB persisted on both tiers, a step reading them all (about
+# 0.45 s: long enough that the cap lands mid-step even on a busy machine), and t1's read cap set to
+# 8 KB/s 50 ms into it. The step must finish within 4 s (the old daemon: never) with intact bytes, health
 # must name t1 stalled within 5 s, and a 4 KiB persist from another session must not wait behind
 # it. Then, t1 at 1 MB/s (slow but alive): every step (48 x 4 MiB: long enough that the blkio
 # throttle's slices do not dominate) within 2 x t0 alone. The old daemon took 3.4 x (each step
@@ -36,9 +37,9 @@ YAML
 pid=$!
 for _ in $(seq 200); do [ -S "$work/kvstreamd.sock" ] && break; sleep 0.05; done
 status=0
-"$torture" stall --socket "$work/kvstreamd.sock" --chunks 16 --chunk-size 4MiB --hook-after-ms 100 \
+"$torture" stall --socket "$work/kvstreamd.sock" --chunks 48 --chunk-size 4MiB --hook-after-ms 50 \
   --hook "$tierlab cap --dir $work t1 0.008" --undo "$tierlab cap --dir $work t1 150" --expect-stalled t1 \
-  --step-limit 2 --health-limit 5 --persist-limit 2 \
+  --step-limit 4 --health-limit 5 --persist-limit 3 \
   || status=1
 "$tierlab" cap --dir "$work" t1 150
 sleep 1

@@ -38,13 +38,13 @@ pid=$!
 for _ in $(seq 200); do [ -S "$sock" ] && break; sleep 0.05; done
 ctl() { "$ctl" --socket "$sock" "$@"; }
 head -c 3000000 /dev/urandom > "$work/a.bin"
-ctl put a "$work/a.bin" | grep -q "tier mask 0x7" || fail "put a"
+grep -q "tier mask 0x7" <<< "$(ctl put a "$work/a.bin")" || fail "put a"
 for i in $(seq 40); do  # t2 fills up: about 20 chunks of 3 MB fit
   out=$(ctl put "fill$i" "$work/a.bin")
   grep -q "replicas lost on tier mask 0x4: .*No space left" <<< "$out" && break
 done
 grep -q "durable on tier mask 0x3; replicas lost on tier mask 0x4" <<< "$out" || fail "a full t2 is not reported: $out"
-ctl --json tiers | grep -q '"no_space_errors": [1-9]' || fail "no-space failures not counted"
+grep -q '"no_space_errors": [1-9]' <<< "$(ctl --json tiers)" || fail "no-space failures not counted"
 # Poll `ctl health` until its text matches.
 wait_health() {
   for _ in $(seq 50); do ctl health > "$work/health.txt" 2>&1 || true; grep -q "$1" "$work/health.txt" && return 0; sleep 0.1; done
@@ -57,13 +57,13 @@ for _ in $(seq 50); do [ -d "$work/mnt/t1/kvstream" ] && break; sleep 0.1; done
 grep -q "was deleted\|is gone" "$work/kvstreamd.log" || fail "the deletion was not logged"
 [ "$(ctl --json lookup a | grep -o '"tier_mask": *[0-9]*' | grep -o '[0-9]*$')" = 5 ] || fail "a still listed on t1"
 ctl get a "$work/a.out" > /dev/null && cmp -s "$work/a.bin" "$work/a.out" || fail "get a after t1 was deleted"
-ctl put b "$work/a.bin" | grep -q "tier mask 0x3" || fail "put b after t1 was made again"  # t2 is full
+grep -q "tier mask 0x3" <<< "$(ctl put b "$work/a.bin")" || fail "put b after t1 was made again"  # t2 is full
 [ -n "$(find "$work/mnt/t1/kvstream" -name '*.kvc')" ] || fail "no replica written to the new t1 directory"
 
 umount -l "$work/mnt/t1"
 wait_health "tier t1 cannot be used" || fail "health does not name t1 after umount -l"
 ctl health > /dev/null && fail "health says OK with t1 unmounted"
 ctl get b "$work/b.out" > /dev/null && cmp -s "$work/a.bin" "$work/b.out" || fail "get b after umount -l"
-ctl put c "$work/a.bin" | grep -q "durable on tier mask 0x1; replicas lost on tier mask 0x6" || fail "put c does not report t1 lost"
+grep -q "durable on tier mask 0x1; replicas lost on tier mask 0x6" <<< "$(ctl put c "$work/a.bin")" || fail "put c does not report t1 lost"
 ctl tiers | grep t1
 echo "tier full, gone: lost space reported, deletion healed, unmount reported; every read served from t0"
