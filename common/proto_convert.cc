@@ -93,6 +93,8 @@ void ToProto(const StoreStats& in, v1::StatsReply* out) {
   out->set_persists(in.persists);
   out->set_persist_failures(in.persist_failures);
   out->set_writes_under_pressure(in.writes_under_pressure);
+  out->set_process_cpu_seconds(in.process_cpu_seconds);
+  out->set_verify_threads(in.verify_threads);
   ToProto(in.policies, out->mutable_policies());
 }
 
@@ -145,6 +147,8 @@ StoreStats FromProto(const v1::StatsReply& in) {
   s.persists = in.persists();
   s.persist_failures = in.persist_failures();
   s.writes_under_pressure = in.writes_under_pressure();
+  s.process_cpu_seconds = in.process_cpu_seconds();
+  s.verify_threads = in.verify_threads();
   if (auto p = FromProto(in.policies(), Policies{}); p.ok()) s.policies = *p;
   return s;
 }

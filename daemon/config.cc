@@ -128,7 +128,16 @@ DaemonConfig Parse(const YAML::Node& root) {
   }
   if (root["verify_checksums"]) c.store.verify_checksums = Bool(root["verify_checksums"], "verify_checksums");
   if (const auto r = root["reads"]) {
-    RequireMap(r, "reads", {"deadline_floor", "deadline_cap"});
+    RequireMap(r, "reads", {"deadline_floor", "deadline_cap", "verify_threads"});
+    if (const auto v = r["verify_threads"]) {
+      if (v.IsScalar() && v.Scalar() == "auto") {
+        c.store.verify_threads = -1;
+      } else {
+        const uint32_t n = Uint(v, "reads.verify_threads");
+        if (n > 64) throw ConfigError{Where(v, "reads.verify_threads") + " must be auto or 0 to 64"};
+        c.store.verify_threads = static_cast<int>(n);
+      }
+    }
     if (r["deadline_floor"]) c.store.read_deadline_floor_seconds = Seconds(r["deadline_floor"], "reads.deadline_floor");
     if (r["deadline_cap"]) c.store.read_deadline_cap_seconds = Seconds(r["deadline_cap"], "reads.deadline_cap");
   }

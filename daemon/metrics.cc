@@ -139,6 +139,10 @@ std::string RenderMetrics(const StoreStats& s, const DaemonGauges& d, bool healt
   Family(&out, "kvstream_writes_under_pressure_total", "counter", "Writes issued while reads were pending.")
       .Sample("", static_cast<double>(s.writes_under_pressure));
   Family(&out, "kvstream_loop_lag_seconds", "gauge", "Since the I/O loop last went round.").Sample("", s.loop_lag_seconds);
+  Family(&out, "process_cpu_seconds_total", "counter", "User and system CPU time of kvstreamd.")
+      .Sample("", s.process_cpu_seconds);
+  Family(&out, "kvstream_verify_threads", "gauge", "Threads verifying blocks off the I/O loop.")
+      .Sample("", static_cast<double>(s.verify_threads));
   Family(&out, "kvstream_sessions", "gauge", "Attached client sessions.").Sample("", d.sessions);
   Family(&out, "kvstream_arena_bytes", "gauge", "Bytes of all sessions' arenas (pinned memory).")
       .Sample("", static_cast<double>(d.arena_bytes));

@@ -7,6 +7,12 @@
 #include "absl/strings/str_format.h"
 #define XXH_STATIC_LINKING_ONLY
 #include "xxhash.h"
+#if defined(__x86_64__)
+// XXH3 through libxxhash's runtime dispatch (AVX2/AVX-512 where the CPU has them): the plain
+// entry point is built for baseline x86-64 (SSE2) and hashes ~6x slower here (5.6 vs 36 GB/s on
+// 1 MiB blocks in cache). Same function, same values.
+#include "xxh_x86dispatch.h"
+#endif
 
 namespace kvstream {
 namespace {

@@ -41,6 +41,9 @@ absl::StatusOr<StoreConfig> ValidateConfig(StoreConfig c) {
   if (c.routing.kind == RoutingKind::kStatic && !(c.routing.static_share >= 0 && c.routing.static_share <= 1)) {
     return absl::InvalidArgumentError("static routing share must be in [0, 1]");
   }
+  if (c.verify_threads < -1 || c.verify_threads > 64) {
+    return absl::InvalidArgumentError(absl::StrCat("verify_threads must be -1 (auto) to 64, not ", c.verify_threads));
+  }
   std::set<std::string> names, paths;
   for (TierConfig& t : c.tiers) {
     if (t.name.empty() || t.name.size() > 32 ||

@@ -1,5 +1,7 @@
 #include "engine.h"
 
+#include <sys/resource.h>
+
 #include <chrono>
 #include <future>
 
@@ -247,6 +249,13 @@ StoreStats Engine::Stats() const {
     const int64_t ran = loop_ran_ns_.load(std::memory_order_relaxed);
     s.loop_lag_seconds = ran == 0 ? 0 : std::max<int64_t>(0, SteadyNowNs() - ran) / 1e9;
   }
+  {
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    auto seconds = [](const timeval& tv) { return static_cast<double>(tv.tv_sec) + tv.tv_usec / 1e6; };
+    s.process_cpu_seconds = seconds(usage.ru_utime) + seconds(usage.ru_stime);
+  }
+  s.verify_threads = static_cast<uint32_t>(reader_.verify_threads());
   s.step_seconds = step_seconds_.Snapshot();
   s.step_bound_seconds = step_bound_seconds_.Snapshot();
   s.step_gap = step_gap_.Snapshot();
@@ -324,6 +333,7 @@ void Engine::Loop() {
         }
       }
     }
+    progress |= reader_.TakeVerified();
     if (const int64_t now = reactor_->NowNs(); now >= next_tier_check_ns_) {
       CheckTiers();
       next_tier_check_ns_ = now + kTierCheckNs;

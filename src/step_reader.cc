@@ -48,6 +48,10 @@ absl::Status StepReader::Init() {
       }
     }
   }
+  const int threads = !config_.verify_checksums ? 0
+                      : config_.verify_threads < 0 ? BlockVerifier::AutoThreads()
+                                                   : config_.verify_threads;
+  verifier_ = std::make_unique<BlockVerifier>(threads, reactor_);
   return absl::OkStatus();
 }
 
@@ -169,34 +173,77 @@ void StepReader::Issue(int t, BlockRef ref) {
 void StepReader::Complete(int t, const IoCompletion& c) {
   Tier& tier = *tiers_[t];
   auto& slot = static_cast<ReadSlot&>(*c.request);
-  TierReads& ts = slots_[t];
-  ts.free.push_back(static_cast<uint32_t>(&slot - ts.slots.data()));
+  const uint32_t index = static_cast<uint32_t>(&slot - slots_[t].slots.data());
   const int64_t now = reactor_->NowNs();
   ReadLanded(t, &slot, now);
   const BlockRef ref = slot.ref;
   auto* step = static_cast<ReadStep*>(ref.step);
   const StepBlock& blk = step->blocks[ref.block];
-  const uint32_t chunk = blk.chunk;
   step->use[t].ReadEnded(now);
   --step->reads_in_flight;
+  const bool bounced = slot.buffer != slot.dst;
+  if (blk.state == BlockState::kAbandoned || c.status != IoStatus::kOk || !config_.verify_checksums || !bounced) {
+    FreeSlot(t, index);  // a bounced block keeps its slot (the bytes) until verified and copied
+  }
   if (blk.state == BlockState::kAbandoned) return;  // hedged, or its chunk is being read again
   if (c.status != IoStatus::kOk) {
     ReadFailed(t, step, ref, absl::StrCat("read error on tier ", tier.name, ": ", std::strerror(c.error)), c.status,
                false);
     return;
   }
-  if (slot.buffer != slot.dst) std::memcpy(slot.dst, slot.buffer, slot.payload);
-  const ChunkMeta& meta = *step->metas[chunk];
-  if (config_.verify_checksums && Checksum(slot.dst, slot.payload) != meta.segment_checksums[blk.segment]) {
-    ReadFailed(t, step, ref, absl::StrCat("checksum mismatch on tier ", tier.name, " (block ", blk.segment, ")"),
+  if (!config_.verify_checksums) {
+    if (bounced) std::memcpy(slot.dst, slot.buffer, slot.payload);
+    Accept(t, ref, slot.payload);
+    return;
+  }
+  ++step->verifying;
+  const ChunkMeta& meta = *step->metas[blk.chunk];
+  verifier_->Submit({static_cast<const uint8_t*>(slot.buffer), slot.payload, meta.segment_checksums[blk.segment], step,
+                     ref.block, bounced ? index : kNoSlot, t});
+  if (verifier_->threads() == 0) TakeVerified();  // verified inline: settle now
+}
+
+bool StepReader::TakeVerified() {
+  verified_.clear();
+  verifier_->TakeDone(&verified_);
+  for (const VerifyJob& job : verified_) Verified(job);
+  return !verified_.empty();
+}
+
+void StepReader::Verified(const VerifyJob& job) {
+  auto* step = static_cast<ReadStep*>(job.owner);
+  const BlockRef ref{step, job.index};
+  const StepBlock blk = step->blocks[ref.block];
+  --step->verifying;
+  const bool wanted = blk.state != BlockState::kAbandoned;  // the chunk may have been placed again
+  if (job.slot != kNoSlot) {
+    ReadSlot& slot = slots_[job.tier].slots[job.slot];
+    // Copied here, on the loop, only while wanted: a late copy could land over a newer version.
+    if (wanted && job.ok) std::memcpy(slot.dst, slot.buffer, slot.payload);
+    FreeSlot(job.tier, job.slot);
+  }
+  if (!wanted) {
+    if (step->unfinished == 0) Finish(step);  // it waited for this job
+    return;
+  }
+  if (!job.ok) {
+    ReadFailed(job.tier, step, ref,
+               absl::StrCat("checksum mismatch on tier ", tiers_[job.tier]->name, " (block ", blk.segment, ")"),
                IoStatus::kMediaError, true);
     return;
   }
+  Accept(job.tier, ref, job.length);
+}
+
+void StepReader::Accept(int t, BlockRef ref, uint32_t payload) {
+  auto* step = static_cast<ReadStep*>(ref.step);
+  const uint32_t chunk = step->blocks[ref.block].chunk;
+  Tier& tier = *tiers_[t];
   pool_->Done(ref);
   ++tier.counters.blocks_read;
-  tier.counters.bytes_read += slot.payload;
+  tier.counters.bytes_read += payload;
   ++step->use[t].blocks;
-  step->use[t].bytes += slot.payload;
+  step->use[t].bytes += payload;
   step->results[chunk].tier_mask |= 1u << t;
   Settle(step, chunk);
 }
@@ -304,7 +351,8 @@ void StepReader::Deliver(ReadStep* step, uint32_t chunk, absl::Status status) {
 }
 
 void StepReader::Finish(ReadStep* step) {
-  if (step->end_ns != 0) return;
+  // A step ends once no verify thread reads its memory (an abandoned block's job may be left).
+  if (step->end_ns != 0 || step->verifying > 0) return;
   step->end_ns = std::max(reactor_->NowNs(), step->start_ns + 1);
   pool_->Remove(step);
   std::vector<double> reference(tiers_.size());
@@ -319,7 +367,7 @@ void StepReader::Finish(ReadStep* step) {
 }
 
 void StepReader::Sweep() {
-  std::erase_if(steps_, [](const std::unique_ptr<ReadStep>& s) { return s->end_ns != 0 && s->reads_in_flight == 0; });
+  std::erase_if(steps_, [](const std::unique_ptr<ReadStep>& s) { return s->end_ns != 0 && s->reads_in_flight == 0 && s->verifying == 0; });
 }
 
 }  // namespace kvstream

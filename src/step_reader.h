@@ -3,7 +3,8 @@
 // slot, reads each block into the caller's destination (or through a bounce buffer when that is
 // not aligned for O_DIRECT), verifies it against its segment checksum, fails over to another
 // holder when a read fails or a checksum does not match (dropping a replica that is really bad),
-// and delivers each chunk's result as soon as its last block is in. A read is bound to the
+// (on the verify threads, block_verifier.h: the loop only issues and reaps reads), and delivers
+// each chunk's result as soon as its last block is in and verified. A read is bound to the
 // version it was placed against: when the key is rewritten meanwhile (so a tier's file now holds
 // other bytes), the chunk is placed again as the new version instead of blaming the tier.
 //
@@ -25,6 +26,7 @@
 
 #include "absl/status/status.h"
 #include "aligned_buffer.h"
+#include "block_verifier.h"
 #include "index.h"
 #include "kvstream/config.h"
 #include "memory_regions.h"
@@ -50,6 +52,7 @@ struct ReadStep : Step {
   int64_t end_ns = 0;   // set when the last chunk is delivered
   uint32_t eligible = 0;  // tiers holding at least one chunk of the step
   uint32_t reads_in_flight = 0;
+  uint32_t verifying = 0;  // blocks read and being verified (BlockVerifier); the step waits for them
   std::vector<TierUse> use;  // per tier
   Policies policies;         // the ones it was placed under
 };
@@ -64,7 +67,8 @@ class StepReader {
   StepReader(const StoreConfig& config, const Tiers& tiers, GuardedIndex* index, StepPool* pool,
              MemoryRegions* regions, Reactor* reactor, StoreCounters* counters, StepFinished on_step_finished);
 
-  // Allocates the bounce buffers (registered for fixed-buffer reads where the device can).
+  // Allocates the bounce buffers (registered for fixed-buffer reads where the device can) and
+  // starts the verify threads.
   absl::Status Init();
 
   // Places a step: finishes misses, bad keys and too small destinations at once, pins the
@@ -76,12 +80,16 @@ class StepReader {
   // Marks the reads past their deadline late (their tiers stalled) and hedges their blocks.
   // Returns the next deadline of a read in flight, or kNoDeadline.
   int64_t CheckDeadlines();
-  // A read issued by this reader completed on `tier`.
+  // A read issued by this reader completed on `tier`: its block goes to the verifier.
   void Complete(int tier, const IoCompletion& completion);
+  // Applies the blocks the verifier finished (delivers chunks whose last block is in). Returns
+  // whether there were any.
+  bool TakeVerified();
   // Frees the steps that are finished and have no read in flight.
   void Sweep();
 
   bool idle() const { return steps_.empty(); }
+  int verify_threads() const { return verifier_->threads(); }
   // A step is pending and a tier that is not stalled is reading for it (deferred writes wait for
   // these; never for a stalled tier, nor for hedged reads of finished steps).
   bool reads_pending() const;
@@ -109,7 +117,14 @@ class StepReader {
   // A chunk rewritten more often than this while one step reads it fails (Aborted-like DataLoss).
   static constexpr uint32_t kMaxPlacements = 16;
 
+  static constexpr uint32_t kNoSlot = UINT32_MAX;
+
   void Issue(int tier, BlockRef ref);
+  void FreeSlot(int tier, uint32_t slot) { slots_[tier].free.push_back(slot); }
+  // A block's verification finished: accepted, failed over, or ignored (abandoned meanwhile).
+  void Verified(const VerifyJob& job);
+  // The block arrived intact: counted, and its chunk delivered once complete.
+  void Accept(int tier, BlockRef ref, uint32_t payload);
   int64_t Deadline(int tier) const;
   void ReadLate(int tier, ReadSlot* slot, int64_t now);
   void ReadLanded(int tier, ReadSlot* slot, int64_t now);
@@ -142,6 +157,8 @@ class StepReader {
   std::vector<std::string> tier_names_;
   std::vector<TierReads> slots_;  // per tier
   std::vector<std::unique_ptr<ReadStep>> steps_;
+  std::vector<VerifyJob> verified_;  // TakeVerified's batch, reused
+  std::unique_ptr<BlockVerifier> verifier_;  // last: its threads stop before the steps go
 };
 
 }  // namespace kvstream

@@ -26,6 +26,9 @@ struct StoreConfig {
   uint64_t staging_limit_bytes = 256ull << 20;  // staged, not yet durable chunk images
   double staging_high_water = 0.75;       // fraction of the limit above which writes run during reads
   bool verify_checksums = true;           // verify every block against its segment checksum
+  // Threads that verify blocks off the I/O loop: -1 = auto (half the cores, 1 to 8); 0 = the
+  // loop verifies inline (deterministic tests).
+  int verify_threads = -1;
   // A read in flight past its tier's deadline (4x the tier's recent read time, clamped to
   // [floor, cap]) marks the tier stalled and is read again from another holder.
   double read_deadline_floor_seconds = 0.5;  // below it, throttled or busy devices jitter

@@ -51,6 +51,7 @@ struct SimRig {
   explicit SimRig(const std::vector<double>& bandwidths, StoreConfig config = {}, int64_t latency_ns = 0,
                   const std::function<void(std::vector<SimDevice*>&)>& prefill = nullptr) {
     config.block_size = kBlock;
+    config.verify_threads = 0;  // inline: deterministic on the virtual clock
     if (config.tiers.empty()) config.tiers = SimConfig(bandwidths.size()).tiers;
     auto valid = ValidateConfig(config);
     if (!valid.ok()) throw std::runtime_error(std::string(valid.status().message()));

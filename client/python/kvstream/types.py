@@ -150,6 +150,8 @@ class Stats:
     writes_under_pressure: int
     sessions: int
     policies: Policies
+    process_cpu_seconds: float = 0.0  # the daemon's user + system CPU time
+    verify_threads: int = 0           # threads verifying blocks off the I/O loop
 
     def as_dict(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)

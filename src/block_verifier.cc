@@ -1,0 +1,66 @@
+#include "block_verifier.h"
+
+#include <algorithm>
+
+#include "chunk_format.h"
+
+namespace kvstream {
+
+BlockVerifier::BlockVerifier(int threads, Reactor* reactor) : reactor_(reactor) {
+  for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { Work(); });
+}
+
+BlockVerifier::~BlockVerifier() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  for (std::thread& w : workers_) w.join();
+}
+
+int BlockVerifier::AutoThreads() {
+  return std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 2, 1, 8);
+}
+
+void BlockVerifier::Submit(const VerifyJob& job) {
+  ++outstanding_;
+  if (workers_.empty()) {
+    VerifyJob done = job;
+    done.ok = Checksum(done.data, done.length) == done.expected;
+    absl::MutexLock lock(&mu_);
+    done_.push_back(done);
+    return;
+  }
+  absl::MutexLock lock(&mu_);
+  queued_.push_back(job);
+}
+
+void BlockVerifier::TakeDone(std::vector<VerifyJob>* out) {
+  absl::MutexLock lock(&mu_);
+  outstanding_ -= static_cast<uint32_t>(done_.size());
+  out->insert(out->end(), done_.begin(), done_.end());
+  done_.clear();
+}
+
+void BlockVerifier::Work() {
+  while (true) {
+    VerifyJob job;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(this, &BlockVerifier::HasWork));
+      if (queued_.empty()) return;  // stopping, nothing left
+      job = queued_.front();
+      queued_.pop_front();
+    }
+    job.ok = Checksum(job.data, job.length) == job.expected;
+    bool wake;
+    {
+      absl::MutexLock lock(&mu_);
+      wake = done_.empty();  // the loop has been woken for the earlier ones already
+      done_.push_back(job);
+    }
+    if (wake) reactor_->Wake();
+  }
+}
+
+}  // namespace kvstream
