@@ -6,13 +6,18 @@
 #      deferred vs immediate writes of each step's new chunks;
 #   2. the slow tier fluctuating per step (periodic SLOW / SLOW/3, as a shared parallel FS);
 #   3. a production request trace (TRACE, default bench/traces/conversation_trace.jsonl in the repo).
+# With --gbs, the GB/s regime instead (tier images on tmpfs, BENCH_DIR default /dev/shm/...; 16 MiB
+# chunks), where the host side is the bottleneck: uncapped (fio on t0, and on both tiers at once,
+# as the references), then caps 2000/700 and 3500/1200 MB/s; every table has the daemon's CPU
+# seconds per GB read.
 # Needs root. Results (JSON, PNG) go to OUT. Tears everything down, also on failure.
-# Usage: sudo tools/bench.sh [--fast MBPS] [--slow MBPS] [--steps N] [--out DIR] [--check GAP]
+# Usage: sudo tools/bench.sh [--gbs] [--fast MBPS] [--slow MBPS] [--steps N] [--out DIR] [--check GAP]
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-fast=300 slow=150 steps=8 out=/var/tmp/kvstream-bench-results check=""
+fast=300 slow=150 steps=8 out=/var/tmp/kvstream-bench-results check="" gbs=""
 while [ $# -gt 0 ]; do
   case $1 in
+    --gbs) gbs=1; shift ;;
     --fast) fast=$2; shift 2 ;;
     --slow) slow=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
@@ -23,6 +28,30 @@ while [ $# -gt 0 ]; do
   esac
 done
 build="${BUILD_DIR:-$root/build}"
+if [ -n "$gbs" ]; then
+  work="${BENCH_DIR:-/dev/shm/kvstream-bench-gbs}"
+  source "$root/tools/bench-tiers.sh"
+  fast=0 slow=0  # uncapped first
+  [ "$steps" = 8 ] && steps=4  # 512 MiB per step: 2 GiB per tier in memory
+  bench_up bench 7GiB "$out/kvstreamd.log"
+  gbs_run() {  # NAME FAST SLOW [kvbench args]
+    local name=$1 f=$2 s=$3; shift 3
+    "$tierlab" cap --dir "$work" t0 "$f"
+    "$tierlab" cap --dir "$work" t1 "$s"
+    echo
+    echo "== $name: t0 ${f/#0/uncapped} MB/s, t1 ${s/#0/uncapped} MB/s (tmpfs-backed loop devices)"
+    "$tierlab" run --dir "$work" -- "$build/tools/kvbench" --socket "$sock" --ranks 2 --steps "$steps" --requests 4 \
+      --chunks 4 --hit-ratio 1 --chunk-size 16MiB --write-policies "" \
+      --policies completion,static:0.5,static:0.67,static:0.75,fastest,serial \
+      --json "$out/gbs-$name.json" "$@"
+  }
+  gbs_run uncapped 0 0 --fio "$work/mnt/t0/kvstream" --fio-all "$work/mnt/t0/kvstream,$work/mnt/t1/kvstream"
+  gbs_run caps-2000-700 2000 700
+  gbs_run caps-3500-1200 3500 1200
+  echo
+  echo "bench: results in $out (gbs-*.json, kvstreamd.log)"
+  exit 0
+fi
 work="${BENCH_DIR:-/var/tmp/kvstream-bench}"
 trace="${TRACE:-$root/bench/traces/conversation_trace.jsonl}"
 [ -r "$trace" ] || { echo "bench: trace $trace not readable (TRACE=FILE names another)" >&2; exit 1; }

@@ -75,7 +75,7 @@ TEST_CASE("recorded kvbench results recompute to the same bounds and gaps and sp
     Run run{r.at("label").get<std::string>(), {}};
     for (const auto& s : r.at("steps")) {
       run.steps.push_back({s.at("seconds").get<double>(), s.at("bytes").get<uint64_t>(),
-                           s.at("tier_bytes").get<std::vector<uint64_t>>()});
+                           s.at("tier_bytes").get<std::vector<uint64_t>>(), s.value("daemon_cpu_seconds", 0.0)});
     }
     runs.push_back(std::move(run));
   }
@@ -222,8 +222,9 @@ TEST_CASE("the arena holds the largest step's reads, and its new chunks only whe
 // Two tiers at 100 and 50 MB/s alone on one 100 MB step (bound 2/3 s), and the policy runs.
 BenchResults HandMadeResults() {
   BenchResults r{"hand-made", 2, 1 << 20, 1, {"t0", "t1"}, {}, "", 0};
+  // The daemon spends 0.015 CPU seconds per step: 0.150 s per GB of the 100 MB each run reads.
   auto add = [&](const std::string& label, double seconds, uint64_t t0, uint64_t t1) {
-    r.runs.push_back({label, {{seconds, t0 + t1, {t0, t1}}}});
+    r.runs.push_back({label, {{seconds, t0 + t1, {t0, t1}, 0.015}}});
   };
   add("only:t0", 1.0, 100'000'000, 0);
   add("only:t1", 2.0, 0, 100'000'000);
@@ -258,13 +259,13 @@ TEST_CASE("the report prints each tier alone and together, one table row per run
         "t0           alone:    100.0 MB/s   together (completion):     75.0 MB/s\n"
         "t1           alone:     50.0 MB/s   together (completion):     50.0 MB/s\n"
         "\n"
-        "policy                       total_s   bound_s      MB/s      gap vs_serial     t0%     t1%\n"
-        "only:t0                        1.000     0.667     100.0   +50.0%     1.20x  100.0%    0.0%\n"
-        "only:t1                        2.000     0.667      50.0  +200.0%     0.60x    0.0%  100.0%\n"
-        "completion                     0.800     0.667     125.0   +20.0%     1.50x   60.0%   40.0%\n"
-        "serial                         1.200     0.667      83.3   +80.0%     1.00x  100.0%    0.0%\n"
-        "completion+idle                1.000     0.667     100.0   +50.0%     1.20x   50.0%   50.0%\n"
-        "completion+writes:deferred     1.600     0.667      62.5  +140.0%     0.75x   50.0%   50.0%\n"
+        "policy                       total_s   bound_s      MB/s      gap vs_serial cpu_s/GB     t0%     t1%\n"
+        "only:t0                        1.000     0.667     100.0   +50.0%     1.20x    0.150  100.0%    0.0%\n"
+        "only:t1                        2.000     0.667      50.0  +200.0%     0.60x    0.150    0.0%  100.0%\n"
+        "completion                     0.800     0.667     125.0   +20.0%     1.50x    0.150   60.0%   40.0%\n"
+        "serial                         1.200     0.667      83.3   +80.0%     1.00x    0.150  100.0%    0.0%\n"
+        "completion+idle                1.000     0.667     100.0   +50.0%     1.20x    0.150   50.0%   50.0%\n"
+        "completion+writes:deferred     1.600     0.667      62.5  +140.0%     0.75x    0.150   50.0%   50.0%\n"
         "completion+writes:deferred: reads at 0.625 x reads alone (completion+idle)\n");
 }
 
@@ -330,18 +331,21 @@ void CheckJsonNear(const nlohmann::json& got, const nlohmann::json& want, const 
   }
 }
 
+// Recorded by tools/bench.sh --gbs (tmpfs-backed tiers capped at 2000 and 700 MB/s), with the
+// daemon's CPU seconds per step.
 TEST_CASE("the JSON document recomputed from a recorded kvbench --json output's samples is that output") {
-  std::ifstream in(std::string(KVSTREAM_TEST_DATA) + "/kvbench_steady.json");
+  std::ifstream in(std::string(KVSTREAM_TEST_DATA) + "/kvbench_gbs_caps.json");
   REQUIRE(in.good());
   const auto recorded = nlohmann::json::parse(in);
   BenchResults results{recorded.at("workload").get<std::string>(), recorded.at("ranks").get<uint32_t>(),
                        recorded.at("chunk_bytes").get<uint64_t>(), recorded.at("steps").get<size_t>(),
-                       recorded.at("tiers").get<std::vector<std::string>>(), {}, "", recorded.at("fio_bps").get<double>()};
+                       recorded.at("tiers").get<std::vector<std::string>>(), {}, "", recorded.at("fio_bps").get<double>(),
+                       recorded.at("fio_all_bps").get<double>()};
   for (const auto& r : recorded.at("runs")) {
     Run run{r.at("label").get<std::string>(), {}};
     for (const auto& s : r.at("steps")) {
       run.steps.push_back({s.at("seconds").get<double>(), s.at("bytes").get<uint64_t>(),
-                           s.at("tier_bytes").get<std::vector<uint64_t>>()});
+                           s.at("tier_bytes").get<std::vector<uint64_t>>(), s.at("daemon_cpu_seconds").get<double>()});
     }
     results.runs.push_back(std::move(run));
   }

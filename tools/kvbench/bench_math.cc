@@ -39,8 +39,10 @@ Summary Summarize(const Run& run, const std::vector<const Run*>& alone, const Ru
   s.label = run.label;
   std::vector<uint64_t> tier_bytes;
   uint64_t read = 0;
+  double cpu = 0;
   for (const StepSample& step : run.steps) {
     s.total_seconds += step.seconds;
+    cpu += step.daemon_cpu_seconds;
     s.bytes += step.bytes;
     if (tier_bytes.size() < step.tier_bytes.size()) tier_bytes.resize(step.tier_bytes.size(), 0);
     for (size_t t = 0; t < step.tier_bytes.size(); ++t) {
@@ -52,6 +54,7 @@ Summary Summarize(const Run& run, const std::vector<const Run*>& alone, const Ru
   if (s.bound_seconds > 0) s.gap = s.total_seconds / s.bound_seconds - 1;
   if (s.total_seconds > 0) s.throughput_bps = s.bytes / s.total_seconds;
   if (serial && s.total_seconds > 0) s.speedup_vs_serial = TotalSeconds(*serial) / s.total_seconds;
+  if (read > 0) s.cpu_seconds_per_gb = cpu / (read / 1e9);
   for (uint64_t b : tier_bytes) s.tier_share.push_back(read ? static_cast<double>(b) / read : 0);
   return s;
 }

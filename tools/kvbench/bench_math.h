@@ -15,6 +15,7 @@ struct StepSample {
   double seconds = 0;
   uint64_t bytes = 0;
   std::vector<uint64_t> tier_bytes;
+  double daemon_cpu_seconds = 0;  // kvstreamd's CPU time during the step (its Stats, before and after)
 };
 
 struct Run {
@@ -35,6 +36,7 @@ struct Summary {
   double speedup_vs_serial = 0; // serial total / this total (0 without a serial run)
   double throughput_bps = 0;
   std::vector<double> tier_share;  // fraction of the bytes read per tier
+  double cpu_seconds_per_gb = 0;   // kvstreamd's CPU seconds per GB (1e9 bytes) read from the tiers
 };
 
 Summary Summarize(const Run& run, const std::vector<const Run*>& alone, const Run* serial);

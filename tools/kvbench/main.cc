@@ -36,6 +36,7 @@ struct Options {
   uint32_t ranks = 2;
   SyntheticOptions synthetic;
   TraceOptions trace;
+  std::vector<std::string> fio_all;
   std::string chunk_size = "8MiB", host_cache = "4GiB", json, plot, step_hook, fio_dir, fio_block = "1MiB";
   std::string policies = "completion,static:0.5,static:0.67,fastest,serial";
   std::string write_policies = "deferred,immediate";
@@ -69,6 +70,8 @@ void AddOptions(CLI::App& app, Options& o) {
   app.add_option("--step-hook", o.step_hook, "shell command run before every measured step, {step} replaced by its index "
                  "(e.g. tierlab cap --dir D t1 periodic:150:50:4 --at {step})");
   app.add_option("--fio", o.fio_dir, "also measure fio on this directory (the first tier's), same block size and depth");
+  app.add_option("--fio-all", o.fio_all, "also measure fio reading these directories (every tier's) at once, one job each")
+      ->delimiter(',');
   app.add_option("--fio-block", o.fio_block, "fio's block size: the daemon's block_size")->capture_default_str();
   app.add_option("--settle", o.settle, "seconds to wait after populating, before timing")->capture_default_str();
   app.add_option("--step-gap", o.step_gap, "idle seconds before every step of the policy runs (0: back to back)")
@@ -136,10 +139,10 @@ std::vector<RunSpec> AllRuns(const std::vector<std::string>& tiers, const std::v
   return runs;
 }
 
-// fio on --fio's directory at the first tier's queue depth, when asked for; 0 otherwise.
-double MeasureFio(const Options& o, const Sizes& sizes, const kvstream::StoreStats& stats) {
-  if (o.fio_dir.empty()) return 0;
-  const double bps = FioBandwidth(o.fio_dir, sizes.fio_block, stats.tiers[0].queue_depth);
+// fio on the directories at once at the first tier's queue depth, when asked for; 0 otherwise.
+double MeasureFio(const std::vector<std::string>& dirs, const Sizes& sizes, const kvstream::StoreStats& stats) {
+  if (dirs.empty()) return 0;
+  const double bps = FioBandwidth(dirs, sizes.fio_block, stats.tiers[0].queue_depth);
   if (bps == 0) std::fprintf(stderr, "kvbench: fio failed or is not installed\n");
   return bps;
 }
@@ -184,7 +187,9 @@ int Main(int argc, char** argv) {
   // Report.
   const Workload& w = bench.workload();
   const BenchResults results{w.description, o.ranks, w.chunk_bytes, w.steps.size(), tiers,
-                             *std::move(measured), o.fio_dir, MeasureFio(o, *sizes, *stats)};
+                             *std::move(measured), o.fio_dir,
+                             MeasureFio(o.fio_dir.empty() ? std::vector<std::string>{} : std::vector{o.fio_dir}, *sizes, *stats),
+                             MeasureFio(o.fio_all, *sizes, *stats)};
   const Analysis analysis = Analyze(results);
   PrintReport(stdout, results, analysis);
   if (!o.json.empty()) std::ofstream(o.json) << ToJson(results, analysis).dump(2) << "\n";

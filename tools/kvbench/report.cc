@@ -12,10 +12,12 @@ namespace {
 nlohmann::json RunJson(const Run& run, const Summary& s, const std::vector<double>& bounds) {
   nlohmann::json j = {{"label", s.label}, {"total_seconds", s.total_seconds}, {"bytes", s.bytes},
                       {"bound_seconds", s.bound_seconds}, {"gap", s.gap}, {"speedup_vs_serial", s.speedup_vs_serial},
-                      {"throughput_bps", s.throughput_bps}, {"tier_share", s.tier_share}, {"steps", nlohmann::json::array()}};
+                      {"throughput_bps", s.throughput_bps}, {"tier_share", s.tier_share},
+                      {"daemon_cpu_seconds_per_gb", s.cpu_seconds_per_gb}, {"steps", nlohmann::json::array()}};
   for (size_t i = 0; i < run.steps.size(); ++i) {
     j["steps"].push_back({{"seconds", run.steps[i].seconds}, {"bytes", run.steps[i].bytes},
-                          {"tier_bytes", run.steps[i].tier_bytes}, {"bound_seconds", bounds[i]}});
+                          {"tier_bytes", run.steps[i].tier_bytes}, {"bound_seconds", bounds[i]},
+                          {"daemon_cpu_seconds", run.steps[i].daemon_cpu_seconds}});
   }
   return j;
 }
@@ -36,15 +38,20 @@ void PrintTierBandwidths(std::FILE* out, const BenchResults& results, const Anal
                  results.fio_bps / 1e6, results.tiers[0].c_str(),
                  a.alone.empty() ? 0 : Bandwidth(*a.alone[0]) / results.fio_bps);
   }
+  if (results.fio_all_bps > 0 && a.completion) {
+    std::fprintf(out, "fio on every tier at once: %8.1f MB/s; completion through kvstreamd = %.3f x fio\n",
+                 results.fio_all_bps / 1e6, Bandwidth(*a.completion) / results.fio_all_bps);
+  }
 }
 
 void PrintTable(std::FILE* out, const BenchResults& results, const Analysis& a) {
-  std::fprintf(out, "\n%-26s %9s %9s %9s %8s %9s", "policy", "total_s", "bound_s", "MB/s", "gap", "vs_serial");
+  std::fprintf(out, "\n%-26s %9s %9s %9s %8s %9s %8s", "policy", "total_s", "bound_s", "MB/s", "gap", "vs_serial",
+               "cpu_s/GB");
   for (const auto& n : results.tiers) std::fprintf(out, " %7s", (n + "%").c_str());
   std::fprintf(out, "\n");
   for (const Summary& s : a.summaries) {
-    std::fprintf(out, "%-26s %9.3f %9.3f %9.1f %+7.1f%% %8.2fx", s.label.c_str(), s.total_seconds, s.bound_seconds,
-                 s.throughput_bps / 1e6, 100 * s.gap, s.speedup_vs_serial);
+    std::fprintf(out, "%-26s %9.3f %9.3f %9.1f %+7.1f%% %8.2fx %8.3f", s.label.c_str(), s.total_seconds,
+                 s.bound_seconds, s.throughput_bps / 1e6, 100 * s.gap, s.speedup_vs_serial, s.cpu_seconds_per_gb);
     for (double share : s.tier_share) std::fprintf(out, " %6.1f%%", 100 * share);
     std::fprintf(out, "\n");
   }
@@ -110,7 +117,7 @@ void PrintReport(std::FILE* out, const BenchResults& results, const Analysis& an
 
 nlohmann::json ToJson(const BenchResults& results, const Analysis& analysis) {
   nlohmann::json j = {{"workload", results.workload}, {"ranks", results.ranks}, {"chunk_bytes", results.chunk_bytes},
-                      {"steps", results.steps}, {"tiers", results.tiers}, {"fio_bps", results.fio_bps},
+                      {"steps", results.steps}, {"tiers", results.tiers}, {"fio_bps", results.fio_bps}, {"fio_all_bps", results.fio_all_bps},
                       {"runs", nlohmann::json::array()}};
   for (size_t i = 0; i < results.runs.size(); ++i) {
     const Run& r = results.runs[i];

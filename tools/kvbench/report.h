@@ -25,6 +25,7 @@ struct BenchResults {
   std::vector<Run> runs;           // in the order measured
   std::string fio_dir;             // fio's directory (empty: fio not run)
   double fio_bps = 0;              // 0: fio not run, or failed
+  double fio_all_bps = 0;          // fio on every tier at once (--fio-all); 0: not run, or failed
 };
 
 // The runs summarized against the references found among them (pointers into BenchResults::runs).
@@ -43,7 +44,7 @@ void PrintWorkload(std::FILE* out, const Workload& workload);
 void PrintHeader(std::FILE* out, const Workload& workload, uint32_t ranks, const std::vector<std::string>& tiers);
 
 // The report: average step size, each tier's bandwidth alone and, with a completion run, together;
-// fio against the first tier alone; one table row per run; reads of each completion+writes:<w>
+// fio against the first tier alone and every tier at once; one table row per run; reads of each completion+writes:<w>
 // run against completion+idle.
 void PrintReport(std::FILE* out, const BenchResults& results, const Analysis& analysis);
 

@@ -53,14 +53,20 @@ absl::Status RequireDirectIo(const kvstream::StoreStats& stats, bool allow_buffe
 absl::StatusOr<std::vector<std::unique_ptr<Client>>> AttachRanks(const std::string& socket, uint32_t ranks,
                                                                   uint64_t arena_bytes) {
   std::vector<std::unique_ptr<Client>> sessions;
+  double slowest = 0;
   for (uint32_t r = 0; r < ranks; ++r) {
+    const double start = Now();
     auto c = Client::Attach(socket, {"kvbench", r, ranks, arena_bytes});
+    slowest = std::max(slowest, Now() - start);
     if (!c.ok()) {
       return absl::Status(c.status().code(), absl::StrCat("attach rank ", r, " (arena ", arena_bytes >> 20,
                                                            " MiB): ", c.status().message()));
     }
     sessions.push_back(*std::move(c));
   }
+  // The daemon creates, faults in and registers each arena at attach, so no step pays for it.
+  std::fprintf(stderr, "kvbench: attached %u ranks with %llu MiB arenas, %.3f s for the slowest\n", ranks,
+               static_cast<unsigned long long>(arena_bytes >> 20), slowest);
   return sessions;
 }
 
@@ -167,6 +173,7 @@ absl::StatusOr<Run> Bench::Measure(const RunSpec& spec, const StepHook& hook) {
     StepSample sample;
     sample.seconds = end - start;
     sample.bytes = step.reads.size() * ranks_.size() * w_.chunk_bytes;
+    sample.daemon_cpu_seconds = after->process_cpu_seconds - before->process_cpu_seconds;
     for (size_t t = 0; t < after->tiers.size(); ++t) {
       sample.tier_bytes.push_back(after->tiers[t].bytes_read - before->tiers[t].bytes_read);
     }
@@ -185,6 +192,14 @@ absl::StatusOr<std::vector<Run>> Bench::MeasureAll(const std::vector<RunSpec>& r
       return run.status();
     }
     std::fprintf(stderr, "kvbench: %-24s %.3f s\n", spec.label.c_str(), TotalSeconds(*run));
+    if (results.empty() && run->steps.size() > 2) {
+      // The sessions' first step against their steady steps (same size under the synthetic workload).
+      std::vector<double> rest;
+      for (size_t i = 1; i < run->steps.size(); ++i) rest.push_back(run->steps[i].seconds);
+      std::nth_element(rest.begin(), rest.begin() + rest.size() / 2, rest.end());
+      std::fprintf(stderr, "kvbench: first step %.3f s, steady steps %.3f s (median)\n", run->steps[0].seconds,
+                   rest[rest.size() / 2]);
+    }
     results.push_back(*std::move(run));
   }
   RestorePolicies(restore);
@@ -226,11 +241,12 @@ void Bench::WriteStep(uint32_t r, const BenchStep& step) {
   if (absl::Status s = c.Persist(chunks); !s.ok()) std::fprintf(stderr, "kvbench: persist: %s\n", std::string(s.message()).c_str());
 }
 
-double FioBandwidth(const std::string& dir, uint64_t block, uint32_t depth) {
+double FioBandwidth(const std::vector<std::string>& dirs, uint64_t block, uint32_t depth) {
   const std::string out = "/tmp/kvbench-fio-" + std::to_string(getpid()) + ".json";
-  const std::string cmd = absl::StrCat("fio --name=ref --opendir=", dir, " --rw=read --bs=", block, " --iodepth=", depth,
-                                       " --ioengine=io_uring --direct=1 --readonly --output-format=json --output=", out,
-                                       " > /dev/null 2>&1");
+  std::string cmd = absl::StrCat("fio --rw=read --bs=", block, " --iodepth=", depth,
+                                 " --ioengine=io_uring --direct=1 --readonly --output-format=json --output=", out);
+  for (size_t i = 0; i < dirs.size(); ++i) absl::StrAppend(&cmd, " --name=ref", i, " --opendir=", dirs[i]);
+  absl::StrAppend(&cmd, " > /dev/null 2>&1");
   if (std::system(cmd.c_str()) != 0) return 0;
   try {
     std::ifstream in(out);
@@ -240,7 +256,9 @@ double FioBandwidth(const std::string& dir, uint64_t block, uint32_t depth) {
     const size_t start = text.find('{');
     if (start == std::string::npos) return 0;
     nlohmann::json j = nlohmann::json::parse(text.substr(start));
-    return j.at("jobs").at(0).at("read").at("bw_bytes").get<double>();
+    double bps = 0;  // the jobs ran at once: their bandwidths add up
+    for (const auto& job : j.at("jobs")) bps += job.at("read").at("bw_bytes").get<double>();
+    return bps;
   } catch (const std::exception&) {
     return 0;
   }

@@ -68,8 +68,9 @@ class Bench {
   size_t read_slots_;
 };
 
-// fio on one tier's chunk files (O_DIRECT, io_uring, same block size and depth): the reference
-// for "one tier through the daemon". Returns bytes/s, or 0 when fio is unavailable or fails.
-double FioBandwidth(const std::string& dir, uint64_t block, uint32_t depth);
+// fio on tiers' chunk files (O_DIRECT, io_uring, same block size and depth), one job per
+// directory, all at once: the reference for "the tiers through the daemon". Returns the summed
+// bytes/s, or 0 when fio is unavailable or fails.
+double FioBandwidth(const std::vector<std::string>& dirs, uint64_t block, uint32_t depth);
 
 }  // namespace kvbench
