@@ -140,10 +140,15 @@ absl::StatusOr<StepRecord> Client::Retrieve(const std::vector<ArenaChunk>& chunk
   StepRecord record;
   bool have_record = false;
   while (reader->Read(&event)) {
-    if (event.has_chunk()) {
-      ChunkResult r = FromProto(event.chunk());
+    auto deliver = [&](const v1::ChunkDone& done) {
+      ChunkResult r = FromProto(done);
       if (results && r.index < results->size()) (*results)[r.index] = r;
       if (on_chunk) on_chunk(r);
+    };
+    if (event.has_chunk()) {
+      deliver(event.chunk());
+    } else if (event.has_batch()) {
+      for (const v1::ChunkDone& done : event.batch().chunks()) deliver(done);
     } else if (event.has_step()) {
       record = FromProto(event.step());
       have_record = true;

@@ -1,5 +1,6 @@
 // EventStream<Event>: a gRPC server stream whose events come from threads other than gRPC's (the
-// store's I/O thread, the staging worker). Events are written one at a time, in the order pushed;
+// store's I/O thread, the staging worker). Events are written one at a time, in the order pushed
+// (a subclass may merge the events waiting at the head of the queue into one: Coalesce);
 // Close finishes the stream OK once every event pushed before it is written. When the client goes
 // away (a write fails, or the call is cancelled) the stream finishes CANCELLED at once and later
 // events are dropped, so the producer may keep pushing until it is done.
@@ -66,6 +67,10 @@ class EventStream : public grpc::ServerWriteReactor<Event> {
 
  protected:
   EventStream() = default;
+  virtual ~EventStream() = default;
+  // Called before each write with the events waiting, the head of which is written next: may
+  // merge leading events into one (events that pile up while a write is out travel together).
+  virtual void Coalesce(std::deque<Event>* /*queue*/) {}
 
  private:
   // Writes the next event, or finishes the stream when it is over; never while a write is out.
@@ -75,6 +80,7 @@ class EventStream : public grpc::ServerWriteReactor<Event> {
       queue_.clear();
       FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "client went away"));
     } else if (!queue_.empty()) {
+      Coalesce(&queue_);
       writing_ = true;
       this->StartWrite(&queue_.front());
     } else if (last_queued_) {

@@ -31,4 +31,22 @@ RetrieveCall* RetrieveCall::Start(Store* store, std::shared_ptr<Session> session
   return call;
 }
 
+void CoalesceChunkEvents(std::deque<v1::RetrieveEvent>* queue) {
+  size_t n = 0;  // leading chunk events
+  while (n < queue->size() && !(*queue)[n].has_step()) ++n;
+  if (n < 2) return;
+  v1::RetrieveEvent merged;
+  v1::ChunkBatch* batch = merged.mutable_batch();
+  for (size_t i = 0; i < n; ++i) {
+    v1::RetrieveEvent& e = (*queue)[i];
+    if (e.has_chunk()) {
+      batch->add_chunks()->Swap(e.mutable_chunk());
+    } else {
+      for (v1::ChunkDone& c : *e.mutable_batch()->mutable_chunks()) batch->add_chunks()->Swap(&c);
+    }
+  }
+  queue->erase(queue->begin(), queue->begin() + static_cast<std::ptrdiff_t>(n));
+  queue->push_front(std::move(merged));
+}
+
 }  // namespace kvstream

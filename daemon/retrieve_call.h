@@ -1,9 +1,12 @@
 // RetrieveCall: one admitted Retrieve. Reads the request's chunks into the session's arena as one
-// step of the store, streaming one ChunkDone per chunk as it lands and then the StepRecord, which
-// closes the stream. The session (so its arena) stays alive until the store's last callback, even
+// step of the store, streaming each chunk's ChunkDone as it lands and then the StepRecord, which
+// closes the stream. Chunks that land while an earlier event is being written go out together in
+// one ChunkBatch: the first chunk is never delayed, and a fast step costs a few messages, not one
+// per chunk. The session (so its arena) stays alive until the store's last callback, even
 // if the client or the session goes away first.
 #pragma once
 
+#include <deque>
 #include <memory>
 
 #include "event_stream.h"
@@ -13,6 +16,10 @@
 
 namespace kvstream {
 
+// Merges the chunk events at the head of `queue` (up to the StepRecord) into one ChunkBatch event,
+// in order, when there are two or more.
+void CoalesceChunkEvents(std::deque<v1::RetrieveEvent>* queue);
+
 class RetrieveCall final : public EventStream<v1::RetrieveEvent> {
  public:
   // `session` is the one the request was admitted to (see admission.h). The store may call back
@@ -21,6 +28,7 @@ class RetrieveCall final : public EventStream<v1::RetrieveEvent> {
 
  private:
   RetrieveCall() = default;
+  void Coalesce(std::deque<v1::RetrieveEvent>* queue) override { CoalesceChunkEvents(queue); }
 };
 
 }  // namespace kvstream

@@ -13,6 +13,7 @@
 #include "absl/synchronization/notification.h"
 #include "kvstream.grpc.pb.h"
 #include "kvstream/store.h"
+#include "retrieve_call.h"
 #include "service.h"
 #include "sessions.h"
 #include "staging_worker.h"
@@ -290,22 +291,27 @@ TEST_CASE("retrieve and persist refuse bad requests with clear codes and never r
   CHECK(d.store.data_calls() == 0);
 }
 
-TEST_CASE("a retrieve streams one ChunkDone per chunk, then the store's StepRecord") {
+TEST_CASE("a retrieve streams each chunk's ChunkDone once, alone or in a batch, then the store's StepRecord") {
   InProcessDaemon d;
   AttachedSession s(d);
   const std::vector<ArenaChunk> chunks = {{"a", 0, 4096}, {"b", 8192, 1000}, {"c", 65536, 8192}};
   auto got = Retrieve(d, MakeRequest<v1::RetrieveRequest>(s.id, s.token, chunks));
   REQUIRE(got.status.ok());
-  REQUIRE(got.events.size() == chunks.size() + 1);
-  std::set<uint32_t> seen;
-  for (size_t i = 0; i < chunks.size(); ++i) {
-    REQUIRE(got.events[i].has_chunk());
-    const v1::ChunkDone& c = got.events[i].chunk();
-    CHECK(c.code() == 0);
-    CHECK(c.size() == std::min<uint64_t>(chunks[c.index()].length, kStoredBytes));
-    seen.insert(c.index());
+  REQUIRE(got.events.size() >= 2);
+  REQUIRE(got.events.front().has_chunk());  // the first chunk is never held back
+  std::multiset<uint32_t> seen;
+  for (size_t i = 0; i + 1 < got.events.size(); ++i) {
+    REQUIRE((got.events[i].has_chunk() || got.events[i].has_batch()));
+    std::vector<v1::ChunkDone> done;
+    if (got.events[i].has_chunk()) done.push_back(got.events[i].chunk());
+    for (const auto& c : got.events[i].batch().chunks()) done.push_back(c);
+    for (const v1::ChunkDone& c : done) {
+      CHECK(c.code() == 0);
+      CHECK(c.size() == std::min<uint64_t>(chunks[c.index()].length, kStoredBytes));
+      seen.insert(c.index());
+    }
   }
-  CHECK(seen.size() == chunks.size());
+  CHECK(seen == std::multiset<uint32_t>{0, 1, 2});
   REQUIRE(got.events.back().has_step());
   CHECK(got.events.back().step().id() == 4242);
   CHECK(got.events.back().step().routing() == "fake");
@@ -315,6 +321,39 @@ TEST_CASE("a retrieve streams one ChunkDone per chunk, then the store's StepReco
     CHECK(std::vector<uint8_t>(s.arena + chunks[i].offset, s.arena + chunks[i].offset + size) ==
           std::vector<uint8_t>(size, Fill(i)));
   }
+}
+
+TEST_CASE("chunk events waiting behind a write travel as one batch, in order, never past the step record") {
+  auto chunk = [](uint32_t index) {
+    v1::RetrieveEvent e;
+    e.mutable_chunk()->set_index(index);
+    return e;
+  };
+  std::deque<v1::RetrieveEvent> queue;
+  queue.push_back(chunk(7));
+  CoalesceChunkEvents(&queue);  // one alone stays as it is
+  REQUIRE(queue.size() == 1);
+  CHECK(queue.front().has_chunk());
+  queue.push_back(chunk(3));
+  queue.push_back(chunk(5));
+  queue.push_back(v1::RetrieveEvent());
+  queue.back().mutable_step()->set_id(1);
+  queue.push_back(chunk(9));  // cannot happen (the record is last), but must not move
+  CoalesceChunkEvents(&queue);
+  REQUIRE(queue.size() == 3);
+  REQUIRE(queue[0].has_batch());
+  std::vector<uint32_t> order;
+  for (const auto& c : queue[0].batch().chunks()) order.push_back(c.index());
+  CHECK(order == std::vector<uint32_t>{7, 3, 5});
+  CHECK(queue[1].has_step());
+  CHECK(queue[2].has_chunk());
+  // A batch at the head absorbs the chunks behind it.
+  queue.erase(queue.begin() + 1, queue.end());
+  queue.push_back(chunk(11));
+  CoalesceChunkEvents(&queue);
+  REQUIRE(queue.size() == 1);
+  CHECK(queue[0].batch().chunks_size() == 4);
+  CHECK(queue[0].batch().chunks(3).index() == 11);
 }
 
 TEST_CASE("a persist sends each chunk's STAGED before its DURABLE, whenever the store reports it") {

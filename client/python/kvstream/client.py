@@ -273,12 +273,14 @@ class Client:
         try:
             for event in call:
                 kind = event.WhichOneof("kind")
-                if kind == "chunk":
-                    r = _convert.chunk_result(event.chunk)
-                    if r.index < n:
-                        results[r.index] = r
-                    if on_chunk is not None:
-                        on_chunk(r)
+                if kind == "chunk" or kind == "batch":
+                    # A batch: chunks that landed while the daemon wrote an earlier event.
+                    for done in (event.chunk,) if kind == "chunk" else event.batch.chunks:
+                        r = _convert.chunk_result(done)
+                        if r.index < n:
+                            results[r.index] = r
+                        if on_chunk is not None:
+                            on_chunk(r)
                 elif kind == "step":
                     step = _convert.step_record(event.step)
         except grpc.RpcError as e:
