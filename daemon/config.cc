@@ -112,7 +112,9 @@ DaemonConfig Parse(const YAML::Node& root) {
     if (s["group"]) c.socket_group = Str(s["group"], "socket.group");
   }
   if (const auto s = root["sessions"]) {
-    RequireMap(s, "sessions", {"max_arena", "arena_budget"});
+    RequireMap(s, "sessions", {"max_arena", "arena_budget", "max_sessions"});
+    if (s["max_sessions"]) c.max_sessions = Uint(s["max_sessions"], "sessions.max_sessions");
+    if (c.max_sessions == 0) throw ConfigError{Where(s["max_sessions"], "sessions.max_sessions") + " must be at least 1"};
     if (s["max_arena"]) c.max_arena_bytes = Bytes(s["max_arena"], "sessions.max_arena");
     if (c.max_arena_bytes < 4096) throw ConfigError{Where(s["max_arena"], "sessions.max_arena") + " must be at least 4KiB"};
     if (s["arena_budget"]) c.arena_budget_bytes = Bytes(s["arena_budget"], "sessions.arena_budget");

@@ -19,6 +19,7 @@ struct DaemonConfig {
   std::string socket_group;         // group owning the socket; empty = the daemon's group
   uint64_t max_arena_bytes = 8ull << 30;  // largest shared-memory arena one session may attach
   uint64_t arena_budget_bytes = DefaultArenaBudget();  // all sessions' arenas together
+  uint32_t max_sessions = 256;                         // sessions attached at once
   std::string log_level = "info";   // trace | debug | info | warn | error
   std::string metrics_listen;       // HOST:PORT of HTTP /metrics and /health; empty = off
   StoreConfig store;                // tiers, block size, staging, policies (validated)

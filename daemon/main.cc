@@ -141,7 +141,8 @@ int Main(int argc, char** argv) {
     std::cerr << "kvstreamd: " << store.status().message() << "\n";
     return 1;
   }
-  SessionManager sessions(socket_path + ".data", config->max_arena_bytes, config->arena_budget_bytes);
+  SessionManager sessions(socket_path + ".data", config->max_arena_bytes, config->arena_budget_bytes,
+                          config->max_sessions);
   if (absl::Status s = sessions.Start(config->socket_mode); !s.ok()) {
     std::cerr << "kvstreamd: " << s.message() << "\n";
     return 1;

@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
 
 namespace kvstream {
@@ -52,9 +53,11 @@ uint64_t ArenaBudget::used() const {
   return used_;
 }
 
-SessionManager::SessionManager(std::string data_socket, uint64_t max_arena_bytes, uint64_t arena_budget_bytes)
+SessionManager::SessionManager(std::string data_socket, uint64_t max_arena_bytes, uint64_t arena_budget_bytes,
+                               uint32_t max_sessions)
     : data_socket_(std::move(data_socket)),
       max_arena_bytes_(max_arena_bytes),
+      max_sessions_(max_sessions),
       budget_(std::make_shared<ArenaBudget>(arena_budget_bytes)) {}
 
 SessionManager::~SessionManager() { Stop(); }
@@ -154,6 +157,14 @@ absl::StatusOr<std::shared_ptr<Session>> SessionManager::Create(const std::strin
     return absl::InvalidArgumentError("rank " + std::to_string(rank) + " is not below world size " +
                                       std::to_string(world_size));
   }
+  auto too_many = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return absl::ResourceExhaustedError(absl::StrCat(sessions_.size(), " sessions are attached, the most ",
+                                                     "sessions.max_sessions allows; detach one or raise it"));
+  };
+  {
+    absl::MutexLock lock(&mu_);
+    if (sessions_.size() >= max_sessions_) return too_many();
+  }
   const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   auto session = std::make_shared<Session>();
   session->model = model;
@@ -177,6 +188,7 @@ absl::StatusOr<std::shared_ptr<Session>> SessionManager::Create(const std::strin
   if (!arena.ok()) return arena.status();
   session->arena = *std::move(arena);
   absl::MutexLock lock(&mu_);
+  if (sessions_.size() >= max_sessions_) return too_many();  // others attached meanwhile
   sessions_[session->id] = session;
   return session;
 }

@@ -53,9 +53,13 @@ struct Session {
 
 class SessionManager {
  public:
+  static constexpr uint32_t kDefaultMaxSessions = 256;
+
   // `data_socket` is the Unix socket path that hands out arena descriptors; `max_arena` bounds
-  // one session's arena and `arena_budget` all arenas together.
-  SessionManager(std::string data_socket, uint64_t max_arena_bytes, uint64_t arena_budget_bytes);
+  // one session's arena, `arena_budget` all arenas together and `max_sessions` the sessions
+  // attached at once (each holds an fd, a mapping and registered buffers on every tier).
+  SessionManager(std::string data_socket, uint64_t max_arena_bytes, uint64_t arena_budget_bytes,
+                 uint32_t max_sessions = kDefaultMaxSessions);
   ~SessionManager();
 
   // Binds and listens on the data socket (mode like the control socket) and starts its thread.
@@ -79,6 +83,7 @@ class SessionManager {
 
   const std::string data_socket_;
   const uint64_t max_arena_bytes_;
+  const uint32_t max_sessions_;
   const std::shared_ptr<ArenaBudget> budget_;
   mutable absl::Mutex mu_;
   std::map<uint64_t, std::shared_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);

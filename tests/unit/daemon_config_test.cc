@@ -40,6 +40,7 @@ TEST_CASE("the documented default config parses into the documented values") {
   CHECK(c->store.read_deadline_floor_seconds == Approx(0.5));
   CHECK(c->store.read_deadline_cap_seconds == Approx(2.0));
   CHECK(c->store.verify_threads == -1);  // auto
+  CHECK(c->max_sessions == 256);
 }
 
 TEST_CASE("a minimal config takes the defaults") {
@@ -69,6 +70,8 @@ TEST_CASE("bad configs are refused with the key and line at fault") {
   CHECK(ErrorOf(std::string(kMinimal) + "reads: {verify_threads: many}\n").find("reads.verify_threads") !=
         std::string::npos);
   CHECK(ErrorOf(std::string(kMinimal) + "reads: {verify_threads: 65}\n").find("auto or 0 to 64") != std::string::npos);
+  CHECK(ErrorOf(std::string(kMinimal) + "sessions: {max_sessions: 0}\n").find("sessions.max_sessions") !=
+        std::string::npos);
 }
 
 TEST_CASE("a key given twice and an arena limit of zero are refused") {

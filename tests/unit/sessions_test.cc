@@ -45,6 +45,25 @@ TEST_CASE("attaches beyond the arena budget are refused and a freed arena gives 
   CHECK(again.ok());
 }
 
+TEST_CASE("attaches beyond sessions.max_sessions are refused until one detaches") {
+  TempDir dir;
+  SessionManager sessions(dir.sub("data.sock"), 1 << 20, 1 << 30, 3);
+  std::vector<std::shared_ptr<Session>> attached;
+  for (int i = 0; i < 3; ++i) {
+    auto s = sessions.Create("m", i, 4, 1 << 20);
+    REQUIRE(s.ok());
+    attached.push_back(*s);
+  }
+  auto refused = sessions.Create("m", 3, 4, 1 << 20);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(absl::IsResourceExhausted(refused.status()));
+  CHECK(refused.status().message().find("sessions.max_sessions") != std::string::npos);
+  CHECK(sessions.count() == 3);
+  CHECK(sessions.arena_bytes() == 3 << 20);  // the refused attach took nothing
+  sessions.Remove(attached.front()->id);
+  CHECK(sessions.Create("m", 3, 4, 1 << 20).ok());
+}
+
 TEST_CASE("one arena larger than the whole budget is refused") {
   TempDir dir;
   SessionManager sessions(dir.sub("data.sock"), 1ull << 30, 8 << 20);
