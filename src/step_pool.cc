@@ -123,6 +123,20 @@ void StepPool::DropHolder(Step* s, uint32_t chunk, int tier) {
   if (c.holders == 0 && c.remaining > 0) c.failing = true;
 }
 
+void StepPool::ReleasePins(int tier) {
+  for (Step* s : steps_) ReleasePins(s, tier);
+}
+
+void StepPool::ReleasePins(Step* s, int tier) {
+  for (uint32_t i = 0; i < s->blocks.size(); ++i) {
+    StepBlock& blk = s->blocks[i];
+    if (blk.state != BlockState::kUnclaimed || blk.pinned != tier) continue;
+    if ((s->chunks[blk.chunk].holders & ~(1u << tier)) == 0) continue;  // nobody else can read it
+    blk.pinned = -1;
+    s->retry.push_back(i);
+  }
+}
+
 void StepPool::ReplaceChunk(Step* s, uint32_t chunk, uint32_t holders, uint32_t block_count) {
   // Every block of the chunk, including fresh copies appended by Reissue past its range.
   for (StepBlock& blk : s->blocks) {

@@ -80,6 +80,10 @@ class StepPool {
   // Removes `tier` as a holder of the chunk (its replica is gone); blocks pinned to it may go to
   // any remaining holder.
   void DropHolder(Step* step, uint32_t chunk, int tier);
+  // `tier` is stalled: its unclaimed blocks pinned to it (static or fastest routing) go to any
+  // other holder, in every step queued (or in `step` only). Blocks only it holds stay pinned.
+  void ReleasePins(int tier);
+  void ReleasePins(Step* step, int tier);
   // Reads the chunk again from scratch as `block_count` new blocks held by `holders` (another
   // version of it was placed): its blocks in flight are abandoned, those already read are
   // forgotten, and the new blocks are claimable by any holder at once.

@@ -104,6 +104,9 @@ void StepReader::Place(std::unique_ptr<ReadStep> owned, const Policies& policies
     }
   }
   pool_->Add(step);
+  for (size_t t = 0; t < tiers_.size(); ++t) {
+    if (slots_[t].late > 0) pool_->ReleasePins(step, static_cast<int>(t));  // placed while t is stalled
+  }
   for (uint32_t chunk : finished) Deliver(step, chunk, step->results[chunk].status);
   if (step->unfinished == 0) Finish(step);
 }

@@ -45,6 +45,7 @@ void StepReader::ReadLate(int t, ReadSlot* slot, int64_t now) {
     tr.stalled_since_ns = now;
     tier.stalled = true;
     ++tier.counters.stalls;
+    pool_->ReleasePins(t);  // static or fastest routing must not leave blocks waiting for it
     spdlog::warn("tier {}: a read has been in flight for {} ms (deadline {} ms): stalled, it claims no new reads "
                  "until it answers",
                  tier.name, (now - slot->issued_ns) / 1'000'000, Deadline(t) / 1'000'000);

@@ -42,6 +42,24 @@ TEST_CASE("a failed block goes to another holder and the chunk fails when none r
   CHECK(StepPool::ChunkOutcome(b, 0) == StepPool::Outcome::kFailed);
 }
 
+TEST_CASE("blocks pinned to a stalled tier go to the other holders, those only it holds stay") {
+  StepPool r(2, {RoutingKind::kFastest, 0}, BatchingPolicy::kStep);
+  Step b = MakeStep({{3, 3}, {1, 1}});  // chunk 0 on both tiers, chunk 1 on tier 0 only
+  r.Add(&b);
+  BlockRef first;
+  REQUIRE(r.Claim(0, &first));  // tier 0 reads one block, then stalls
+  BlockRef none;
+  CHECK_FALSE(r.Claim(1, &none));  // everything is pinned to tier 0
+  r.ReleasePins(0);
+  std::vector<uint32_t> taken;
+  for (BlockRef ref; r.Claim(1, &ref);) taken.push_back(ref.block);
+  std::sort(taken.begin(), taken.end());
+  CHECK(taken == std::vector<uint32_t>{1, 2});  // chunk 0's other blocks; chunk 1 waits for tier 0
+  BlockRef last;
+  REQUIRE(r.Claim(0, &last));
+  CHECK(last.block == 3);
+}
+
 TEST_CASE("serial batching releases one chunk at a time from the oldest step") {
   StepPool r(2, {RoutingKind::kCompletion, 0}, BatchingPolicy::kSerial);
   Step b1 = MakeStep({{3, 2}, {3, 2}});

@@ -1,0 +1,286 @@
+// kvfaultfs: a passthrough FUSE file system over a backing directory that injects faults into
+// chosen operations on chosen files, for testing kvstreamd against a real tier that fails: I/O
+// errors, a full disk, latency, and hangs (a read that does not answer until released).
+//
+// Faults come from a rules file (--rules), re-read whenever it changes, one rule per line:
+//   OP GLOB FAULT [MS]
+//     OP    read | write | open | create | fsync | any
+//     GLOB  fnmatch(3) pattern on the path inside the file system ("/ab/abcd.kvc", or "*")
+//     FAULT eio | enospc | delay MS | hang
+// The first matching rule applies. `hang` blocks the operation until no hang rule matches it any
+// more (edit the rules file to release it); `delay` sleeps before doing the operation for real.
+// '#' starts a comment. Every operation not matched passes through to the backing directory.
+//
+// Usage: kvfaultfs --backing DIR --rules FILE MOUNTPOINT [-f] [-o opt...]   (fusermount3 -u to stop)
+#define FUSE_USE_VERSION 31
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <fnmatch.h>
+#include <fuse.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+enum class Fault { kEio, kEnospc, kDelay, kHang };
+
+struct Rule {
+  std::string op;
+  std::string glob;
+  Fault fault = Fault::kEio;
+  int ms = 0;
+};
+
+struct State {
+  int backing = -1;  // the backing directory
+  std::string rules_path;
+  std::mutex mu;
+  std::vector<Rule> rules;  // guarded by mu
+  timespec rules_mtime{};   // guarded by mu
+};
+
+State& S() {
+  static State s;
+  return s;
+}
+
+std::vector<Rule> ParseRules(const std::string& path) {
+  std::vector<Rule> rules;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    if (const size_t hash = line.find('#'); hash != std::string::npos) line.resize(hash);
+    std::istringstream words(line);
+    Rule r;
+    std::string fault;
+    if (!(words >> r.op >> r.glob >> fault)) continue;
+    if (fault == "eio") {
+      r.fault = Fault::kEio;
+    } else if (fault == "enospc") {
+      r.fault = Fault::kEnospc;
+    } else if (fault == "hang") {
+      r.fault = Fault::kHang;
+    } else if (fault == "delay" && (words >> r.ms)) {
+      r.fault = Fault::kDelay;
+    } else {
+      std::fprintf(stderr, "kvfaultfs: ignoring rule '%s'\n", line.c_str());
+      continue;
+    }
+    rules.push_back(r);
+  }
+  return rules;
+}
+
+// The rule for `op` on `path` in force now (the rules file is re-read when its mtime changes).
+std::optional<Rule> Match(const char* op, const char* path) {
+  State& s = S();
+  std::lock_guard lock(s.mu);
+  struct stat st;
+  if (stat(s.rules_path.c_str(), &st) == 0) {
+    if (st.st_mtim.tv_sec != s.rules_mtime.tv_sec || st.st_mtim.tv_nsec != s.rules_mtime.tv_nsec) {
+      s.rules = ParseRules(s.rules_path);
+      s.rules_mtime = st.st_mtim;
+    }
+  } else {
+    s.rules.clear();
+    s.rules_mtime = {};
+  }
+  for (const Rule& r : s.rules) {
+    if ((r.op == op || r.op == "any") && fnmatch(r.glob.c_str(), path, 0) == 0) return r;
+  }
+  return std::nullopt;
+}
+
+// 0 to go on with the operation, or the negative errno to fail it with.
+int Inject(const char* op, const char* path) {
+  for (;;) {
+    const std::optional<Rule> r = Match(op, path);
+    if (!r) return 0;
+    switch (r->fault) {
+      case Fault::kEio:
+        return -EIO;
+      case Fault::kEnospc:
+        return -ENOSPC;
+      case Fault::kDelay:
+        std::this_thread::sleep_for(std::chrono::milliseconds(r->ms));
+        return 0;
+      case Fault::kHang:
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));  // until the rule goes
+        break;
+    }
+  }
+}
+
+// The path relative to the backing directory ("." for the root).
+std::string Rel(const char* path) { return path[1] == '\0' ? std::string(".") : std::string(path + 1); }
+int Fail() { return -errno; }
+
+int GetAttr(const char* path, struct stat* st, fuse_file_info* fi) {
+  if (fi != nullptr) return fstat(static_cast<int>(fi->fh), st) == 0 ? 0 : Fail();
+  return fstatat(S().backing, Rel(path).c_str(), st, AT_SYMLINK_NOFOLLOW) == 0 ? 0 : Fail();
+}
+
+int ReadDir(const char* path, void* buf, fuse_fill_dir_t fill, off_t, fuse_file_info*, fuse_readdir_flags) {
+  const int fd = openat(S().backing, Rel(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Fail();
+  DIR* dir = fdopendir(fd);
+  if (dir == nullptr) {
+    close(fd);
+    return Fail();
+  }
+  while (dirent* e = readdir(dir)) fill(buf, e->d_name, nullptr, 0, static_cast<fuse_fill_dir_flags>(0));
+  closedir(dir);
+  return 0;
+}
+
+int Open(const char* path, fuse_file_info* fi) {
+  if (int e = Inject("open", path); e != 0) return e;
+  // O_DIRECT is the kernel's business between it and this process: the backing file is opened
+  // without it, and direct_io makes every read and write reach this file system (no page cache).
+  const int fd = openat(S().backing, Rel(path).c_str(), (fi->flags & ~O_DIRECT) | O_CLOEXEC);
+  if (fd < 0) return Fail();
+  fi->fh = static_cast<uint64_t>(fd);
+  fi->direct_io = 1;
+  return 0;
+}
+
+int Create(const char* path, mode_t mode, fuse_file_info* fi) {
+  if (int e = Inject("create", path); e != 0) return e;
+  const int fd = openat(S().backing, Rel(path).c_str(), (fi->flags & ~O_DIRECT) | O_CREAT | O_CLOEXEC, mode);
+  if (fd < 0) return Fail();
+  fi->fh = static_cast<uint64_t>(fd);
+  fi->direct_io = 1;
+  return 0;
+}
+
+int Read(const char* path, char* buf, size_t size, off_t offset, fuse_file_info* fi) {
+  if (int e = Inject("read", path); e != 0) return e;
+  const ssize_t n = pread(static_cast<int>(fi->fh), buf, size, offset);
+  return n < 0 ? Fail() : static_cast<int>(n);
+}
+
+int Write(const char* path, const char* buf, size_t size, off_t offset, fuse_file_info* fi) {
+  if (int e = Inject("write", path); e != 0) return e;
+  const ssize_t n = pwrite(static_cast<int>(fi->fh), buf, size, offset);
+  return n < 0 ? Fail() : static_cast<int>(n);
+}
+
+int Release(const char*, fuse_file_info* fi) {
+  close(static_cast<int>(fi->fh));
+  return 0;
+}
+
+int Fsync(const char* path, int datasync, fuse_file_info* fi) {
+  if (int e = Inject("fsync", path); e != 0) return e;
+  const int fd = static_cast<int>(fi->fh);
+  return (datasync ? fdatasync(fd) : fsync(fd)) == 0 ? 0 : Fail();
+}
+
+int Mkdir(const char* path, mode_t mode) { return mkdirat(S().backing, Rel(path).c_str(), mode) == 0 ? 0 : Fail(); }
+int Unlink(const char* path) { return unlinkat(S().backing, Rel(path).c_str(), 0) == 0 ? 0 : Fail(); }
+int Rmdir(const char* path) { return unlinkat(S().backing, Rel(path).c_str(), AT_REMOVEDIR) == 0 ? 0 : Fail(); }
+
+int Rename(const char* from, const char* to, unsigned int flags) {
+  if (flags != 0) return -EINVAL;
+  return renameat(S().backing, Rel(from).c_str(), S().backing, Rel(to).c_str()) == 0 ? 0 : Fail();
+}
+
+int Truncate(const char* path, off_t size, fuse_file_info* fi) {
+  if (fi != nullptr) return ftruncate(static_cast<int>(fi->fh), size) == 0 ? 0 : Fail();
+  const int fd = openat(S().backing, Rel(path).c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return Fail();
+  const int r = ftruncate(fd, size) == 0 ? 0 : Fail();
+  close(fd);
+  return r;
+}
+
+int Chmod(const char* path, mode_t mode, fuse_file_info*) {
+  return fchmodat(S().backing, Rel(path).c_str(), mode, 0) == 0 ? 0 : Fail();
+}
+
+int Utimens(const char* path, const timespec tv[2], fuse_file_info*) {
+  return utimensat(S().backing, Rel(path).c_str(), tv, AT_SYMLINK_NOFOLLOW) == 0 ? 0 : Fail();
+}
+
+int StatFs(const char*, struct statvfs* st) { return fstatvfs(S().backing, st) == 0 ? 0 : Fail(); }
+
+int Flock(const char*, fuse_file_info* fi, int op) { return flock(static_cast<int>(fi->fh), op) == 0 ? 0 : Fail(); }
+
+int FsyncDir(const char*, int, fuse_file_info*) { return 0; }
+int OpenDir(const char*, fuse_file_info*) { return 0; }
+
+void* Init(fuse_conn_info*, fuse_config* cfg) {
+  cfg->use_ino = 0;
+  cfg->entry_timeout = 0;  // every lookup reaches here: files renamed in the backing dir are seen
+  cfg->attr_timeout = 0;
+  cfg->negative_timeout = 0;
+  return nullptr;
+}
+
+struct Options {
+  const char* backing = nullptr;
+  const char* rules = nullptr;
+};
+
+const fuse_opt kOptions[] = {{"--backing=%s", offsetof(Options, backing), 0},
+                             {"--rules=%s", offsetof(Options, rules), 0},
+                             FUSE_OPT_END};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  fuse_args args = FUSE_ARGS_INIT(argc, argv);
+  Options o;
+  if (fuse_opt_parse(&args, &o, kOptions, nullptr) != 0) return 2;
+  if (o.backing == nullptr || o.rules == nullptr) {
+    std::fprintf(stderr,
+                 "usage: kvfaultfs --backing=DIR --rules=FILE MOUNTPOINT [-f] [-o opt...]\n"
+                 "  rules: lines of OP GLOB FAULT [MS]; OP read|write|open|create|fsync|any;\n"
+                 "  FAULT eio|enospc|delay MS|hang (until the rule is removed); first match applies\n");
+    return 2;
+  }
+  S().backing = open(o.backing, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (S().backing < 0) {
+    std::fprintf(stderr, "kvfaultfs: %s: %s\n", o.backing, std::strerror(errno));
+    return 1;
+  }
+  S().rules_path = o.rules;
+  fuse_operations ops{};
+  ops.getattr = GetAttr;
+  ops.readdir = ReadDir;
+  ops.opendir = OpenDir;
+  ops.open = Open;
+  ops.create = Create;
+  ops.read = Read;
+  ops.write = Write;
+  ops.release = Release;
+  ops.fsync = Fsync;
+  ops.fsyncdir = FsyncDir;
+  ops.mkdir = Mkdir;
+  ops.unlink = Unlink;
+  ops.rmdir = Rmdir;
+  ops.rename = Rename;
+  ops.truncate = Truncate;
+  ops.chmod = Chmod;
+  ops.utimens = Utimens;
+  ops.statfs = StatFs;
+  ops.flock = Flock;
+  ops.init = Init;
+  const int r = fuse_main(args.argc, args.argv, &ops, nullptr);
+  fuse_opt_free_args(&args);
+  return r;
+}
