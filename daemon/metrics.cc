@@ -141,6 +141,9 @@ std::string RenderMetrics(const StoreStats& s, const DaemonGauges& d, bool healt
   Family(&out, "kvstream_loop_lag_seconds", "gauge", "Since the I/O loop last went round.").Sample("", s.loop_lag_seconds);
   Family(&out, "process_cpu_seconds_total", "counter", "User and system CPU time of kvstreamd.")
       .Sample("", s.process_cpu_seconds);
+  Family(&out, "kvstream_index_reconciling", "gauge",
+         "1 while a saved index is checked against the tiers' files after a start.")
+      .Sample("", s.reconciling ? 1.0 : 0.0);
   Family(&out, "kvstream_verify_threads", "gauge", "Threads verifying blocks off the I/O loop.")
       .Sample("", static_cast<double>(s.verify_threads));
   Family(&out, "kvstream_sessions", "gauge", "Attached client sessions.").Sample("", d.sessions);

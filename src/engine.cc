@@ -7,6 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "reconcile.h"
 #include "recovery.h"
 #include "spdlog/spdlog.h"
 
@@ -57,12 +58,34 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(StoreConfig config,
   }
   std::unique_ptr<Engine> engine(new Engine(std::move(config), std::move(tiers), std::move(reactor)));
   if (absl::Status s = engine->reader_.Init(); !s.ok()) return s;
+  std::vector<bool> from_checkpoint;
   {
     absl::MutexLock lock(&engine->index_.mu());
-    if (absl::Status s = RecoverIndex(engine->tiers_, &engine->index_.get()); !s.ok()) return s;
+    if (absl::Status s = RecoverIndex(engine->tiers_, &engine->index_.get(), &from_checkpoint); !s.ok()) return s;
   }
   engine->thread_ = std::thread([e = engine.get()] { e->Loop(); });
+  if (std::find(from_checkpoint.begin(), from_checkpoint.end(), true) != from_checkpoint.end()) {
+    engine->reconciling_.store(true);
+    engine->reconcile_thread_ = std::thread([e = engine.get(), from_checkpoint] { e->Reconcile(from_checkpoint); });
+  }
   return engine;
+}
+
+void Engine::Reconcile(const std::vector<bool>& tiers) {
+  const int64_t started = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                              std::chrono::system_clock::now().time_since_epoch()).count();
+  for (size_t t = 0; t < tiers.size() && !reconcile_stop_; ++t) {
+    if (!tiers[t]) continue;
+    const ReconcileReport r = ReconcileTier(tiers_, static_cast<int>(t), &index_, started, reconcile_stop_);
+    if (r.missing + r.torn + r.added + r.removed > 0) {
+      spdlog::warn("tier {}: reconciled the saved index with the files: {} in place, {} gone (out of the index), "
+                   "{} torn (removed), {} unindexed files indexed, {} removed",
+                   tiers_[t]->name, r.checked, r.missing, r.torn, r.added, r.removed);
+    } else {
+      spdlog::info("tier {}: the saved index matches the files ({} chunks)", tiers_[t]->name, r.checked);
+    }
+  }
+  reconciling_.store(false);
 }
 
 Engine::~Engine() { Shutdown(); }
@@ -72,11 +95,13 @@ void Engine::Shutdown() {
     absl::MutexLock lock(&inbox_mu_);
     stopping_ = true;
   }
+  reconcile_stop_ = true;
   stager_.Stop();  // blocked producers give up; what is staged is written, also during reads
   reactor_->Wake();
   absl::MutexLock join(&join_mu_);
   if (!thread_.joinable()) return;
   thread_.join();
+  if (reconcile_thread_.joinable()) reconcile_thread_.join();  // before the index is saved
   absl::ReaderMutexLock lock(&index_.mu());
   SaveIndexes(tiers_, index_.get_shared());  // the next start reads these instead of every header
 }
@@ -256,6 +281,7 @@ StoreStats Engine::Stats() const {
     s.process_cpu_seconds = seconds(usage.ru_utime) + seconds(usage.ru_stime);
   }
   s.verify_threads = static_cast<uint32_t>(reader_.verify_threads());
+  s.reconciling = reconciling_.load();
   s.step_seconds = step_seconds_.Snapshot();
   s.step_bound_seconds = step_bound_seconds_.Snapshot();
   s.step_gap = step_gap_.Snapshot();

@@ -119,6 +119,11 @@ class Engine final : public Store {
 
   absl::Mutex join_mu_;  // serialises Shutdown's join and commands run after the loop exited
   std::thread thread_;
+  // The reconcile pass after a start from saved indexes (reconcile.h), off the loop.
+  void Reconcile(const std::vector<bool>& tiers);
+  std::thread reconcile_thread_;
+  std::atomic<bool> reconcile_stop_{false};
+  std::atomic<bool> reconciling_{false};  // Stats: the pass is running
 };
 
 }  // namespace kvstream

@@ -329,6 +329,36 @@ absl::StatusOr<ScanReport> FileDevice::Scan() {
   return report;
 }
 
+absl::StatusOr<std::vector<ListedChunk>> FileDevice::ListChunks() {
+  std::vector<ListedChunk> out;
+  std::error_code ec;
+  for (const fs::directory_entry& dir : fs::directory_iterator(options_.path, ec)) {
+    const std::string dir_name = dir.path().filename().string();
+    if (!dir.is_directory() || !IsHexStem(dir_name, 2)) continue;
+    for (const fs::directory_entry& file : fs::directory_iterator(dir.path(), ec)) {
+      const std::string name = file.path().filename().string();
+      if (!absl::EndsWith(name, kChunkSuffix)) continue;  // temporaries belong to writes in progress
+      const std::string stem = name.substr(0, name.size() - kChunkSuffixLength);
+      if (!IsHexStem(stem, 32) || stem.substr(0, 2) != dir_name) continue;
+      std::error_code size_ec;
+      const uint64_t size = file.file_size(size_ec);
+      if (!size_ec) out.push_back({stem, size});
+    }
+  }
+  if (ec) return absl::InternalError(absl::StrCat("listing ", options_.path, ": ", ec.message()));
+  return out;
+}
+
+absl::StatusOr<ScannedChunk> FileDevice::ReadChunkHeader(const std::string& stem) {
+  return ReadHeader(ChunkPath(stem), stem);
+}
+
+absl::StatusOr<uint64_t> FileDevice::ChunkFileSize(const std::string& stem) {
+  struct stat st;
+  if (fstatat(dir_fd_, RelativeChunkPath(stem).c_str(), &st, 0) != 0) return Errno("stat", ChunkPath(stem));
+  return static_cast<uint64_t>(st.st_size);
+}
+
 absl::Status FileDevice::SaveIndex(const std::vector<ChunkMeta>& chunks) { return WriteCheckpoint(options_.path, chunks); }
 
 absl::StatusOr<FileHandle> FileDevice::OpenChunk(const std::string& stem) {

@@ -9,8 +9,9 @@
 
 namespace kvstream {
 
-absl::Status RecoverIndex(const Tiers& tiers, Index* index) {
+absl::Status RecoverIndex(const Tiers& tiers, Index* index, std::vector<bool>* from_checkpoint) {
   std::vector<std::pair<int, ScannedChunk>> all;
+  if (from_checkpoint) from_checkpoint->assign(tiers.size(), false);
   for (size_t t = 0; t < tiers.size(); ++t) {
     absl::StatusOr<ScanReport> report = tiers[t]->device->Scan();
     if (!report.ok()) {
@@ -18,6 +19,7 @@ absl::Status RecoverIndex(const Tiers& tiers, Index* index) {
                           absl::StrCat("tier ", tiers[t]->name, ": scan failed: ", report.status().message()));
     }
     if (report->from_checkpoint) {
+      if (from_checkpoint) (*from_checkpoint)[t] = true;
       spdlog::info("tier {}: {} chunks from the index saved at the last clean shutdown", tiers[t]->name,
                    report->chunks.size());
     } else {

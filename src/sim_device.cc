@@ -130,6 +130,29 @@ absl::Status SimDevice::Recreate() {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::vector<ListedChunk>> SimDevice::ListChunks() {
+  absl::MutexLock lock(&mu_);
+  std::vector<ListedChunk> out;
+  for (const auto& [stem, bytes] : files_) out.push_back({stem, bytes.size()});
+  return out;
+}
+
+absl::StatusOr<ScannedChunk> SimDevice::ReadChunkHeader(const std::string& stem) {
+  absl::MutexLock lock(&mu_);
+  auto it = files_.find(stem);
+  if (it == files_.end()) return absl::NotFoundError(absl::StrCat("no file for ", stem));
+  absl::StatusOr<ChunkMeta> meta = DecodeChunkHeader(it->second.data(), it->second.size());
+  if (!meta.ok()) return meta.status();
+  return ScannedChunk{*std::move(meta), it->second.size()};
+}
+
+absl::StatusOr<uint64_t> SimDevice::ChunkFileSize(const std::string& stem) {
+  absl::MutexLock lock(&mu_);
+  auto it = files_.find(stem);
+  if (it == files_.end()) return absl::NotFoundError(absl::StrCat("no file for ", stem));
+  return static_cast<uint64_t>(it->second.size());
+}
+
 absl::Status SimDevice::SaveIndex(const std::vector<ChunkMeta>& chunks) {
   absl::MutexLock lock(&mu_);
   saved_index_ = chunks;

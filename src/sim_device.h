@@ -86,6 +86,9 @@ class SimDevice final : public TierDevice, public SimClock::Source {
   const DeviceProperties& properties() const override { return props_; }
   absl::StatusOr<ScanReport> Scan() override;
   absl::Status SaveIndex(const std::vector<ChunkMeta>& chunks) override;
+  absl::StatusOr<std::vector<ListedChunk>> ListChunks() override;
+  absl::StatusOr<ScannedChunk> ReadChunkHeader(const std::string& stem) override;
+  absl::StatusOr<uint64_t> ChunkFileSize(const std::string& stem) override;
   absl::StatusOr<FileHandle> OpenChunk(const std::string& stem) override;
   absl::StatusOr<FileHandle> CreateTemp(const std::string& stem) override;
   absl::Status CommitTemp(FileHandle temp, const std::string& stem, bool sync_directory) override;

@@ -83,6 +83,11 @@ struct ScannedChunk {
   uint64_t file_size = 0;
 };
 
+struct ListedChunk {
+  std::string stem;
+  uint64_t file_size = 0;
+};
+
 struct ScanReport {
   std::vector<ScannedChunk> chunks;
   uint64_t removed_temporaries = 0;
@@ -103,6 +108,13 @@ class TierDevice {
   // Saves the chunks the tier holds for the next Scan (at clean shutdown, when nothing changes
   // any more).
   virtual absl::Status SaveIndex(const std::vector<ChunkMeta>& chunks) = 0;
+
+  // The reconcile pass after a start from a saved index (reconcile.h): every committed chunk
+  // file's stem and size by its name only (no header read); one file's header; one file's size
+  // now (NotFound when it is gone).
+  virtual absl::StatusOr<std::vector<ListedChunk>> ListChunks() = 0;
+  virtual absl::StatusOr<ScannedChunk> ReadChunkHeader(const std::string& stem) = 0;
+  virtual absl::StatusOr<uint64_t> ChunkFileSize(const std::string& stem) = 0;
 
   // Returns a handle for reading the committed chunk file of `stem` (NotFound if there is none).
   // Handles are cached by the device. REQUIRES: the handle is used by Queue before the next

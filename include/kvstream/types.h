@@ -162,6 +162,7 @@ struct StoreStats {
   double loop_lag_seconds = 0;         // since the I/O loop last went round (health: it is stuck)
   double process_cpu_seconds = 0;      // user + system CPU time of the process the store runs in
   uint32_t verify_threads = 0;         // threads verifying blocks off the I/O loop (0: the loop does)
+  bool reconciling = false;            // checking a saved index against the tier's files (after a start)
   Histogram step_seconds;              // each step's retrieval time
   Histogram step_bound_seconds;        // each step's bound D / sum of b_k
   Histogram step_gap;                  // each step's gap to the bound (wall / bound - 1)

@@ -5,11 +5,13 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <thread>
 
 #include "aligned_buffer.h"
 #include "chunk_format.h"
@@ -229,7 +231,7 @@ TEST_CASE("after a crash, truncated files and temporaries are removed at start a
   }
 }
 
-TEST_CASE("after a clean shutdown, files damaged while down are never served and leave when first read") {
+TEST_CASE("after a clean shutdown, files damaged while down are never served and leave") {
   TempDir dir;
   auto chunks = Chunks(3, 512 << 10);
   {
@@ -243,7 +245,9 @@ TEST_CASE("after a clean shutdown, files damaged while down are never served and
   REQUIRE(store->Evict({"chunk-1", "fast", 0, false}).ok());
   std::vector<std::vector<uint8_t>> buffers;
   auto results = ReadAll(*store, chunks, &buffers);
-  CHECK(absl::IsDataLoss(results[0].status));  // truncated: never served...
+  // Truncated: never served (a failed read, or a miss once the reconcile pass took it out first)...
+  CHECK((absl::IsDataLoss(results[0].status) || absl::IsNotFound(results[0].status)));
+  for (int i = 0; i < 500 && store->Stats().reconciling; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   CHECK_FALSE(store->Lookup({"chunk-0"})[0].present);  // ...and gone from the index and the disk
   CHECK_FALSE(fs::exists(ChunkFile(dir.sub("t0"), "chunk-0")));
   REQUIRE(results[1].status.ok());  // its payload is intact: every block matches its checksum
@@ -375,6 +379,47 @@ TEST_CASE("bad persists are refused without side effects") {
   store->Flush();
   CHECK(store->Stats().chunks == 0);
   CHECK(store->Stats().staged_bytes == 0);
+}
+
+TEST_CASE("after a start from the saved index, a background pass reconciles it with the files") {
+  TempDir dir;
+  auto chunks = Chunks(12, 64 << 10);
+  {
+    auto store = OpenOrSkip(TwoTiers(dir));
+    PutAll(*store, chunks);
+  }
+  // While down: chunk-1's file deleted on t0, chunk-2's truncated on t0 (torn), chunk-3's copied
+  // from t1 to t0 after t0's was deleted before the shutdown (a file the index lacks), and an
+  // invalid file dropped into t0.
+  fs::remove(ChunkFile(dir.sub("t0"), "chunk-1"));
+  fs::resize_file(ChunkFile(dir.sub("t0"), "chunk-2"), 4096 + 1000);
+  fs::remove(ChunkFile(dir.sub("t0"), "chunk-3"));
+  {
+    auto store = OpenOrSkip(TwoTiers(dir));  // from the index: chunk-3 now only on t1
+    store->Flush();
+  }
+  fs::copy_file(ChunkFile(dir.sub("t1"), "chunk-3"), ChunkFile(dir.sub("t0"), "chunk-3"));
+  const std::string junk = ChunkFile(dir.sub("t0"), "not-a-chunk");
+  fs::create_directories(fs::path(junk).parent_path());
+  std::ofstream(junk) << "not a chunk file";
+
+  auto store = OpenOrSkip(TwoTiers(dir));
+  for (int i = 0; i < 500 && store->Stats().reconciling; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  REQUIRE_FALSE(store->Stats().reconciling);
+  auto look = store->Lookup({"chunk-1", "chunk-2", "chunk-3", "chunk-4"});
+  CHECK(look[0].tier_mask == 2u);  // gone from t0: out of the index
+  CHECK(look[1].tier_mask == 2u);  // torn on t0: out, and its file removed
+  CHECK_FALSE(fs::exists(ChunkFile(dir.sub("t0"), "chunk-2")));
+  CHECK(look[2].tier_mask == 3u);  // the copy on t0 is valid and the same version: indexed
+  CHECK(look[3].tier_mask == 3u);
+  CHECK_FALSE(fs::exists(junk));   // invalid: removed
+  std::vector<std::vector<uint8_t>> buffers;
+  auto results = ReadAll(*store, chunks, &buffers);
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    INFO(i);
+    REQUIRE(results[i].status.ok());
+    CHECK((buffers[i] == chunks[i].second));
+  }
 }
 
 }  // namespace
