@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <filesystem>
 
 #include <atomic>
@@ -67,6 +68,29 @@ absl::StatusOr<ScannedChunk> ReadHeader(const std::string& path, std::string_vie
                                             meta->file_size()));
   }
   return ScannedChunk{*std::move(meta), static_cast<uint64_t>(st.st_size)};
+}
+
+// Walks a tier's chunk directories (named by the first two hex digits of their files' stems):
+// `on_chunk(file, stem)` for each committed chunk file, `on_temp(file)` for each temporary.
+std::error_code ForEachChunkFile(const std::string& root,
+                                 const std::function<void(const fs::directory_entry&, const std::string&)>& on_chunk,
+                                 const std::function<void(const fs::directory_entry&)>& on_temp) {
+  std::error_code ec;
+  for (const fs::directory_entry& dir : fs::directory_iterator(root, ec)) {
+    const std::string dir_name = dir.path().filename().string();
+    if (!dir.is_directory() || !IsHexStem(dir_name, 2)) continue;
+    for (const fs::directory_entry& file : fs::directory_iterator(dir.path(), ec)) {
+      const std::string name = file.path().filename().string();
+      if (absl::StrContains(name, kTempMarker)) {
+        on_temp(file);
+        continue;
+      }
+      if (!absl::EndsWith(name, kChunkSuffix)) continue;
+      const std::string stem = name.substr(0, name.size() - kChunkSuffixLength);
+      if (IsHexStem(stem, 32) && stem.substr(0, 2) == dir_name) on_chunk(file, stem);
+    }
+  }
+  return ec;
 }
 
 }  // namespace
@@ -288,24 +312,12 @@ absl::StatusOr<ScanReport> FileDevice::Scan() {
   }
   // Every chunk file's header, read by a few threads (a cold scan waits on the device).
   std::vector<std::pair<std::string, std::string>> files;  // path, stem
-  std::error_code ec;
-  for (const fs::directory_entry& dir : fs::directory_iterator(options_.path, ec)) {
-    const std::string dir_name = dir.path().filename().string();
-    if (!dir.is_directory() || !IsHexStem(dir_name, 2)) continue;
-    for (const fs::directory_entry& file : fs::directory_iterator(dir.path(), ec)) {
-      const std::string name = file.path().filename().string();
-      const std::string path = file.path().string();
-      if (absl::StrContains(name, kTempMarker)) {
-        unlink(path.c_str());
+  const std::error_code ec = ForEachChunkFile(
+      options_.path, [&](const fs::directory_entry& file, const std::string& stem) { files.emplace_back(file.path().string(), stem); },
+      [&](const fs::directory_entry& temp) {
+        unlink(temp.path().c_str());
         ++report.removed_temporaries;
-        continue;
-      }
-      if (!absl::EndsWith(name, kChunkSuffix)) continue;
-      const std::string stem = name.substr(0, name.size() - kChunkSuffixLength);
-      if (!IsHexStem(stem, 32) || stem.substr(0, 2) != dir_name) continue;
-      files.emplace_back(path, stem);
-    }
-  }
+      });
   if (ec) return absl::InternalError(absl::StrCat("scanning ", options_.path, ": ", ec.message()));
   std::vector<absl::StatusOr<ScannedChunk>> headers(files.size(), absl::UnknownError("not read"));
   std::atomic<size_t> next{0};
@@ -331,20 +343,14 @@ absl::StatusOr<ScanReport> FileDevice::Scan() {
 
 absl::StatusOr<std::vector<ListedChunk>> FileDevice::ListChunks() {
   std::vector<ListedChunk> out;
-  std::error_code ec;
-  for (const fs::directory_entry& dir : fs::directory_iterator(options_.path, ec)) {
-    const std::string dir_name = dir.path().filename().string();
-    if (!dir.is_directory() || !IsHexStem(dir_name, 2)) continue;
-    for (const fs::directory_entry& file : fs::directory_iterator(dir.path(), ec)) {
-      const std::string name = file.path().filename().string();
-      if (!absl::EndsWith(name, kChunkSuffix)) continue;  // temporaries belong to writes in progress
-      const std::string stem = name.substr(0, name.size() - kChunkSuffixLength);
-      if (!IsHexStem(stem, 32) || stem.substr(0, 2) != dir_name) continue;
-      std::error_code size_ec;
-      const uint64_t size = file.file_size(size_ec);
-      if (!size_ec) out.push_back({stem, size});
-    }
-  }
+  const std::error_code ec = ForEachChunkFile(
+      options_.path,
+      [&](const fs::directory_entry& file, const std::string& stem) {
+        std::error_code size_ec;
+        const uint64_t size = file.file_size(size_ec);
+        if (!size_ec) out.push_back({stem, size});
+      },
+      [](const fs::directory_entry&) {});  // temporaries belong to writes in progress
   if (ec) return absl::InternalError(absl::StrCat("listing ", options_.path, ": ", ec.message()));
   return out;
 }
