@@ -370,7 +370,9 @@ void StepReader::Finish(ReadStep* step) {
 }
 
 void StepReader::Sweep() {
-  std::erase_if(steps_, [](const std::unique_ptr<ReadStep>& s) { return s->end_ns != 0 && s->reads_in_flight == 0 && s->verifying == 0; });
+  std::erase_if(steps_, [](const std::unique_ptr<ReadStep>& s) {
+    return s->end_ns != 0 && s->reads_in_flight == 0 && s->verifying == 0;
+  });
 }
 
 }  // namespace kvstream
