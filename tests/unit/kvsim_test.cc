@@ -112,6 +112,26 @@ TEST_CASE("kvsim: raising the arrival rate raises the TTFT gain of faster retrie
   CHECK(heavy > light);
 }
 
+TEST_CASE("kvsim: slower writes stall a saturated node; primary replication writes and reads tier 0 only") {
+  NodeConfig node;
+  node.profile = *FindProfile("32B");
+  node.memory_bytes = 0;
+  node.staging_bytes = 1e9;
+  node.bandwidth = [](uint64_t, double) { return std::vector<double>{2e9, 1e9}; };
+  const auto trace = ReuseTrace(200, 0.05);  // arrivals faster than the node: writes pile up
+  const PolicyResult as_reads = Simulate(trace, node, {PolicyKind::kCompletion});
+  node.write_bandwidth = {0.5e9, 0.25e9};
+  const PolicyResult slow_writes = Simulate(trace, node, {PolicyKind::kCompletion});
+  CHECK(slow_writes.write_stall_s > as_reads.write_stall_s);
+  CHECK(slow_writes.bytes_written[0] == Approx(slow_writes.bytes_written[1]));  // all: every tier
+  node.replicate_all = false;
+  const PolicyResult primary = Simulate(trace, node, {PolicyKind::kCompletion});
+  CHECK(primary.bytes_written[0] > 0);
+  CHECK(primary.bytes_written[1] == 0);
+  CHECK(primary.bytes_read[1] == 0);  // only tier 0 holds the chunks
+  CHECK(primary.write_stall_s < slow_writes.write_stall_s);  // the slow second tier is never written
+}
+
 }  // namespace
 }  // namespace kvsim
 

@@ -159,7 +159,7 @@ int Main(int argc, char** argv) {
                "comes back from storage tiers; prints per-policy throughput, TTFT and retrieval gap"};
   std::string trace_path, profile_name = "32B", bw_text = "12e9,6e9", schedule, order_text = "recorded";
   std::string policies_text = "recompute,serial,fastest,static:0.5,static:0.75,completion", json_path, plot_dir;
-  std::string memory_text = "64GiB", slo_text = "1,2,5", staging_text = "32GiB";
+  std::string memory_text = "64GiB", slo_text = "1,2,5", staging_text = "32GiB", write_bw_text, replication = "all";
   double rate = 1;
   uint64_t seed = 1;
   NodeConfig node;
@@ -172,6 +172,9 @@ int Main(int argc, char** argv) {
   app.add_option("--model", profile_name, "model profile: 14B | 32B | 70B | 110B (KV bytes/token, forward time)")->capture_default_str();
   app.add_option("--memory", memory_text, "GPU + host KV capacity in front of storage (e.g. 64GiB)")->capture_default_str();
   app.add_option("--bw", bw_text, "read bandwidth per tier in bytes/s, comma-separated (tier 0 first; default: 4 NVMe drives and a PFS link)")->capture_default_str();
+  app.add_option("--write-bw", write_bw_text, "write bandwidth per tier in bytes/s, comma-separated (default: as fast as each reads)");
+  app.add_option("--replication", replication, "where new KV is written: all (every tier) | primary (tier 0 only; every read then comes from it)")
+      ->check(CLI::IsMember({"all", "primary"}))->capture_default_str();
   app.add_option("--schedule", schedule, "bandwidth over time: constant | periodic:<period_s>:<amplitude> (swings the last tier) | replay:<file> (step records as JSON, e.g. kvcore_bench --json, or one line of bytes/s per tier per step)");
   app.add_option("--rate", rate, "arrival-rate scale (2 = twice as fast)")->capture_default_str();
   app.add_option("--order", order_text, "arrival order: recorded | round-robin | random (sessions interleaved)")->capture_default_str();
@@ -206,10 +209,18 @@ int Main(int argc, char** argv) {
   try {
     bw = ParseList(bw_text);
     node.slo_s = ParseList(slo_text);
+    if (!write_bw_text.empty()) node.write_bandwidth = ParseList(write_bw_text);
   } catch (const std::exception&) {
-    std::cerr << "kvsim: --bw and --slo take comma-separated numbers\n";
+    std::cerr << "kvsim: --bw, --write-bw and --slo take comma-separated numbers\n";
     return 2;
   }
+  if (!node.write_bandwidth.empty() &&
+      (node.write_bandwidth.size() != bw.size() ||
+       std::any_of(node.write_bandwidth.begin(), node.write_bandwidth.end(), [](double b) { return !(b > 0); }))) {
+    std::cerr << "kvsim: --write-bw needs one positive bandwidth per tier of --bw\n";
+    return 2;
+  }
+  node.replicate_all = replication == "all";
   if (bw.empty() || std::any_of(bw.begin(), bw.end(), [](double b) { return !(b > 0); }) || rate <= 0) {
     std::cerr << "kvsim: bandwidths and --rate must be positive\n";
     return 2;
@@ -257,18 +268,27 @@ int Main(int argc, char** argv) {
     }
   }
 
-  std::printf("kvsim: %zu requests, model %s (%.0f KB/token, TP %u), memory %s, tiers %s B/s, rate x%g, order %s\n",
+  std::printf("kvsim: %zu requests, model %s (%.0f KB/token, TP %u), memory %s, tiers %s B/s (writes %s), "
+              "replication %s, rate x%g, order %s\n",
               trace.size(), profile_name.c_str(), node.profile.kv_bytes_per_token / 1e3, node.profile.tp,
-              memory_text.c_str(), bw_text.c_str(), rate, order_text.c_str());
+              memory_text.c_str(), bw_text.c_str(), write_bw_text.empty() ? "as reads" : write_bw_text.c_str(),
+              replication.c_str(), rate, order_text.c_str());
   std::printf("demand: V = %.1f GB reused, Pr[d > M] = %.3f, D = %.1f GB from storage\n\n",
               demand.reuses * block_kv / 1e9, demand.fraction(), demand.beyond * block_kv / 1e9);
   std::printf("%-12s %9s %9s %9s %9s %9s %8s %10s %9s %9s", "policy", "req/s", "ttft_mean", "ttft_p50", "ttft_p90",
               "ttft_p99", "gap", "retrieve_s", "wstall_s", "slo@");
-  std::printf("%gs\n", node.slo_s.empty() ? 0 : node.slo_s.front());
+  std::printf("%-7s %8s %s\n", (std::to_string(static_cast<int>(node.slo_s.empty() ? 0 : node.slo_s.front())) + "s").c_str(),
+              "write_x", "GB written per tier");
   for (const PolicyResult& r : results) {
-    std::printf("%-12s %9.3f %9.3f %9.3f %9.3f %9.3f %+7.1f%% %10.1f %9.1f %8.1f%%\n", r.policy.c_str(), r.throughput_rps,
-                r.ttft_mean, r.ttft_p50, r.ttft_p90, r.ttft_p99, 100 * r.gap, r.retrieval_s, r.write_stall_s,
-                r.slo_attainment.empty() ? 0 : 100 * r.slo_attainment.front());
+    // Write amplification: bytes written to all tiers over the new KV written once.
+    double written = 0, first = r.bytes_written.empty() ? 0 : r.bytes_written[0];
+    for (double b : r.bytes_written) written += b;
+    std::printf("%-12s %9.3f %9.3f %9.3f %9.3f %9.3f %+7.1f%% %10.1f %9.1f %8.1f%% %7.2fx ", r.policy.c_str(),
+                r.throughput_rps, r.ttft_mean, r.ttft_p50, r.ttft_p90, r.ttft_p99, 100 * r.gap, r.retrieval_s,
+                r.write_stall_s, r.slo_attainment.empty() ? 0 : 100 * r.slo_attainment.front(),
+                first > 0 ? written / first : 0);
+    for (size_t k = 0; k < r.bytes_written.size(); ++k) std::printf("%s%.1f", k ? "/" : " ", r.bytes_written[k] / 1e9);
+    std::printf("\n");
   }
   if (!json_path.empty()) {
     nlohmann::json j;

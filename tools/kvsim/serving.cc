@@ -110,10 +110,20 @@ absl::StatusOr<Policy> ParsePolicy(const std::string& text) {
   return absl::InvalidArgumentError("policy '" + text + "' is not one of recompute, serial, fastest, static:<g>, completion");
 }
 
+std::vector<double> WriteBandwidth(const NodeConfig& node, const std::vector<double>& read_bw) {
+  if (node.write_bandwidth.empty()) return read_bw;
+  std::vector<double> w = read_bw;
+  for (size_t k = 0; k < w.size() && k < node.write_bandwidth.size(); ++k) w[k] = node.write_bandwidth[k];
+  return w;
+}
+
 PolicyResult Simulate(const std::vector<Request>& trace, const NodeConfig& node, const Policy& policy) {
   const double block_kv = kTraceBlockTokens * node.profile.kv_bytes_per_token;
   const bool uses_storage = policy.kind != PolicyKind::kRecompute;
-  const bool single_tier = policy.kind == PolicyKind::kSerial || policy.kind == PolicyKind::kFastest;
+  // Where new KV goes: every tier under `all`, only tier 0 under `primary` or a one-tier policy
+  // (whose other tiers would never be read). Under `primary` every read is from tier 0.
+  const bool single_tier =
+      policy.kind == PolicyKind::kSerial || policy.kind == PolicyKind::kFastest || !node.replicate_all;
   const size_t tiers = node.bandwidth(0, 0).size();
   PolicyResult out;
   out.policy = policy.label();
@@ -133,7 +143,7 @@ PolicyResult Simulate(const std::vector<Request>& trace, const NodeConfig& node,
   while (next < trace.size() || !prefilling.empty() || !decoding.empty()) {
     if (prefilling.empty() && decoding.empty() && trace[next].arrival_s > now) {
       // The node is idle until the next arrival: staged writes drain meanwhile.
-      const std::vector<double> idle_bw = node.bandwidth(step, now);
+      const std::vector<double> idle_bw = WriteBandwidth(node, node.bandwidth(step, now));
       for (size_t k = 0; k < tiers; ++k) {
         backlog[k] = std::max(0.0, backlog[k] - idle_bw[k] * (trace[next].arrival_s - now));
       }
@@ -189,16 +199,22 @@ PolicyResult Simulate(const std::vector<Request>& trace, const NodeConfig& node,
     // T_ret under the policy. Deferred writes are not issued during reads, but the pieces already
     // in flight when the step starts (at most write_depth blocks per tier) delay that tier.
     std::vector<double> bw = node.bandwidth(step, now);
+    const std::vector<double> wbw = WriteBandwidth(node, bw);
     std::vector<double> delay(tiers, 0);
     std::vector<double> in_flight(tiers, 0);
     for (size_t k = 0; k < tiers; ++k) {
       in_flight[k] = std::min(backlog[k], node.write_depth * node.block_bytes);
-      delay[k] = bw[k] > 0 ? in_flight[k] / bw[k] : 0;
+      delay[k] = wbw[k] > 0 ? in_flight[k] / wbw[k] : 0;
     }
     double t_ret = 0;
     if (read_bytes > 0) {
       std::vector<double> tier_bytes(tiers, 0);
-      switch (policy.kind) {
+      // Under `primary`, only tier 0 holds the chunks: every policy reads them from it alone.
+      const PolicyKind kind = !node.replicate_all && policy.kind != PolicyKind::kRecompute &&
+                                      policy.kind != PolicyKind::kSerial
+                                  ? PolicyKind::kFastest
+                                  : policy.kind;
+      switch (kind) {
         case PolicyKind::kRecompute: break;
         case PolicyKind::kSerial:
           t_ret = SerialTime(read_bytes, read_chunks, node.chunk_latency_s, bw[0], delay[0]);
@@ -236,12 +252,12 @@ PolicyResult Simulate(const std::vector<Request>& trace, const NodeConfig& node,
       }
     }
     for (size_t k = 0; k < tiers; ++k) {
-      backlog[k] = std::max(0.0, backlog[k] - bw[k] * t_fwd);
+      backlog[k] = std::max(0.0, backlog[k] - wbw[k] * t_fwd);
       if (backlog[k] > node.staging_bytes) {  // staging full: the engine waits for the writes
-        t_wr = std::max(t_wr, (backlog[k] - node.staging_bytes) / bw[k]);
+        t_wr = std::max(t_wr, (backlog[k] - node.staging_bytes) / wbw[k]);
       }
     }
-    for (size_t k = 0; k < tiers; ++k) backlog[k] = std::max(0.0, std::min(backlog[k] - bw[k] * t_wr, node.staging_bytes));
+    for (size_t k = 0; k < tiers; ++k) backlog[k] = std::max(0.0, std::min(backlog[k] - wbw[k] * t_wr, node.staging_bytes));
     const double t_step = t_ret + t_fwd + t_wr;
     now += t_step;
     out.forward_s += t_fwd;

@@ -41,7 +41,9 @@ using BandwidthSchedule = std::function<std::vector<double>(uint64_t step, doubl
 struct NodeConfig {
   ModelProfile profile;
   double memory_bytes = 0;          // GPU + host KV capacity (LRU) in front of storage
-  BandwidthSchedule bandwidth;      // read bandwidth per tier; writes use the same
+  BandwidthSchedule bandwidth;      // read bandwidth per tier
+  std::vector<double> write_bandwidth;  // write bytes/s per tier; empty: as fast as it reads
+  bool replicate_all = true;        // replication: every tier (all), or only tier 0 (primary)
   uint32_t token_budget = 8192;     // tokens per step (decodes + prefill chunks)
   uint32_t max_running = 256;       // requests admitted at once
   double block_bytes = 1 << 20;     // router block
@@ -72,6 +74,9 @@ struct PolicyResult {
   uint64_t memory_hit_blocks = 0, storage_hit_blocks = 0, computed_blocks = 0;
   std::vector<double> ttft;            // per request, in admission order
 };
+
+// Write bytes/s per tier: node.write_bandwidth where given, else the tier's read bandwidth.
+std::vector<double> WriteBandwidth(const NodeConfig& node, const std::vector<double>& read_bw);
 
 PolicyResult Simulate(const std::vector<Request>& trace, const NodeConfig& node, const Policy& policy);
 
