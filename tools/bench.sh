@@ -9,7 +9,7 @@
 # With --gbs, the GB/s regime instead (tier images on tmpfs, BENCH_DIR default /dev/shm/...; 16 MiB
 # chunks), where the host side is the bottleneck: uncapped (fio on t0, and on both tiers at once,
 # as the references), then caps 2000/700 and 3500/1200 MB/s; every table has the daemon's CPU
-# seconds per GB read.
+# seconds per GB read (--fast, --slow and --check do not apply; --steps defaults to 4).
 # Needs root. Results (JSON, PNG) go to OUT. Tears everything down, also on failure.
 # Usage: sudo tools/bench.sh [--gbs] [--fast MBPS] [--slow MBPS] [--steps N] [--out DIR] [--check GAP]
 set -euo pipefail
