@@ -169,6 +169,7 @@ void StepReader::Issue(int t, BlockRef ref) {
   slot.Set(IoKind::kRead, *file, meta.header_size() + start, length, target);
   slot.busy = true;
   slot.late = false;
+  slot.hedge_pending = false;
   slot.issued_ns = now;
   tier.device->Queue(&slot);
 }

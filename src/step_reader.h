@@ -11,7 +11,8 @@
 // No step waits on one tier without bound (step_reader_deadlines.cc): a read in flight past its
 // tier's deadline (4x the tier's recent read time, clamped to the configured floor and cap) marks
 // the tier stalled, so it claims nothing new until that read lands, and its block is read again
-// from another holder (a hedge); at the end of a step, an idle tier also takes over a block that a
+// from another holder (a hedge; not before that holder could read a block, so a briefly late fast
+// tier is not replaced by a much slower one); at the end of a step, an idle tier also takes over a block that a
 // much slower tier would finish later than it could read it. A hedged read is abandoned: its
 // completion is ignored, and it can no longer be seen because it targets a bounce buffer or
 // memory the store took back (memory_regions.h). A read straight into other memory is never
@@ -103,6 +104,7 @@ class StepReader {
     AlignedBuffer oversized;    // bounce for blocks larger than block_size (older chunks)
     bool busy = false;
     bool late = false;          // past its deadline; its tier is stalled until it lands
+    bool hedge_pending = false; // late, its block not yet read again elsewhere (HedgeAfter)
     int64_t issued_ns = 0;
   };
   struct TierReads {
@@ -131,6 +133,12 @@ class StepReader {
   // Abandons the slot's read and gives its block to another holder; false when that is unsafe
   // (a read straight into memory that cannot be taken back) or nobody else holds the chunk.
   bool Hedge(int tier, ReadSlot* slot);
+  // How long after its issue a late read's block is read again from another holder: the tier's
+  // deadline, or the fastest other holder's time for a block if that is longer (reading it again
+  // from a much slower tier finishes later than a tier that is only briefly late).
+  int64_t HedgeAfter(int tier, const ReadSlot& slot) const;
+  // Hedges the late read now if HedgeAfter has passed, else leaves it pending for CheckDeadlines.
+  void MaybeHedge(int tier, ReadSlot* slot, int64_t now);
   // `tier` has room and nothing to claim: takes over the straggler of another tier that it can
   // read well before that tier would deliver it.
   void HedgeTail(int tier);

@@ -20,12 +20,48 @@ int64_t StepReader::Deadline(int t) const {
   return static_cast<int64_t>(usual == 0 ? cap : std::clamp(kDeadlineFactor * usual, floor, cap));
 }
 
+int64_t StepReader::HedgeAfter(int t, const ReadSlot& slot) const {
+  const auto* step = static_cast<const ReadStep*>(slot.ref.step);
+  const uint32_t others = step->chunks[step->blocks[slot.ref.block].chunk].holders & ~(1u << t);
+  double fastest = -1;  // ns the fastest other holder that can read needs for a block
+  for (size_t h = 0; h < tiers_.size(); ++h) {
+    if (!(others & (1u << h)) || slots_[h].late > 0 || !tiers_[h]->readable) continue;
+    const double bps = tiers_[h]->reference_bps;
+    const double block_ns = bps > 0 ? config_.block_size / bps * 1e9 : slots_[h].read_ns;
+    if (fastest < 0 || block_ns < fastest) fastest = block_ns;
+  }
+  return std::max(Deadline(t), static_cast<int64_t>(std::max(0.0, fastest)));
+}
+
+void StepReader::MaybeHedge(int t, ReadSlot* slot, int64_t now) {
+  auto* step = static_cast<ReadStep*>(slot->ref.step);
+  if (step->blocks[slot->ref.block].state != BlockState::kInFlight) {
+    slot->hedge_pending = false;
+    return;
+  }
+  if (now - slot->issued_ns < HedgeAfter(t, *slot)) {
+    slot->hedge_pending = true;  // another holder would take longer than the late read might
+    return;
+  }
+  slot->hedge_pending = false;
+  if (!Hedge(t, slot) && slots_[t].late == 1) {
+    spdlog::warn("tier {}: the late read of '{}' cannot be taken over (no other holder, or it reads straight into "
+                 "memory the store cannot take back); its step waits for it",
+                 tiers_[t]->name, step->reads[step->blocks[slot->ref.block].chunk].key);
+  }
+}
+
 int64_t StepReader::CheckDeadlines() {
   const int64_t now = reactor_->NowNs();
   int64_t next = kNoDeadline;
   for (size_t t = 0; t < slots_.size(); ++t) {
     const int64_t deadline = Deadline(static_cast<int>(t));
     for (ReadSlot& slot : slots_[t].slots) {
+      if (slot.busy && slot.late && slot.hedge_pending) {
+        MaybeHedge(static_cast<int>(t), &slot, now);
+        if (slot.hedge_pending) next = std::min(next, slot.issued_ns + HedgeAfter(static_cast<int>(t), slot));
+        continue;
+      }
       if (!slot.busy || slot.late) continue;
       if (now - slot.issued_ns >= deadline) {
         ReadLate(static_cast<int>(t), &slot, now);
@@ -51,12 +87,7 @@ void StepReader::ReadLate(int t, ReadSlot* slot, int64_t now) {
                  tier.name, (now - slot->issued_ns) / 1'000'000, Deadline(t) / 1'000'000);
   }
   ++tier.counters.late_reads;
-  auto* step = static_cast<ReadStep*>(slot->ref.step);
-  if (step->blocks[slot->ref.block].state == BlockState::kInFlight && !Hedge(t, slot) && tr.late == 1) {
-    spdlog::warn("tier {}: the late read of '{}' cannot be taken over (no other holder, or it reads straight into "
-                 "memory the store cannot take back); its step waits for it",
-                 tier.name, step->reads[step->blocks[slot->ref.block].chunk].key);
-  }
+  MaybeHedge(t, slot, now);
 }
 
 void StepReader::ReadLanded(int t, ReadSlot* slot, int64_t now) {
@@ -65,6 +96,7 @@ void StepReader::ReadLanded(int t, ReadSlot* slot, int64_t now) {
   tr.read_ns = tr.read_ns == 0 ? took : (1 - kReadTimeWeight) * tr.read_ns + kReadTimeWeight * took;
   tiers_[t]->counters.read_seconds.Observe(took / 1e9);
   slot->busy = false;
+  slot->hedge_pending = false;
   if (!slot->late) return;
   slot->late = false;
   if (--tr.late == 0) {

@@ -164,5 +164,28 @@ TEST_CASE("at the end of a step an idle fast tier takes over a very slow tier's 
   CHECK(rig.engine->Stats().tiers[1].stalls == 0);  // slow is not stalled
 }
 
+TEST_CASE("a fast tier only briefly late keeps its block: it is not read again from a much slower tier") {
+  SimRig rig({300 * MBps, 1 * MBps});  // t1 needs a second per block
+  constexpr size_t kChunk = 4 * kBlock;
+  auto data = rig.Populate("k", 4, kChunk);
+  Arena arena(*rig.engine, 4 * kChunk);
+  std::vector<ChunkResult> results;
+  rig.engine->Retrieve(arena.Reads("k", 4, kChunk), &results);  // both tiers' block times known
+  // One read of t0 takes 0.7 s: past t0's 0.5 s deadline, yet sooner than t1 would read the block.
+  std::atomic<int> slow_once{1};
+  rig.devices[0]->SetFaultHook([&](const SimOpInfo& op) {
+    return op.op == SimOp::kRead && slow_once.fetch_sub(1) == 1 ? SimFault::Delay(700'000'000) : SimFault::None();
+  });
+  const uint64_t hedged_before = rig.engine->Stats().tiers[0].hedged_reads;
+  std::memset(arena.base, 0, arena.size);
+  StepRecord rec = rig.engine->Retrieve(arena.Reads("k", 4, kChunk), &results);
+  REQUIRE(rec.hits == 4);
+  CHECK(arena.Holds(data, kChunk));
+  const TierStats t0 = rig.engine->Stats().tiers[0];
+  CHECK(t0.stalls == 1);                          // it was late, so stalled while late...
+  CHECK(t0.hedged_reads == hedged_before);        // ...but its block was not given to t1
+  CHECK(rec.wall_seconds < 0.95);                 // t1 would have needed 1 s for that block
+}
+
 }  // namespace
 }  // namespace kvstream::testing
