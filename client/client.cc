@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "arena.h"
+#include "data_socket.h"
 #include "kvstream.grpc.pb.h"
 #include "proto_convert.h"
 
@@ -19,24 +20,26 @@ absl::Status FromGrpc(const grpc::Status& s) {
   return s.ok() ? absl::OkStatus() : absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
 }
 
+constexpr int kDataSocketTimeoutS = 5;  // the daemon answers at once or not at all
+
 absl::StatusOr<int> FetchArena(const std::string& data_socket, const std::string& token) {
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (data_socket.size() >= sizeof(addr.sun_path)) return absl::InvalidArgumentError("data socket path too long");
-  std::strcpy(addr.sun_path, data_socket.c_str());
-  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return absl::InternalError("socket failed");
-  timeval timeout{5, 0};  // the daemon answers at once or not at all
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      write(fd, token.data(), token.size()) != static_cast<ssize_t>(token.size())) {
-    close(fd);
-    return absl::UnavailableError("cannot reach the daemon's data socket " + data_socket);
-  }
-  auto arena_fd = ReceiveFd(fd);
-  close(fd);
+  absl::StatusOr<int> fd = ConnectDataSocket(data_socket, kDataSocketTimeoutS);
+  if (!fd.ok()) return fd.status();
+  absl::Status sent = SendDataRequest(*fd, DataOp::kFetchArena, token, 0);
+  absl::StatusOr<int> arena_fd = sent.ok() ? ReceiveFd(*fd) : absl::StatusOr<int>(sent);
+  close(*fd);
   return arena_fd;
+}
+
+// One region request on the data socket: its reply's value.
+absl::StatusOr<uint32_t> AskDataSocket(const std::string& data_socket, DataOp op, const std::string& token,
+                                       uint64_t argument, int fd = -1) {
+  absl::StatusOr<int> socket = ConnectDataSocket(data_socket, kDataSocketTimeoutS);
+  if (!socket.ok()) return socket.status();
+  absl::Status sent = SendDataRequest(*socket, op, token, argument, fd);
+  absl::StatusOr<uint32_t> value = sent.ok() ? ReceiveDataReply(*socket) : absl::StatusOr<uint32_t>(sent);
+  close(*socket);
+  return value;
 }
 
 // The session and chunk fields shared by RetrieveRequest and PersistRequest.
@@ -49,6 +52,7 @@ void FillRequest(uint64_t session_id, const std::string& token, const std::vecto
     r->set_key(c.key);
     r->set_offset(c.offset);
     r->set_length(c.length);
+    r->set_region(c.region);
   }
 }
 
@@ -61,6 +65,7 @@ struct Client::Impl {
   std::unique_ptr<grpc::ClientReaderWriter<v1::SessionRequest, v1::SessionEvent>> session;
   uint64_t session_id = 0;
   std::string token;
+  std::string data_socket;
   std::unique_ptr<Arena> arena;
 };
 
@@ -94,6 +99,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Attach(const std::string& socket
   }
   impl->session_id = event.attached().session_id();
   impl->token = event.attached().token();
+  impl->data_socket = event.attached().data_socket();
   auto fd = FetchArena(event.attached().data_socket(), event.attached().token());
   if (!fd.ok()) return fd.status();
   auto arena = Arena::Map(*fd);
@@ -115,6 +121,16 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& socke
 uint64_t Client::session_id() const { return impl_->session_id; }
 uint8_t* Client::arena() const { return impl_->arena ? impl_->arena->data() : nullptr; }
 uint64_t Client::arena_size() const { return impl_->arena ? impl_->arena->size() : 0; }
+
+absl::StatusOr<uint32_t> Client::AddRegion(int fd, uint64_t size) {
+  if (!impl_->session) return absl::FailedPreconditionError("a connection without a session has no regions");
+  return AskDataSocket(impl_->data_socket, DataOp::kAddRegion, impl_->token, size, fd);
+}
+
+absl::Status Client::RemoveRegion(uint32_t region) {
+  if (!impl_->session) return absl::FailedPreconditionError("a connection without a session has no regions");
+  return AskDataSocket(impl_->data_socket, DataOp::kRemoveRegion, impl_->token, region).status();
+}
 
 absl::StatusOr<std::vector<LookupResult>> Client::Lookup(const std::vector<std::string>& keys, size_t* prefix_hits) {
   v1::LookupRequest req;

@@ -4,30 +4,58 @@
 
 namespace kvstream {
 
-absl::Status CheckChunks(const Session& session, const google::protobuf::RepeatedPtrField<v1::ChunkRange>& chunks,
-                         size_t max_chunks) {
+absl::StatusOr<Admitted> CheckChunks(std::shared_ptr<Session> session,
+                                     const google::protobuf::RepeatedPtrField<v1::ChunkRange>& chunks,
+                                     size_t max_chunks) {
   if (chunks.empty()) return absl::InvalidArgumentError("no chunks in the request");
   if (static_cast<size_t>(chunks.size()) > max_chunks) {
     return absl::InvalidArgumentError("more than " + std::to_string(max_chunks) + " chunks in one request");
   }
+  Admitted admitted;
+  admitted.targets.reserve(chunks.size());
   for (int i = 0; i < chunks.size(); ++i) {
-    if (absl::Status k = ValidateKey(chunks[i].key()); !k.ok()) {
-      return absl::InvalidArgumentError("chunk " + std::to_string(i) + ": " + std::string(k.message()));
+    const v1::ChunkRange& c = chunks[i];
+    auto refuse = [i](absl::StatusCode code, absl::string_view why) {
+      return absl::Status(code, "chunk " + std::to_string(i) + ": " + std::string(why));
+    };
+    if (absl::Status k = ValidateKey(c.key()); !k.ok()) return refuse(absl::StatusCode::kInvalidArgument, k.message());
+    ChunkTarget target;
+    if (c.region() == 0) {
+      if (absl::Status r = session->arena->CheckRange(c.offset(), c.length()); !r.ok()) {
+        return refuse(absl::StatusCode::kOutOfRange, r.message());
+      }
+      target.data = session->arena->data() + c.offset();
+    } else {
+      std::shared_ptr<SessionRegion> region;
+      for (const auto& r : admitted.regions) {
+        if (r->id == c.region()) region = r;
+      }
+      if (region == nullptr) region = session->Region(c.region());
+      if (region == nullptr) {
+        return refuse(absl::StatusCode::kNotFound, "the session has no client region " + std::to_string(c.region()));
+      }
+      const ClientRegion& m = *region->memory;
+      if (absl::Status r = m.CheckRange(c.offset(), c.length()); !r.ok()) {
+        return refuse(absl::StatusCode::kOutOfRange, r.message());
+      }
+      target.data = m.data() + c.offset();
+      if (!m.sealed()) {
+        target.fd = m.fd();
+        target.fd_offset = c.offset();
+      }
+      if (admitted.regions.empty() || admitted.regions.back() != region) admitted.regions.push_back(region);
     }
-    if (absl::Status r = session.arena->CheckRange(chunks[i].offset(), chunks[i].length()); !r.ok()) {
-      return absl::OutOfRangeError("chunk " + std::to_string(i) + ": " + std::string(r.message()));
-    }
+    admitted.targets.push_back(target);
   }
-  return absl::OkStatus();
+  admitted.session = std::move(session);
+  return admitted;
 }
 
-absl::StatusOr<std::shared_ptr<Session>> Admit(const SessionManager& sessions, uint64_t session_id,
-                                               const std::string& token,
-                                               const google::protobuf::RepeatedPtrField<v1::ChunkRange>& chunks) {
+absl::StatusOr<Admitted> Admit(const SessionManager& sessions, uint64_t session_id, const std::string& token,
+                               const google::protobuf::RepeatedPtrField<v1::ChunkRange>& chunks) {
   std::shared_ptr<Session> session = sessions.Authorize(session_id, token);
   if (!session) return absl::NotFoundError("no session " + std::to_string(session_id) + " with this token");
-  if (absl::Status c = CheckChunks(*session, chunks); !c.ok()) return c;
-  return session;
+  return CheckChunks(std::move(session), chunks);
 }
 
 grpc::Status ToGrpc(const absl::Status& s) {

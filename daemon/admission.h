@@ -1,6 +1,7 @@
-// Admission of data-path requests (Retrieve, Persist): a request may use a session's arena only
-// with the session's token, and only inside it. Nothing here touches the store; a refused request
-// changes nothing. Statuses are absl inside the daemon, grpc::Status only at the gRPC edge.
+// Admission of data-path requests (Retrieve, Persist): a request may use a session's arena and
+// client regions only with the session's token, and only inside them. Nothing here touches the
+// store; a refused request changes nothing. Statuses are absl inside the daemon, grpc::Status
+// only at the gRPC edge.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -9,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -19,20 +21,39 @@ namespace kvstream {
 
 inline constexpr size_t kMaxChunksPerRequest = 65536;
 
-// OK when there are 1..max_chunks chunks, each with a valid key (else InvalidArgument) and a
-// range inside the session's arena (else OutOfRange). Messages name the chunk.
-absl::Status CheckChunks(const Session& session, const google::protobuf::RepeatedPtrField<v1::ChunkRange>& chunks,
-                         size_t max_chunks = kMaxChunksPerRequest);
+// Where one chunk of an admitted request lives: daemon-mapped memory at `data`, which may shrink
+// under the daemon when `fd` >= 0 (an unsealed client region: `data` maps `fd` at `fd_offset`,
+// see ChunkRead::dst_fd).
+struct ChunkTarget {
+  uint8_t* data = nullptr;
+  int fd = -1;
+  uint64_t fd_offset = 0;
+};
+
+// An admitted request: its session, each chunk's target in request order, and the client regions
+// they use (the call keeps them alive until it ends).
+struct Admitted {
+  std::shared_ptr<Session> session;
+  std::vector<ChunkTarget> targets;
+  std::vector<std::shared_ptr<SessionRegion>> regions;
+};
+
+// OK when there are 1..max_chunks chunks, each with a valid key (else InvalidArgument), naming the
+// arena (region 0) or one of the session's client regions (else NotFound), with a range inside it
+// (else OutOfRange). Messages name the chunk.
+absl::StatusOr<Admitted> CheckChunks(std::shared_ptr<Session> session,
+                                     const google::protobuf::RepeatedPtrField<v1::ChunkRange>& chunks,
+                                     size_t max_chunks = kMaxChunksPerRequest);
 
 // The session the request may use: NotFound unless `token` is session `session_id`'s token,
 // else as CheckChunks.
-absl::StatusOr<std::shared_ptr<Session>> Admit(const SessionManager& sessions, uint64_t session_id,
+absl::StatusOr<Admitted> Admit(const SessionManager& sessions, uint64_t session_id,
                                                const std::string& token,
                                                const google::protobuf::RepeatedPtrField<v1::ChunkRange>& chunks);
 
 // For RetrieveRequest and PersistRequest, which share these fields.
 template <typename Request>
-absl::StatusOr<std::shared_ptr<Session>> Admit(const SessionManager& sessions, const Request& req) {
+absl::StatusOr<Admitted> Admit(const SessionManager& sessions, const Request& req) {
   return Admit(sessions, req.session_id(), req.token(), req.chunks());
 }
 

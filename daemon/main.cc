@@ -142,7 +142,7 @@ int Main(int argc, char** argv) {
     return 1;
   }
   SessionManager sessions(socket_path + ".data", config->max_arena_bytes, config->arena_budget_bytes,
-                          config->max_sessions);
+                          config->max_sessions, store->get());
   if (absl::Status s = sessions.Start(config->socket_mode); !s.ok()) {
     std::cerr << "kvstreamd: " << s.message() << "\n";
     return 1;

@@ -14,16 +14,16 @@ std::vector<ArenaChunk> ChunksOf(const v1::PersistRequest& req) {
 
 }  // namespace
 
-PersistCall* PersistCall::Start(Store* store, std::shared_ptr<Session> session, const v1::PersistRequest& req,
+PersistCall* PersistCall::Start(Store* store, Admitted admitted, const v1::PersistRequest& req,
                                 StagingWorker* worker) {
-  auto* call = new PersistCall(store, std::move(session), req);
+  auto* call = new PersistCall(store, std::move(admitted), req);
   call->StageWithoutWaiting(worker);  // gRPC's reference keeps `call` alive until this returns
   return call;
 }
 
-PersistCall::PersistCall(Store* store, std::shared_ptr<Session> session, const v1::PersistRequest& req)
+PersistCall::PersistCall(Store* store, Admitted admitted, const v1::PersistRequest& req)
     : store_(store),
-      session_(std::move(session)),
+      admitted_(std::move(admitted)),
       chunks_(ChunksOf(req)),
       chunk_state_(chunks_.size()),
       pending_(chunks_.size() + 1) {}
@@ -50,8 +50,12 @@ void PersistCall::StageRest(size_t first, const StagingWorker& worker) {
 
 absl::Status PersistCall::Stage(size_t i, bool wait) {
   const ArenaChunk& c = chunks_[i];
-  const uint8_t* data = session_->arena->data() + c.offset;
+  const ChunkTarget& target = admitted_.targets[i];
   auto on_durable = [this, i](const std::string&, const PersistResult& r) { Durable(i, r); };
+  if (target.fd >= 0) {  // client memory that may shrink: copied out with pread
+    return store_->PersistFromFile(c.key, FileRange{target.fd, target.fd_offset, c.length}, std::move(on_durable), wait);
+  }
+  const uint8_t* data = target.data;
   return wait ? store_->Persist(c.key, data, c.length, std::move(on_durable))
               : store_->TryPersist(c.key, data, c.length, std::move(on_durable));
 }

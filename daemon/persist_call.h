@@ -1,4 +1,5 @@
-// PersistCall: one admitted Persist. Stages the request's chunks from the session's arena, in
+// PersistCall: one admitted Persist. Stages the request's chunks from the session's arena (or its
+// client regions: with pread from an unsealed one, client_region.h), in
 // request order, and streams for each chunk first STAGED (copied out of the arena, or why not)
 // and then DURABLE (every replica durable or failed; for a chunk never staged, the same error),
 // even when the store reports durability before staging returns. The stream closes once every
@@ -22,17 +23,16 @@
 #include "event_stream.h"
 #include "kvstream.pb.h"
 #include "kvstream/store.h"
-#include "sessions.h"
+#include "admission.h"
 #include "staging_worker.h"
 
 namespace kvstream {
 
 class PersistCall final : public EventStream<v1::PersistEvent> {
  public:
-  // `session` is the one the request was admitted to (see admission.h). The reactor returned is
+  // `admitted` is what admission made of the request (see admission.h). The reactor returned is
   // gRPC's.
-  static PersistCall* Start(Store* store, std::shared_ptr<Session> session, const v1::PersistRequest& req,
-                            StagingWorker* worker);
+  static PersistCall* Start(Store* store, Admitted admitted, const v1::PersistRequest& req, StagingWorker* worker);
 
  private:
   struct ChunkState {
@@ -40,7 +40,7 @@ class PersistCall final : public EventStream<v1::PersistEvent> {
     std::optional<PersistResult> early_durable;  // reported before STAGED was pushed
   };
 
-  PersistCall(Store* store, std::shared_ptr<Session> session, const v1::PersistRequest& req);
+  PersistCall(Store* store, Admitted admitted, const v1::PersistRequest& req);
 
   // gRPC's thread: stages chunks until staging is full, then hands the rest to `worker`.
   void StageWithoutWaiting(StagingWorker* worker);
@@ -57,7 +57,7 @@ class PersistCall final : public EventStream<v1::PersistEvent> {
   void Settle();
 
   Store* const store_;
-  const std::shared_ptr<Session> session_;
+  const Admitted admitted_;  // keeps the session and the client regions alive
   const std::vector<ArenaChunk> chunks_;
   // Held while pushing a chunk's events, so that its STAGED always precedes its DURABLE.
   absl::Mutex state_mu_;

@@ -7,11 +7,14 @@
 
 namespace kvstream {
 
-RetrieveCall* RetrieveCall::Start(Store* store, std::shared_ptr<Session> session, const v1::RetrieveRequest& req) {
+RetrieveCall* RetrieveCall::Start(Store* store, Admitted admitted, const v1::RetrieveRequest& req) {
   auto* call = new RetrieveCall;
   std::vector<ChunkRead> step;
-  for (const v1::ChunkRange& c : req.chunks()) {
-    step.push_back({c.key(), session->arena->data() + c.offset(), c.length()});
+  step.reserve(req.chunks().size());
+  for (int i = 0; i < req.chunks().size(); ++i) {
+    const v1::ChunkRange& c = req.chunks(i);
+    const ChunkTarget& t = admitted.targets[i];
+    step.push_back({c.key(), t.data, c.length(), t.fd, t.fd_offset});
   }
   // gRPC's reference keeps `call` alive until this returns; the store's, until on_done.
   store->RetrieveAsync(
@@ -21,7 +24,7 @@ RetrieveCall* RetrieveCall::Start(Store* store, std::shared_ptr<Session> session
         ToProto(r, e.mutable_chunk());
         call->Push(std::move(e));
       },
-      [call, keep = std::move(session)](StepRecord rec) {
+      [call, keep = std::move(admitted)](StepRecord rec) {
         v1::RetrieveEvent e;
         ToProto(rec, e.mutable_step());
         call->Push(std::move(e));

@@ -2,8 +2,8 @@
 // step of the store, streaming each chunk's ChunkDone as it lands and then the StepRecord, which
 // closes the stream. Chunks that land while an earlier event is being written go out together in
 // one ChunkBatch: the first chunk is never delayed, and a fast step costs a few messages, not one
-// per chunk. The session (so its arena) stays alive until the store's last callback, even
-// if the client or the session goes away first.
+// per chunk. The session and the client regions the request names (so the memory reads land in)
+// stay alive until the store's last callback, even if the client or the session goes away first.
 #pragma once
 
 #include <deque>
@@ -12,7 +12,7 @@
 #include "event_stream.h"
 #include "kvstream.pb.h"
 #include "kvstream/store.h"
-#include "sessions.h"
+#include "admission.h"
 
 namespace kvstream {
 
@@ -22,9 +22,9 @@ void CoalesceChunkEvents(std::deque<v1::RetrieveEvent>* queue);
 
 class RetrieveCall final : public EventStream<v1::RetrieveEvent> {
  public:
-  // `session` is the one the request was admitted to (see admission.h). The store may call back
+  // `admitted` is what admission made of the request (see admission.h). The store may call back
   // before this returns; the reactor returned is gRPC's.
-  static RetrieveCall* Start(Store* store, std::shared_ptr<Session> session, const v1::RetrieveRequest& req);
+  static RetrieveCall* Start(Store* store, Admitted admitted, const v1::RetrieveRequest& req);
 
  private:
   RetrieveCall() = default;

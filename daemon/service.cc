@@ -22,16 +22,16 @@ grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionEvent>* Service::Session(
 
 grpc::ServerWriteReactor<v1::RetrieveEvent>* Service::Retrieve(grpc::CallbackServerContext*,
                                                                const v1::RetrieveRequest* req) {
-  auto session = Admit(*sessions_, *req);
-  if (!session.ok()) return EventStream<v1::RetrieveEvent>::Refused(ToGrpc(session.status()));
-  return RetrieveCall::Start(store_, *std::move(session), *req);
+  auto admitted = Admit(*sessions_, *req);
+  if (!admitted.ok()) return EventStream<v1::RetrieveEvent>::Refused(ToGrpc(admitted.status()));
+  return RetrieveCall::Start(store_, *std::move(admitted), *req);
 }
 
 grpc::ServerWriteReactor<v1::PersistEvent>* Service::Persist(grpc::CallbackServerContext*,
                                                              const v1::PersistRequest* req) {
-  auto session = Admit(*sessions_, *req);
-  if (!session.ok()) return EventStream<v1::PersistEvent>::Refused(ToGrpc(session.status()));
-  return PersistCall::Start(store_, *std::move(session), *req, &staging_);
+  auto admitted = Admit(*sessions_, *req);
+  if (!admitted.ok()) return EventStream<v1::PersistEvent>::Refused(ToGrpc(admitted.status()));
+  return PersistCall::Start(store_, *std::move(admitted), *req, &staging_);
 }
 
 grpc::ServerUnaryReactor* Service::Lookup(grpc::CallbackServerContext* ctx, const v1::LookupRequest* req,

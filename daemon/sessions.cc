@@ -13,13 +13,55 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "data_socket.h"
 #include "spdlog/spdlog.h"
 
 namespace kvstream {
 namespace {
 
-constexpr size_t kTokenBytes = 32;
-constexpr int kHandOverMs = 2000;  // a peer must present its token within this
+constexpr size_t kTokenBytes = kSessionTokenBytes;
+constexpr int kHandOverMs = 2000;  // a peer must send its request within this
+
+// Reads one request frame within kHandOverMs (a slow or silent peer cannot hold the thread).
+// `fd` gets the descriptor that came with it, or -1. False when no whole frame came.
+bool ReceiveFrame(int c, uint8_t (&frame)[kDataFrameBytes], int* fd) {
+  *fd = -1;
+  size_t got = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kHandOverMs);
+  while (got < kDataFrameBytes) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    pollfd p{c, POLLIN, 0};
+    if (left.count() <= 0 || poll(&p, 1, static_cast<int>(left.count())) <= 0) return false;
+    iovec iov{frame + got, kDataFrameBytes - got};
+    alignas(cmsghdr) char control[CMSG_SPACE(4 * sizeof(int))] = {};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    const ssize_t n = recvmsg(c, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    for (cmsghdr* h = CMSG_FIRSTHDR(&msg); n > 0 && h != nullptr; h = CMSG_NXTHDR(&msg, h)) {
+      if (h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_RIGHTS) continue;
+      const size_t count = (h->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t i = 0; i < count; ++i) {
+        int received;
+        std::memcpy(&received, CMSG_DATA(h) + i * sizeof(int), sizeof(int));
+        if (*fd < 0) {
+          *fd = received;
+        } else {
+          close(received);  // one descriptor per request
+        }
+      }
+    }
+    if (n <= 0) {
+      if (*fd >= 0) close(*fd);
+      *fd = -1;
+      return false;
+    }
+    got += static_cast<size_t>(n);
+  }
+  return true;
+}
 
 bool SameToken(const std::string& a, const char* b) {
   if (a.size() != kTokenBytes) return false;
@@ -54,11 +96,12 @@ uint64_t ArenaBudget::used() const {
 }
 
 SessionManager::SessionManager(std::string data_socket, uint64_t max_arena_bytes, uint64_t arena_budget_bytes,
-                               uint32_t max_sessions)
+                               uint32_t max_sessions, Store* store)
     : data_socket_(std::move(data_socket)),
       max_arena_bytes_(max_arena_bytes),
       max_sessions_(max_sessions),
-      budget_(std::make_shared<ArenaBudget>(arena_budget_bytes)) {}
+      budget_(std::make_shared<ArenaBudget>(arena_budget_bytes)),
+      store_(store) {}
 
 SessionManager::~SessionManager() { Stop(); }
 
@@ -113,38 +156,114 @@ void SessionManager::Serve() {
   }
 }
 
-// Reads a token within one overall deadline (a slow or silent peer cannot hold the thread) and
-// sends the arena of the session it names, once.
 void SessionManager::HandOver(int c) {
   timeval send_timeout{1, 0};
   setsockopt(c, SOL_SOCKET, SO_SNDTIMEO, &send_timeout, sizeof(send_timeout));
-  char token[kTokenBytes];
-  size_t got = 0;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kHandOverMs);
-  while (got < kTokenBytes) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    pollfd p{c, POLLIN, 0};
-    if (left.count() <= 0 || poll(&p, 1, static_cast<int>(left.count())) <= 0) return;
-    const ssize_t n = recv(c, token + got, kTokenBytes - got, MSG_DONTWAIT);
-    if (n <= 0) return;
-    got += static_cast<size_t>(n);
+  uint8_t frame[kDataFrameBytes];
+  int fd;
+  if (!ReceiveFrame(c, frame, &fd)) return;
+  const auto op = static_cast<DataOp>(frame[0]);
+  uint64_t argument = 0;
+  for (int i = 0; i < 8; ++i) argument |= uint64_t{frame[1 + kTokenBytes + i]} << (8 * i);
+  std::shared_ptr<Session> session = FindByToken(reinterpret_cast<const char*>(frame + 1));
+  if (op != DataOp::kAddRegion && fd >= 0) {
+    close(fd);
+    fd = -1;
   }
-  std::shared_ptr<Session> session;
+  absl::StatusOr<uint32_t> answer = absl::NotFoundError("no session has this token");
+  switch (op) {
+    case DataOp::kFetchArena:
+      // The arena goes out once: a second peer with the token gets nothing.
+      if (session == nullptr || session->fd_sent.exchange(true)) {
+        spdlog::warn("data socket: a peer presented an unknown or used session token");
+        return;
+      }
+      if (absl::Status s = SendFd(c, session->arena->fd()); !s.ok()) {
+        spdlog::warn("session {}: {}", session->id, std::string(s.message()));
+      }
+      return;
+    case DataOp::kAddRegion:
+      if (session == nullptr) {
+        if (fd >= 0) close(fd);
+      } else if (fd < 0) {
+        answer = absl::InvalidArgumentError("adding a region needs its descriptor attached");
+      } else {
+        answer = AddRegion(*session, fd, argument);
+      }
+      break;
+    case DataOp::kRemoveRegion:
+      if (session != nullptr) {
+        const absl::Status removed =
+            argument > UINT32_MAX ? absl::NotFoundError("no such region") : RemoveRegion(*session, static_cast<uint32_t>(argument));
+        answer = removed.ok() ? absl::StatusOr<uint32_t>(0) : removed;
+      }
+      break;
+    default:
+      spdlog::warn("data socket: unknown request {:#x}", frame[0]);
+      if (fd >= 0) close(fd);
+      return;
+  }
+  SendDataReply(c, answer.status(), answer.ok() ? *answer : 0).IgnoreError();
+}
+
+std::shared_ptr<Session> SessionManager::FindByToken(const char* token) const {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [id, s] : sessions_) {
+    if (SameToken(s->token, token)) return s;
+  }
+  return nullptr;
+}
+
+absl::StatusOr<uint32_t> SessionManager::AddRegion(Session& session, int fd, uint64_t size) {
   {
-    absl::MutexLock lock(&mu_);
-    for (auto& [id, s] : sessions_) {
-      if (SameToken(s->token, token)) session = s;
+    absl::MutexLock lock(&session.regions_mu);
+    if (session.regions.size() >= Session::kMaxRegions) {
+      close(fd);
+      return absl::ResourceExhaustedError(
+          absl::StrCat("session ", session.id, " has ", Session::kMaxRegions, " client regions, the most it may"));
     }
   }
-  if (!session || session->fd_sent.load()) {
-    spdlog::warn("data socket: a peer presented an unknown or used session token");
-    return;
+  absl::StatusOr<std::unique_ptr<ClientRegion>> memory = ClientRegion::Adopt(fd, size);
+  if (!memory.ok()) return memory.status();
+  if (absl::Status s = budget_->Take(size); !s.ok()) return s;
+  auto region = std::make_shared<SessionRegion>();
+  region->memory = *std::move(memory);
+  region->budget = budget_;
+  region->bytes = size;
+  ClientRegion& m = *region->memory;
+  // Fixed-buffer reads where the tiers allow it; with the descriptor, so the store can take pages
+  // back from a stalled read (it punches the client's file under that range only).
+  if (store_ != nullptr) store_->RegisterMemory(m.data(), m.size(), m.fd(), 0).IgnoreError();
+  uint32_t id;
+  {
+    absl::MutexLock lock(&session.regions_mu);
+    id = session.next_region++;
+    region->id = id;
+    session.regions[id] = region;
   }
-  if (absl::Status s = SendFd(c, session->arena->fd()); !s.ok()) {
-    spdlog::warn("session {}: {}", session->id, std::string(s.message()));
-    return;
+  spdlog::info("session {}: client region {} added: {} bytes, {}", session.id, id, m.size(),
+               m.sealed() ? "sealed memfd" : "unsealed (reached through its descriptor)");
+  return id;
+}
+
+absl::Status SessionManager::RemoveRegion(Session& session, uint32_t id) {
+  std::shared_ptr<SessionRegion> region;
+  {
+    absl::MutexLock lock(&session.regions_mu);
+    auto it = session.regions.find(id);
+    if (it == session.regions.end()) {
+      return absl::NotFoundError(absl::StrCat("session ", session.id, " has no client region ", id));
+    }
+    region = std::move(it->second);
+    session.regions.erase(it);
   }
-  session->fd_sent = true;
+  Unregister(*region);
+  return absl::OkStatus();
+}
+
+void SessionManager::Unregister(const SessionRegion& region) {
+  // Reads still in flight keep the kernel's reference to the pages; later ones use plain I/O.
+  if (store_ != nullptr) store_->UnregisterMemory(region.memory->data());
 }
 
 absl::StatusOr<std::shared_ptr<Session>> SessionManager::Create(const std::string& model, uint32_t rank,
@@ -206,8 +325,20 @@ std::shared_ptr<Session> SessionManager::Authorize(uint64_t id, const std::strin
 }
 
 void SessionManager::Remove(uint64_t id) {
-  absl::MutexLock lock(&mu_);
-  sessions_.erase(id);
+  std::shared_ptr<Session> session;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = sessions_.find(id);
+    if (it == sessions_.end()) return;
+    session = std::move(it->second);
+    sessions_.erase(it);
+  }
+  std::map<uint32_t, std::shared_ptr<SessionRegion>> regions;
+  {
+    absl::MutexLock lock(&session->regions_mu);
+    regions.swap(session->regions);
+  }
+  for (const auto& [region_id, region] : regions) Unregister(*region);
 }
 
 size_t SessionManager::count() const {

@@ -3,8 +3,22 @@
 #include <algorithm>
 
 #include "chunk_format.h"
+#include "client_memory.h"
 
 namespace kvstream {
+namespace {
+
+void Run(VerifyJob* job) {
+  if (job->fd < 0) {
+    job->ok = Checksum(job->data, job->length) == job->expected;
+    return;
+  }
+  absl::StatusOr<uint64_t> sum = ChecksumClientMemory({job->fd, job->fd_offset, job->length});
+  job->gone = !sum.ok();
+  job->ok = sum.ok() && *sum == job->expected;
+}
+
+}  // namespace
 
 BlockVerifier::BlockVerifier(int threads, Reactor* reactor) : reactor_(reactor) {
   for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { Work(); });
@@ -26,7 +40,7 @@ void BlockVerifier::Submit(const VerifyJob& job) {
   ++outstanding_;
   if (workers_.empty()) {
     VerifyJob done = job;
-    done.ok = Checksum(done.data, done.length) == done.expected;
+    Run(&done);
     absl::MutexLock lock(&mu_);
     done_.push_back(done);
     return;
@@ -52,7 +66,7 @@ void BlockVerifier::Work() {
       job = queued_.front();
       queued_.pop_front();
     }
-    job.ok = Checksum(job.data, job.length) == job.expected;
+    Run(&job);
     bool wake;
     {
       absl::MutexLock lock(&mu_);

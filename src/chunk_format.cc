@@ -81,7 +81,7 @@ ChunkMeta DescribeChunk(std::string_view key, const void* payload, uint64_t size
   return meta;
 }
 
-void EncodeChunkFile(const ChunkMeta& meta, const void* payload, void* image) {
+void EncodeChunkHeader(const ChunkMeta& meta, void* image) {
   auto* out = static_cast<uint8_t*>(image);
   const uint32_t header_size = meta.header_size();
   std::memset(out, 0, header_size);
@@ -101,9 +101,13 @@ void EncodeChunkFile(const ChunkMeta& meta, const void* payload, void* image) {
               8ull * meta.segment_count());
   const uint64_t checksum = HeaderChecksum(out, header_size);
   std::memcpy(out + kHeaderChecksumOffset, &checksum, sizeof(checksum));
-  std::memcpy(out + header_size, payload, meta.payload_size);
   const uint64_t padded = AlignUp(meta.payload_size, kFileAlignment);
   std::memset(out + header_size + meta.payload_size, 0, padded - meta.payload_size);
+}
+
+void EncodeChunkFile(const ChunkMeta& meta, const void* payload, void* image) {
+  std::memcpy(static_cast<uint8_t*>(image) + meta.header_size(), payload, meta.payload_size);
+  EncodeChunkHeader(meta, image);
 }
 
 namespace {

@@ -48,6 +48,9 @@ uint64_t Checksum(const void* data, size_t size);
 // Writes the full file image (header, payload, zero padding) into `image`, which must hold
 // meta.file_size() bytes.
 void EncodeChunkFile(const ChunkMeta& meta, const void* payload, void* image);
+// As EncodeChunkFile when the payload is in place already, at image + meta.header_size(): writes
+// the header and the padding after the payload.
+void EncodeChunkHeader(const ChunkMeta& meta, void* image);
 
 // The size of the whole header that starts `bytes` (its first kHeaderFixedBytes at least), from
 // its fixed part; DataLoss when that is not a valid chunk header.

@@ -141,6 +141,11 @@ absl::Status Engine::TryPersist(std::string_view key, const void* data, size_t s
   return stager_.Stage(key, data, size, std::move(on_durable), /*block=*/false);
 }
 
+absl::Status Engine::PersistFromFile(std::string_view key, const FileRange& source, PersistCallback on_durable,
+                                     bool wait) {
+  return stager_.StageFromFile(key, source, std::move(on_durable), /*block=*/wait);
+}
+
 void Engine::Flush() { stager_.Flush(); }
 
 std::vector<LookupResult> Engine::Lookup(const std::vector<std::string>& keys) const {

@@ -57,6 +57,8 @@ class Engine final : public Store {
                        PersistCallback on_durable = nullptr) override;
   absl::Status TryPersist(std::string_view key, const void* data, size_t size,
                           PersistCallback on_durable = nullptr) override;
+  absl::Status PersistFromFile(std::string_view key, const FileRange& source, PersistCallback on_durable,
+                               bool wait) override;
   void Flush() override;
   std::vector<LookupResult> Lookup(const std::vector<std::string>& keys) const override;
   size_t PrefixHits(const std::vector<std::string>& keys) const override;

@@ -81,4 +81,19 @@ bool MemoryRegions::TakeBack(int tier, int region_id, uint8_t* p, size_t length)
   return true;
 }
 
+void MemoryRegions::Refresh(uint8_t* p, size_t length) {
+  auto it = regions_.upper_bound(p);
+  if (it == regions_.begin()) return;
+  --it;
+  uint8_t* base = const_cast<uint8_t*>(it->first);
+  Region& region = it->second;
+  if (region.fd < 0 || p + length > base + region.size) return;
+  const size_t first = (p - base) / kPieceBytes;
+  const size_t last = (p + length - 1 - base) / kPieceBytes;
+  for (size_t i = first; i <= last; ++i) {
+    Unregister(&region.pieces[i]);  // reads in flight keep the old registration until they complete
+    Register(&region.pieces[i]);
+  }
+}
+
 }  // namespace kvstream

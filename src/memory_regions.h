@@ -38,6 +38,10 @@ class MemoryRegions {
   // `tier` can no longer be seen by the region's users: the range is punched and its piece
   // registered again. False when that is impossible (no fd, not page-aligned, not registered).
   bool TakeBack(int tier, int region_id, uint8_t* p, size_t length);
+  // Registers the pieces covering [p, p + length) again, over the pages their file has now: a
+  // client that truncated its memory and grew it back has new pages under the old addresses,
+  // while the registration still pins the old ones. Regions without an fd are left alone.
+  void Refresh(uint8_t* p, size_t length);
 
  private:
   struct Piece {

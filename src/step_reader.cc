@@ -1,10 +1,12 @@
 #include "step_reader.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "client_memory.h"
 #include "spdlog/spdlog.h"
 
 namespace kvstream {
@@ -190,21 +192,59 @@ void StepReader::Complete(int t, const IoCompletion& c) {
     FreeSlot(t, index);  // a bounced block keeps its slot (the bytes) until verified and copied
   }
   if (blk.state == BlockState::kAbandoned) return;  // hedged, or its chunk is being read again
+  const ChunkRead& read = step->reads[blk.chunk];
   if (c.status != IoStatus::kOk) {
+    if (read.dst_fd >= 0 && !bounced && c.error == EFAULT) {  // the client unmapped its memory, not the tier's fault
+      regions_->Refresh(slot.dst, slot.length);  // registers what the file maps now, if it grew back
+      DestinationGone(step, blk.chunk, absl::FailedPreconditionError(absl::StrCat(
+                                           "the destination of '", read.key, "' is no longer in the client's memory ",
+                                           "(truncated while being read into)")));
+      return;
+    }
     ReadFailed(t, step, ref, absl::StrCat("read error on tier ", tier.name, ": ", std::strerror(c.error)), c.status,
                false);
     return;
   }
   if (!config_.verify_checksums) {
-    if (bounced) std::memcpy(slot.dst, slot.buffer, slot.payload);
+    if (bounced && !CopyIn(step, blk.chunk, slot)) return;
     Accept(t, ref, slot.payload);
     return;
   }
   ++step->verifying;
   const ChunkMeta& meta = *step->metas[blk.chunk];
-  verifier_->Submit({static_cast<const uint8_t*>(slot.buffer), slot.payload, meta.segment_checksums[blk.segment], step,
-                     ref.block, bounced ? index : kNoSlot, t});
+  VerifyJob job{static_cast<const uint8_t*>(slot.buffer)};
+  if (read.dst_fd >= 0 && !bounced) {  // never load from client memory that may shrink: hash it via its file
+    job.data = nullptr;
+    job.fd = read.dst_fd;
+    job.fd_offset = read.dst_fd_offset + (slot.dst - static_cast<uint8_t*>(read.dst));
+  }
+  job.length = slot.payload;
+  job.expected = meta.segment_checksums[blk.segment];
+  job.owner = step;
+  job.index = ref.block;
+  job.slot = bounced ? index : kNoSlot;
+  job.tier = t;
+  verifier_->Submit(job);
   if (verifier_->threads() == 0) TakeVerified();  // verified inline: settle now
+}
+
+bool StepReader::CopyIn(ReadStep* step, uint32_t chunk, const ReadSlot& slot) {
+  const ChunkRead& read = step->reads[chunk];
+  if (read.dst_fd < 0) {
+    std::memcpy(slot.dst, slot.buffer, slot.payload);
+    return true;
+  }
+  const uint64_t offset = read.dst_fd_offset + (slot.dst - static_cast<uint8_t*>(read.dst));
+  absl::Status copied = WriteClientMemory(read.dst_fd, offset, slot.buffer, slot.payload);
+  if (copied.ok()) return true;
+  DestinationGone(step, chunk, std::move(copied));
+  return false;
+}
+
+void StepReader::DestinationGone(ReadStep* step, uint32_t chunk, absl::Status why) {
+  pool_->ReplaceChunk(step, chunk, 0, 0);  // abandons its other blocks in flight
+  Deliver(step, chunk, std::move(why));
+  if (step->unfinished == 0) Finish(step);
 }
 
 bool StepReader::TakeVerified() {
@@ -223,17 +263,32 @@ void StepReader::Verified(const VerifyJob& job) {
   if (job.slot != kNoSlot) {
     ReadSlot& slot = slots_[job.tier].slots[job.slot];
     // Copied here, on the loop, only while wanted: a late copy could land over a newer version.
-    if (wanted && job.ok) std::memcpy(slot.dst, slot.buffer, slot.payload);
+    const bool copied = !wanted || !job.ok || CopyIn(step, blk.chunk, slot);
     FreeSlot(job.tier, job.slot);
+    if (!copied) return;  // the destination is gone; the chunk failed
   }
   if (!wanted) {
     if (step->unfinished == 0) Finish(step);  // it waited for this job
     return;
   }
+  if (job.fd >= 0 && !job.ok) {
+    // The pages a fixed-buffer read pinned may no longer be the file's (truncated, perhaps grown
+    // back): later reads, this block's failover too, go to the pages the file has now.
+    const ChunkRead& read = step->reads[blk.chunk];
+    regions_->Refresh(static_cast<uint8_t*>(read.dst) + (job.fd_offset - read.dst_fd_offset), job.length);
+  }
+  if (job.gone) {
+    DestinationGone(step, blk.chunk, absl::FailedPreconditionError(absl::StrCat(
+                                         "the destination of '", step->reads[blk.chunk].key,
+                                         "' is no longer in the client's memory (truncated while being read into)")));
+    return;
+  }
   if (!job.ok) {
+    // Hashed back from client memory (job.fd), a mismatch may be the client writing into its
+    // destination: the read fails over, but the replica is not dropped on that evidence.
     ReadFailed(job.tier, step, ref,
                absl::StrCat("checksum mismatch on tier ", tiers_[job.tier]->name, " (block ", blk.segment, ")"),
-               IoStatus::kMediaError, true);
+               IoStatus::kMediaError, true, /*may_drop=*/job.fd < 0);
     return;
   }
   Accept(job.tier, ref, job.length);
@@ -252,13 +307,14 @@ void StepReader::Accept(int t, BlockRef ref, uint32_t payload) {
   Settle(step, chunk);
 }
 
-void StepReader::ReadFailed(int t, ReadStep* step, BlockRef ref, std::string why, IoStatus kind, bool checksum) {
+void StepReader::ReadFailed(int t, ReadStep* step, BlockRef ref, std::string why, IoStatus kind, bool checksum,
+                            bool may_drop) {
   const uint32_t chunk = step->blocks[ref.block].chunk;
   if (PlaceAgainIfRewritten(step, chunk)) return;  // not the tier's fault
   Tier& tier = *tiers_[t];
   ++(checksum ? tier.counters.checksum_failures : tier.counters.read_errors);
   tier.counters.CountError(kind);
-  const bool bad_copy = checksum || IsBadCopy(kind);
+  const bool bad_copy = may_drop && (checksum || IsBadCopy(kind));
   uint64_t left_out;
   if (tier.read_log.Allow(&left_out)) {
     spdlog::warn("tier {}: '{}': {}{}", tier.name, step->reads[chunk].key, why,

@@ -16,7 +16,9 @@
 // much slower tier would finish later than it could read it. A hedged read is abandoned: its
 // completion is ignored, and it can no longer be seen because it targets a bounce buffer or
 // memory the store took back (memory_regions.h). A read straight into other memory is never
-// hedged: it is waited for. Loop thread only.
+// hedged: it is waited for. A destination in client memory that may shrink (ChunkRead::dst_fd)
+// is never loaded from or stored to by the CPU: blocks are hashed back through its file, bounced
+// ones copied in with pwrite, and a destination that vanished fails only its chunk. Loop thread only.
 #pragma once
 
 #include <cstdint>
@@ -146,7 +148,16 @@ class StepReader {
   // If the key was rewritten since placement, the chunk is read again as the current version and
   // nothing counts against the tier; otherwise the tier stops serving the chunk, the failure is
   // counted, and a replica that is really bad (a checksum mismatch, IsBadCopy) is dropped.
-  void ReadFailed(int tier, ReadStep* step, BlockRef ref, std::string why, IoStatus kind, bool checksum);
+  // `may_drop` false: the evidence cannot tell a bad copy from a client writing into its own
+  // destination (a block hashed back from client memory), so the replica stays.
+  void ReadFailed(int tier, ReadStep* step, BlockRef ref, std::string why, IoStatus kind, bool checksum,
+                  bool may_drop = true);
+  // Copies a bounced block into its destination (pwrite for client memory that may shrink).
+  // False when the destination is gone: the chunk has failed (DestinationGone).
+  bool CopyIn(ReadStep* step, uint32_t chunk, const ReadSlot& slot);
+  // The chunk's destination in client memory shrank away: the chunk fails with `why`, its other
+  // blocks are abandoned, and nothing counts against a tier.
+  void DestinationGone(ReadStep* step, uint32_t chunk, absl::Status why);
   // Places the chunk again if the index holds another version of it than the one placed.
   bool PlaceAgainIfRewritten(ReadStep* step, uint32_t chunk);
   void DropReplica(ReadStep* step, uint32_t chunk, int tier);

@@ -1,8 +1,10 @@
 #include "write_stager.h"
 
 #include <chrono>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "client_memory.h"
 
 namespace kvstream {
 namespace {
@@ -19,11 +21,26 @@ WriteStager::WriteStager(uint64_t limit_bytes, double high_water, uint32_t block
 
 absl::Status WriteStager::Stage(std::string_view key, const void* data, size_t size, PersistCallback on_durable,
                                 bool block) {
+  auto copy = [&](uint8_t* payload) {
+    std::memcpy(payload, data, size);
+    return absl::OkStatus();
+  };
+  return StageWith(key, size, copy, std::move(on_durable), block);
+}
+
+absl::Status WriteStager::StageFromFile(std::string_view key, const FileRange& source, PersistCallback on_durable,
+                                        bool block) {
+  auto read = [&](uint8_t* payload) { return ReadClientMemory(source, payload); };
+  return StageWith(key, source.size, read, std::move(on_durable), block);
+}
+
+absl::Status WriteStager::StageWith(std::string_view key, size_t size, absl::FunctionRef<absl::Status(uint8_t*)> fill,
+                                    PersistCallback on_durable, bool block) {
   if (absl::Status s = ValidateKey(key); !s.ok()) return s;
   if (size == 0) return absl::InvalidArgumentError("empty chunk");
   auto chunk = std::make_unique<StagedChunk>();
-  auto meta = std::make_shared<ChunkMeta>(DescribeChunk(key, data, size, block_size_, UnixNowNs()));
-  chunk->image_size = meta->file_size();
+  const uint32_t header_size = HeaderSizeFor(key.size(), SegmentCount(size, block_size_));
+  chunk->image_size = header_size + AlignUp(size, kFileAlignment);
   if (chunk->image_size > limit_bytes_) {
     return absl::InvalidArgumentError(absl::StrCat("chunk of ", size, " bytes (", chunk->image_size,
                                                    " on disk) exceeds the staging limit of ", limit_bytes_, " bytes"));
@@ -47,14 +64,17 @@ absl::Status WriteStager::Stage(std::string_view key, const void* data, size_t s
   }
   chunk->image = AllocateAligned(chunk->image_size);
   if (!chunk->image) {
-    absl::MutexLock lock(&mu_);
-    staged_bytes_ -= chunk->image_size;
-    --staged_chunks_;
-    unfinished_.erase(chunk->seq);
-    changed_.SignalAll();
+    Unreserve(*chunk);
     return absl::ResourceExhaustedError("cannot allocate staging memory");
   }
-  EncodeChunkFile(*meta, data, chunk->image.get());
+  uint8_t* payload = chunk->image.get() + header_size;
+  if (absl::Status filled = fill(payload); !filled.ok()) {
+    Unreserve(*chunk);
+    return filled;
+  }
+  // Checksummed in staging, after the copy: what is written is what was hashed.
+  auto meta = std::make_shared<ChunkMeta>(DescribeChunk(key, payload, size, block_size_, UnixNowNs()));
+  EncodeChunkHeader(*meta, chunk->image.get());
   chunk->stem = FileStem(key);
   chunk->meta = std::move(meta);
   chunk->callback = std::move(on_durable);
@@ -64,6 +84,14 @@ absl::Status WriteStager::Stage(std::string_view key, const void* data, size_t s
   }
   reactor_->Wake();
   return absl::OkStatus();
+}
+
+void WriteStager::Unreserve(const StagedChunk& chunk) {
+  absl::MutexLock lock(&mu_);
+  staged_bytes_ -= chunk.image_size;
+  --staged_chunks_;
+  unfinished_.erase(chunk.seq);
+  changed_.SignalAll();
 }
 
 void WriteStager::TakeStaged(std::vector<std::unique_ptr<StagedChunk>>* out) {

@@ -13,11 +13,13 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "aligned_buffer.h"
 #include "chunk_format.h"
 #include "kvstream/policies.h"
+#include "kvstream/store.h"
 #include "kvstream/types.h"
 #include "reactor.h"
 
@@ -42,6 +44,9 @@ class WriteStager {
   // ResourceExhausted. InvalidArgument for a bad key, an empty chunk or one larger than staging;
   // Unavailable once stopped.
   absl::Status Stage(std::string_view key, const void* data, size_t size, PersistCallback on_durable, bool block);
+  // As Stage, copying the payload from a file with pread (client_memory.h): FailedPrecondition,
+  // and nothing staged, when the file no longer covers the range.
+  absl::Status StageFromFile(std::string_view key, const FileRange& source, PersistCallback on_durable, bool block);
 
   // Loop: moves the chunks staged since the last call (oldest first) to `out`.
   void TakeStaged(std::vector<std::unique_ptr<StagedChunk>>* out);
@@ -67,6 +72,13 @@ class WriteStager {
   double stall_seconds() const;  // time producers spent waiting for staging space
 
  private:
+  // Reserves staging for a chunk of `size` payload bytes, lets `fill` write the payload into the
+  // image, then checksums it there and writes the header.
+  absl::Status StageWith(std::string_view key, size_t size, absl::FunctionRef<absl::Status(uint8_t*)> fill,
+                         PersistCallback on_durable, bool block);
+  // Gives back a reservation whose chunk was never staged.
+  void Unreserve(const StagedChunk& chunk) ABSL_LOCKS_EXCLUDED(mu_);
+
   const uint64_t limit_bytes_;
   const double high_water_;
   const uint32_t block_size_;

@@ -35,6 +35,17 @@ class Client {
   uint8_t* arena() const;
   uint64_t arena_size() const;
 
+  // Hands the daemon `size` bytes of shared memory of the caller's own as a client region of this
+  // session and returns its id (ArenaChunk::region), so chunks are retrieved into and persisted
+  // from memory the caller already uses. `fd`: a memfd or a /dev/shm (or hugetlbfs) file open
+  // read-write, at least `size` bytes long; the caller keeps its descriptor. A file that is not a
+  // memfd sealed against shrinking may be truncated at any time: chunks in flight into the part
+  // that went away fail (FailedPrecondition), nothing else does. Counts against the node's arena
+  // budget; at most 64 per session.
+  absl::StatusOr<uint32_t> AddRegion(int fd, uint64_t size);
+  // The daemon forgets the region; retrievals and persists in flight into it finish first.
+  absl::Status RemoveRegion(uint32_t region);
+
   // Presence of each key and the number of leading keys present.
   absl::StatusOr<std::vector<LookupResult>> Lookup(const std::vector<std::string>& keys, size_t* prefix_hits = nullptr);
   // One step: `on_chunk` fires per chunk as it lands (on the calling thread). A bad request

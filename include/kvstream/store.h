@@ -28,10 +28,27 @@ namespace kvstream {
 // dst is aligned to the tier's memory alignment; otherwise through a bounce buffer. When
 // dst_capacity allows, the last block is read whole, so bytes in [size, align_up(size, 4096))
 // may be overwritten (with the file's zero padding).
+//
+// With dst_fd >= 0, dst maps the file dst_fd from dst_fd_offset, and that file belongs to someone
+// who may shrink it at any time (a client's unsealed shared memory). The store then never loads
+// from or stores to dst with the CPU, where a vanished page would kill it (SIGBUS): reads land in
+// dst by O_DIRECT (a vanished page fails that read), blocks are verified by reading them back with
+// pread from dst_fd, and a bounced block is copied in with pwrite. A destination that shrank fails
+// its chunk with FailedPrecondition and counts against no tier.
 struct ChunkRead {
   std::string key;
   void* dst = nullptr;
   size_t dst_capacity = 0;
+  int dst_fd = -1;
+  uint64_t dst_fd_offset = 0;
+};
+
+// Bytes to persist that live in a file another process may shrink at any time: `size` bytes of
+// `fd` at `offset`, copied into staging with pread (a short read fails the persist).
+struct FileRange {
+  int fd = -1;
+  uint64_t offset = 0;
+  size_t size = 0;
 };
 
 class Store {
@@ -61,6 +78,10 @@ class Store {
   // As Persist, but returns ResourceExhausted instead of blocking when staging is full.
   virtual absl::Status TryPersist(std::string_view key, const void* data, size_t size,
                                   PersistCallback on_durable = nullptr) = 0;
+  // As Persist (`wait`) or TryPersist (!wait), reading the payload from `source` with pread.
+  // FailedPrecondition when the file is shorter than the range (nothing is staged).
+  virtual absl::Status PersistFromFile(std::string_view key, const FileRange& source, PersistCallback on_durable,
+                                       bool wait) = 0;
   // Waits until every chunk staged before the call is durable or failed and its callback has run.
   virtual void Flush() = 0;
 

@@ -26,12 +26,13 @@ struct ChunkResult {
 // It must be quick and must not call the store's blocking methods (see store.h).
 using ChunkCallback = std::function<void(const ChunkResult&)>;
 
-// A chunk in a session's arena: retrieve writes up to `length` bytes at `offset`; persist stores
-// [offset, offset + length).
+// A chunk in a session's arena (region 0) or in one of its client regions (Client::AddRegion):
+// retrieve writes up to `length` bytes at `offset`; persist stores [offset, offset + length).
 struct ArenaChunk {
   std::string key;
   uint64_t offset = 0;
   uint64_t length = 0;
+  uint32_t region = 0;
 };
 
 struct TierStepStats {

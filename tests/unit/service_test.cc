@@ -68,7 +68,13 @@ class FakeStore final : public Store {
     record.chunks = static_cast<uint32_t>(step.size());
     for (size_t i = 0; i < step.size(); ++i) {
       const uint64_t size = std::min<uint64_t>(step[i].dst_capacity, kStoredBytes);
-      std::memset(step[i].dst, Fill(i), size);
+      if (step[i].dst_fd >= 0) {  // client memory that may shrink: never stored to directly
+        const std::string bytes(size, static_cast<char>(Fill(i)));
+        REQUIRE(pwrite(step[i].dst_fd, bytes.data(), size, static_cast<off_t>(step[i].dst_fd_offset)) ==
+                static_cast<ssize_t>(size));
+      } else {
+        std::memset(step[i].dst, Fill(i), size);
+      }
       record.hits++;
       record.bytes += size;
       if (on_chunk) on_chunk({i, absl::OkStatus(), size, 1});
@@ -102,6 +108,21 @@ class FakeStore final : public Store {
     on_durable(std::string(key), {absl::OkStatus(), kDurableMask, 0, ""});
     return absl::OkStatus();
   }
+  absl::Status PersistFromFile(std::string_view key, const FileRange& source, PersistCallback on_durable,
+                               bool wait) override {
+    std::string bytes(source.size, '\0');
+    if (pread(source.fd, bytes.data(), source.size, static_cast<off_t>(source.offset)) !=
+        static_cast<ssize_t>(source.size)) {
+      return absl::FailedPreconditionError("short read");
+    }
+    {
+      absl::MutexLock l(&mu_);
+      ++from_file_calls_;
+    }
+    return wait ? Persist(key, bytes.data(), bytes.size(), std::move(on_durable))
+                : TryPersist(key, bytes.data(), bytes.size(), std::move(on_durable));
+  }
+  int from_file_calls() const { absl::MutexLock l(&mu_); return from_file_calls_; }
   bool SetPolicies(const Policies& policies) override {
     absl::MutexLock l(&mu_);
     ++set_policies_calls_;
@@ -133,6 +154,7 @@ class FakeStore final : public Store {
   int data_calls_ ABSL_GUARDED_BY(mu_) = 0;
   int try_calls_ ABSL_GUARDED_BY(mu_) = 0;
   int set_policies_calls_ ABSL_GUARDED_BY(mu_) = 0;
+  int from_file_calls_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, std::string> staged_ ABSL_GUARDED_BY(mu_);  // key -> the bytes staged
   std::vector<std::string> waited_ ABSL_GUARDED_BY(mu_);             // keys given to Persist, in order
   std::set<std::thread::id> try_threads_ ABSL_GUARDED_BY(mu_), wait_threads_ ABSL_GUARDED_BY(mu_);
@@ -216,6 +238,7 @@ Request MakeRequest(uint64_t id, const std::string& token, const std::vector<Are
     r->set_key(c.key);
     r->set_offset(c.offset);
     r->set_length(c.length);
+    r->set_region(c.region);
   }
   return req;
 }

@@ -35,11 +35,12 @@ def key_bytes(key: "str | bytes") -> bytes:
 
 
 def chunks_to_proto(chunks: Iterable[ChunkLike]) -> List[Any]:
-    """(key, offset, length) tuples to pb.ChunkRange messages."""
+    """(key, offset, length[, region]) tuples to pb.ChunkRange messages."""
     out = []
     for c in chunks:
-        key, offset, length = c
-        out.append(pb.ChunkRange(key=key_bytes(key), offset=int(offset), length=int(length)))
+        key, offset, length = c[0], c[1], c[2]
+        region = int(c[3]) if len(c) > 3 else 0
+        out.append(pb.ChunkRange(key=key_bytes(key), offset=int(offset), length=int(length), region=region))
     return out
 
 

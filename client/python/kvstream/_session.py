@@ -1,8 +1,12 @@
-"""The session arena: receiving its memfd over the daemon's data socket and mapping it.
+"""The data socket: receiving the session arena's memfd and mapping it; adding client regions.
 
-After Attached, the daemon hands the arena's file descriptor, once, to the peer that presents the
-session's 32-byte token on `data_socket` (SCM_RIGHTS, one data byte). The descriptor must be a
-memfd sealed against shrinking and growing (so the mapping can never fault with SIGBUS).
+Each request is one connection and one frame: the operation (b"A" fetch the arena, b"R" add a
+region, b"U" remove one), the session's 32-byte token and an 8-byte little-endian argument (the
+region's size for b"R", its id for b"U"), with the region's descriptor attached for b"R"
+(SCM_RIGHTS). The daemon hands the arena's descriptor, once, with one data byte; the arena must be
+a memfd sealed against shrinking and growing (so the mapping can never fault with SIGBUS). Region
+requests get a reply frame: status code, value, message length (4 bytes each, little-endian) and
+the message.
 """
 
 from __future__ import annotations
@@ -11,11 +15,21 @@ import fcntl
 import mmap
 import os
 import socket
+import struct
 from typing import Optional
 
 from .errors import Code, KVStreamError, Unavailable
 
 HANDOVER_TIMEOUT_S = 5.0  # the daemon answers at once or not at all
+
+
+OP_FETCH_ARENA = b"A"
+OP_ADD_REGION = b"R"
+OP_REMOVE_REGION = b"U"
+
+
+def _frame(op: bytes, token: bytes, argument: int) -> bytes:
+    return op + token + struct.pack("<Q", argument)
 
 
 def receive_arena_fd(data_socket: str, token: bytes, timeout: float = HANDOVER_TIMEOUT_S) -> int:
@@ -25,7 +39,7 @@ def receive_arena_fd(data_socket: str, token: bytes, timeout: float = HANDOVER_T
         sock.settimeout(timeout)
         try:
             sock.connect(data_socket)
-            sock.sendall(token)
+            sock.sendall(_frame(OP_FETCH_ARENA, token, 0))
             flags = getattr(socket, "MSG_CMSG_CLOEXEC", 0)
             data, fds, _, _ = socket.recv_fds(sock, 1, 1, flags)
         except OSError as e:  # includes socket.timeout
@@ -37,6 +51,44 @@ def receive_arena_fd(data_socket: str, token: bytes, timeout: float = HANDOVER_T
         return fds[0]
     finally:
         sock.close()
+
+
+def _recv_exactly(sock: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        more = sock.recv(size - len(data))
+        if not more:
+            raise Unavailable("the daemon closed the data socket without answering")
+        data += more
+    return data
+
+
+def region_request(
+    data_socket: str, token: bytes, op: bytes, argument: int, fd: int = -1, timeout: float = HANDOVER_TIMEOUT_S
+) -> int:
+    """One region request (OP_ADD_REGION with `fd`, or OP_REMOVE_REGION); returns the reply's value
+    or raises the error the daemon answered with."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout)
+        try:
+            sock.connect(data_socket)
+            frame = _frame(op, token, argument)
+            if fd >= 0:
+                socket.send_fds(sock, [frame], [fd])
+            else:
+                sock.sendall(frame)
+            code, value, length = struct.unpack("<iII", _recv_exactly(sock, 12))
+            if length > 4096:
+                raise KVStreamError(Code.DATA_LOSS, f"malformed reply on the data socket {data_socket}")
+            message = _recv_exactly(sock, length).decode("utf-8", "replace")
+        except OSError as e:  # includes socket.timeout
+            raise Unavailable(f"cannot reach the daemon's data socket {data_socket}: {e}") from e
+    finally:
+        sock.close()
+    if code != 0:
+        raise KVStreamError(Code.of(code), message)
+    return value
 
 
 class Arena:

@@ -19,7 +19,7 @@ import grpc
 from . import _convert
 from ._convert import ChunkLike
 from ._proto import pb, pb_grpc
-from ._session import Arena, receive_arena_fd
+from ._session import OP_ADD_REGION, OP_REMOVE_REGION, Arena, receive_arena_fd, region_request
 from .errors import Code, KVStreamError, Unavailable, from_rpc_error
 from .types import ChunkResult, EvictResult, Health, LookupEntry, PersistResult, Policies, Stats, StepRecord
 
@@ -95,6 +95,7 @@ class Client:
         self._arena: Optional[Arena] = None
         self._session_id = 0
         self._token = b""
+        self._data_socket = ""
         self._closed = False
         self._session_ended = threading.Event()
         self._lock = threading.Lock()
@@ -180,6 +181,7 @@ class Client:
         attached = event.attached
         self._session_id = attached.session_id
         self._token = bytes(attached.token)
+        self._data_socket = attached.data_socket
         self._arena = Arena(receive_arena_fd(attached.data_socket, self._token))
         # The stream ends when the daemon ends the session (it stopped, restarted or dropped us).
         call.add_done_callback(lambda _call: self._session_ended.set())
@@ -211,6 +213,22 @@ class Client:
     def arena_size(self) -> int:
         """Bytes in the arena (0 without a session)."""
         return self._arena.size if self._arena is not None else 0
+
+    def add_region(self, fd: int, size: int) -> int:
+        """Hands the daemon `size` bytes of shared memory of the caller's own as a client region of
+        this session and returns its id, for Chunk.region: chunks are then retrieved into and
+        persisted from memory the caller already uses (a shared-memory KV pool, say). `fd`: a memfd
+        or a /dev/shm (or hugetlbfs) file open read-write, at least `size` bytes long; the caller
+        keeps its descriptor. A file that is not a memfd sealed against shrinking may be truncated
+        at any time: chunks in flight into the part that went away fail (FAILED_PRECONDITION), and
+        nothing else does. Counts against the node's arena budget; at most 64 per session."""
+        self._need_session("add_region")
+        return region_request(self._data_socket, self._token, OP_ADD_REGION, int(size), fd=fd)
+
+    def remove_region(self, region: int) -> None:
+        """The daemon forgets the region; retrievals and persists in flight into it finish first."""
+        self._need_session("remove_region")
+        region_request(self._data_socket, self._token, OP_REMOVE_REGION, int(region))
 
     def close(self) -> None:
         """Ends the session stream (reads in flight finish into the arena on the daemon's side, then it

@@ -10,12 +10,14 @@ from .errors import Code
 
 
 class Chunk(NamedTuple):
-    """A chunk in the arena: retrieve writes up to `length` bytes at `offset`; persist stores
-    [offset, offset + length). Plain (key, offset, length) tuples are accepted wherever a Chunk is."""
+    """A chunk in the arena (region 0) or in a client region (Client.add_region): retrieve writes up
+    to `length` bytes at `offset`; persist stores [offset, offset + length). Plain (key, offset,
+    length) and (key, offset, length, region) tuples are accepted wherever a Chunk is."""
 
     key: str
     offset: int
     length: int
+    region: int = 0
 
 
 class LookupEntry(NamedTuple):

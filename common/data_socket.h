@@ -1,0 +1,40 @@
+// The data socket: where shared memory changes hands between kvstreamd and a session's client
+// (descriptors travel with SCM_RIGHTS; the control plane, gRPC, cannot carry them).
+//
+// A client connects once per request and sends one fixed frame: the operation (1 byte), the
+// session's token (32 bytes) and an argument (8 bytes, little-endian), with a descriptor attached
+// for kAddRegion. The daemon answers kFetchArena with one byte carrying the arena's descriptor
+// (or closes the connection: unknown token, or the arena was handed out already), and the region
+// operations with a reply frame: status code (4 bytes), value (4 bytes), message length (4 bytes),
+// message; all little-endian.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace kvstream {
+
+enum class DataOp : char {
+  kFetchArena = 'A',    // argument unused; the reply carries the session arena's descriptor
+  kAddRegion = 'R',     // argument: the region's size in bytes; descriptor attached; value: region id
+  kRemoveRegion = 'U',  // argument: the region id; value unused
+};
+
+inline constexpr size_t kSessionTokenBytes = 32;
+inline constexpr size_t kDataFrameBytes = 1 + kSessionTokenBytes + 8;
+inline constexpr size_t kMaxReplyMessageBytes = 4096;
+
+// Client side: connects to `path` with `timeout_s` for every send and receive.
+absl::StatusOr<int> ConnectDataSocket(const std::string& path, int timeout_s);
+// Client side: sends a request frame, with `fd` attached when >= 0.
+absl::Status SendDataRequest(int socket, DataOp op, const std::string& token, uint64_t argument, int fd = -1);
+// Client side: the value of a reply frame, or the status it carries.
+absl::StatusOr<uint32_t> ReceiveDataReply(int socket);
+// Daemon side: answers a region operation.
+absl::Status SendDataReply(int socket, const absl::Status& status, uint32_t value);
+
+}  // namespace kvstream

@@ -1,0 +1,69 @@
+#include "client_region.h"
+
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace kvstream {
+namespace {
+
+absl::Status Refuse(int fd, absl::Status status) {
+  close(fd);
+  return status;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ClientRegion>> ClientRegion::Adopt(int fd, uint64_t size) {
+  if (size == 0) return Refuse(fd, absl::InvalidArgumentError("a region needs a size"));
+  struct stat st;
+  struct statfs fs;
+  if (fstat(fd, &st) != 0 || fstatfs(fd, &fs) != 0) {
+    return Refuse(fd, absl::InvalidArgumentError(absl::StrCat("cannot examine the region's descriptor: ",
+                                                              std::strerror(errno))));
+  }
+  if (!S_ISREG(st.st_mode) || (fs.f_type != TMPFS_MAGIC && fs.f_type != HUGETLBFS_MAGIC)) {
+    return Refuse(fd, absl::InvalidArgumentError(
+                          "a region must be a shared-memory file (memfd, /dev/shm or hugetlbfs), not this descriptor"));
+  }
+  if ((fcntl(fd, F_GETFL) & O_ACCMODE) != O_RDWR) {
+    return Refuse(fd, absl::InvalidArgumentError("the region's descriptor must be open read-write"));
+  }
+  if (static_cast<uint64_t>(st.st_size) < size) {
+    return Refuse(fd, absl::InvalidArgumentError(
+                          absl::StrCat("the region's file has ", st.st_size, " bytes, less than the ", size, " asked")));
+  }
+  const int seals = fcntl(fd, F_GET_SEALS);  // EINVAL for files that cannot be sealed: none
+  if (seals > 0 && (seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE)) != 0) {
+    return Refuse(fd, absl::FailedPreconditionError("the region is sealed against writes: nothing can be read into it"));
+  }
+  void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) {
+    return Refuse(fd, absl::ResourceExhaustedError(absl::StrCat("cannot map the region: ", std::strerror(errno))));
+  }
+  const bool sealed = seals > 0 && (seals & F_SEAL_SHRINK) != 0;
+  return std::unique_ptr<ClientRegion>(new ClientRegion(fd, static_cast<uint8_t*>(base), size, sealed));
+}
+
+ClientRegion::~ClientRegion() {
+  munmap(base_, size_);
+  close(fd_);
+}
+
+absl::Status ClientRegion::CheckRange(uint64_t offset, uint64_t length) const {
+  if (length == 0 || offset > size_ || length > size_ - offset) {
+    return absl::OutOfRangeError(absl::StrCat("range [", offset, ", +", length, ") is outside the client region of ",
+                                              size_, " bytes"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kvstream

@@ -1,0 +1,237 @@
+// Client regions end to end: a real kvstreamd reads into and persists from shared memory the
+// client owns (a /dev/shm file or a memfd), and survives the client truncating it mid-request.
+#include <catch2/catch.hpp>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <thread>
+
+#include "daemon_process.h"
+#include "kvstream/client.h"
+#include "test_util.h"
+
+namespace kvstream::testing {
+namespace {
+
+constexpr size_t kChunk = 1 << 20;
+
+std::unique_ptr<Client> AttachOrFail(const DaemonProcess& d) {
+  auto c = Client::Attach(d.socket(), {"test-model", 0, 1, 64 << 20});
+  if (!c.ok()) FAIL(c.status().ToString());
+  return *std::move(c);
+}
+
+// Shared memory of the client's own, mapped by the client.
+struct SharedFile {
+  // An unsealed /dev/shm file (as SGLang's host pool), or a memfd sealed against resizing.
+  SharedFile(size_t size, bool sealed) : size(size) {
+    if (sealed) {
+      fd = memfd_create("kvstream-test-region", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+      REQUIRE(ftruncate(fd, static_cast<off_t>(size)) == 0);
+      REQUIRE(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) == 0);
+    } else {
+      const std::string path = "/dev/shm/kvstream-test-region-" + std::to_string(getpid());
+      fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+      REQUIRE(fd >= 0);
+      unlink(path.c_str());
+      REQUIRE(ftruncate(fd, static_cast<off_t>(size)) == 0);
+    }
+    data = static_cast<uint8_t*>(mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+    REQUIRE(data != MAP_FAILED);
+  }
+  ~SharedFile() {
+    munmap(data, size);
+    close(fd);
+  }
+  size_t size;
+  int fd = -1;
+  uint8_t* data = nullptr;
+};
+
+// Every chunk's replica count and the tiers' error counters: what a client's truncation must
+// never change.
+struct Health {
+  uint32_t masks = 0;  // OR of the tier masks of every key
+  uint64_t read_errors = 0, checksum_failures = 0, dropped = 0;
+};
+
+Health Check(Client& c, const std::vector<std::string>& keys) {
+  Health h{0xffffffffu};
+  auto look = c.Lookup(keys);
+  REQUIRE(look.ok());
+  for (const LookupResult& r : *look) h.masks &= r.tier_mask;
+  auto stats = c.Stats();
+  REQUIRE(stats.ok());
+  for (const TierStats& t : stats->tiers) {
+    h.read_errors += t.read_errors;
+    h.checksum_failures += t.checksum_failures;
+    h.dropped += t.dropped_replicas;
+  }
+  return h;
+}
+
+TEST_CASE("chunks are retrieved into and persisted from a client region, sealed or not") {
+  TempDir dir;
+  DaemonProcess d(dir);
+  REQUIRE(d.Start());
+  auto c = AttachOrFail(d);
+  for (bool sealed : {false, true}) {
+    INFO((sealed ? "sealed memfd" : "unsealed /dev/shm file"));
+    SharedFile shm(16 * kChunk, sealed);
+    auto region = c->AddRegion(shm.fd, shm.size);
+    REQUIRE(region.ok());
+    CHECK(*region >= 1);
+    const std::string prefix = sealed ? "sealed-" : "plain-";
+    std::vector<std::vector<uint8_t>> data;
+    std::vector<ArenaChunk> put;
+    for (int i = 0; i < 4; ++i) {
+      data.push_back(Payload(kChunk - 1000 * i, 7 * i + sealed));
+      std::memcpy(shm.data + i * kChunk, data[i].data(), data[i].size());
+      put.push_back({prefix + std::to_string(i), i * kChunk, data[i].size(), *region});
+    }
+    std::vector<PersistResult> pr;
+    REQUIRE(c->Persist(put, &pr).ok());
+    for (const PersistResult& r : pr) CHECK(r.tier_mask == 3u);
+    // One step into both the region and the arena; bytes identical, nothing else touched.
+    std::memset(shm.data + 8 * kChunk, 0xEE, 8 * kChunk);
+    std::vector<ArenaChunk> get;
+    for (int i = 0; i < 4; ++i) get.push_back({prefix + std::to_string(i), (8 + 2 * i) * kChunk, kChunk, *region});
+    get.push_back({prefix + "0", 0, kChunk});  // the arena
+    std::vector<ChunkResult> results;
+    auto rec = c->Retrieve(get, &results);
+    REQUIRE(rec.ok());
+    for (int i = 0; i < 4; ++i) {
+      REQUIRE(results[i].status.ok());
+      CHECK(results[i].size == data[i].size());
+      CHECK(std::memcmp(shm.data + (8 + 2 * i) * kChunk, data[i].data(), data[i].size()) == 0);
+      CHECK(shm.data[(9 + 2 * i) * kChunk] == 0xEE);  // past the padded payload: untouched
+    }
+    REQUIRE(results[4].status.ok());
+    CHECK(std::memcmp(c->arena(), data[0].data(), data[0].size()) == 0);
+    // Requests naming a region that is not there, or a range outside it, are refused whole.
+    CHECK(absl::IsOutOfRange(c->Retrieve({{prefix + "0", shm.size - 4096, kChunk, *region}}).status()));
+    CHECK(absl::IsNotFound(c->Retrieve({{prefix + "0", 0, kChunk, *region + 100}}).status()));
+    REQUIRE(c->RemoveRegion(*region).ok());
+    CHECK(absl::IsNotFound(c->Retrieve({{prefix + "0", 0, kChunk, *region}}).status()));
+    CHECK(absl::IsNotFound(c->Persist({{prefix + "x", 0, kChunk, *region}})));
+    CHECK(absl::IsNotFound(c->RemoveRegion(*region)));
+  }
+}
+
+TEST_CASE("unfit descriptors are refused as regions with clear errors") {
+  TempDir dir;
+  DaemonProcess d(dir);
+  REQUIRE(d.Start());
+  auto c = AttachOrFail(d);
+  const std::string on_disk = dir.sub("plain-file");
+  const int disk = open(on_disk.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  REQUIRE(disk >= 0);
+  REQUIRE(ftruncate(disk, 1 << 20) == 0);
+  SharedFile shm(1 << 20, false);
+  const std::string shm_path = "/proc/self/fd/" + std::to_string(shm.fd);
+  const int read_only = open(shm_path.c_str(), O_RDONLY | O_CLOEXEC);
+  REQUIRE(read_only >= 0);
+  struct Case {
+    const char* what;
+    int fd;
+    uint64_t size;
+  };
+  for (const Case& k : {Case{"a file that is not shared memory", disk, 1 << 20},
+                        Case{"a read-only descriptor", read_only, 1 << 20},
+                        Case{"longer than the file", shm.fd, 2 << 20}, Case{"empty", shm.fd, 0}}) {
+    INFO(k.what);
+    auto region = c->AddRegion(k.fd, k.size);
+    REQUIRE(!region.ok());
+    CHECK(absl::IsInvalidArgument(region.status()));
+    CHECK(!region.status().message().empty());
+  }
+  close(disk);
+  close(read_only);
+  auto fine = c->AddRegion(shm.fd, shm.size);  // and the session still works
+  CHECK(fine.ok());
+}
+
+TEST_CASE("a client truncating its region mid-retrieve and mid-persist fails only those chunks") {
+  TempDir dir;
+  DaemonProcess d(dir);
+  REQUIRE(d.Start());
+  auto c = AttachOrFail(d);
+  constexpr int kChunks = 16;
+  std::vector<std::string> keys;
+  std::vector<std::vector<uint8_t>> data;
+  std::vector<ArenaChunk> put;
+  for (int i = 0; i < kChunks; ++i) {
+    keys.push_back("t" + std::to_string(i));
+    data.push_back(Payload(kChunk, 300 + i));
+    std::memcpy(c->arena() + i * kChunk, data[i].data(), kChunk);
+    put.push_back({keys[i], i * kChunk, kChunk});
+  }
+  REQUIRE(c->Persist(put).ok());
+  const Health before = Check(*c, keys);
+  REQUIRE(before.masks == 3u);
+  SharedFile shm(kChunks * kChunk, false);
+  auto region = c->AddRegion(shm.fd, shm.size);
+  REQUIRE(region.ok());
+  std::vector<ArenaChunk> get, put_back;
+  for (int i = 0; i < kChunks; ++i) {
+    get.push_back({keys[i], i * kChunk, kChunk, *region});
+    put_back.push_back({"back-" + keys[i], i * kChunk, kChunk, *region});
+  }
+  int failed = 0, succeeded = 0;
+  for (int round = 0; round < 12; ++round) {
+    // Truncate to nothing a little after the request starts, then grow back (fresh zero pages).
+    std::atomic<bool> started{false};
+    std::thread truncator([&] {
+      while (!started) std::this_thread::yield();
+      std::this_thread::sleep_for(std::chrono::microseconds(300 * (round % 6)));
+      REQUIRE(ftruncate(shm.fd, 0) == 0);
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      REQUIRE(ftruncate(shm.fd, static_cast<off_t>(shm.size)) == 0);
+    });
+    std::vector<ChunkResult> results;
+    std::vector<PersistResult> persisted;
+    started = true;
+    if (round % 2 == 0) {
+      auto rec = c->Retrieve(get, &results);
+      REQUIRE(rec.ok());
+      for (const ChunkResult& r : results) {
+        INFO(r.status.ToString());
+        CHECK((r.status.ok() || absl::IsFailedPrecondition(r.status)));
+        (r.status.ok() ? succeeded : failed)++;
+      }
+    } else {
+      c->Persist(put_back, &persisted).IgnoreError();
+      REQUIRE(persisted.size() == put_back.size());
+      for (const PersistResult& r : persisted) {
+        INFO(r.status.ToString());
+        CHECK((r.status.ok() || absl::IsFailedPrecondition(r.status)));
+      }
+    }
+    truncator.join();
+  }
+  INFO("chunks retrieved " << succeeded << ", failed " << failed);
+  // The daemon is alive, blamed no tier and dropped no replica...
+  const Health after = Check(*c, keys);
+  CHECK(after.masks == 3u);
+  CHECK(after.dropped == before.dropped);
+  CHECK(after.read_errors == before.read_errors);
+  // ...and the region works again, byte for byte, now that the client leaves it alone.
+  std::vector<ChunkResult> results;
+  REQUIRE(c->Retrieve(get, &results).ok());
+  for (int i = 0; i < kChunks; ++i) {
+    REQUIRE(results[i].status.ok());
+    CHECK(std::memcmp(shm.data + i * kChunk, data[i].data(), kChunk) == 0);
+  }
+  std::memcpy(shm.data, data[0].data(), kChunk);
+  REQUIRE(c->Persist({{"after", 0, kChunk, *region}}).ok());
+  std::memset(c->arena(), 0, kChunk);
+  REQUIRE(c->Retrieve({{"after", 0, kChunk}}, &results).ok());
+  CHECK(std::memcmp(c->arena(), data[0].data(), kChunk) == 0);
+}
+
+}  // namespace
+}  // namespace kvstream::testing
