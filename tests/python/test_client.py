@@ -39,6 +39,50 @@ def test_persist_then_retrieve_round_trip(daemon):
         assert step.chunks == 4 and step.hits == 3 and step.misses == 1
 
 
+def test_client_region_round_trip_and_truncation(daemon):
+    """Shared memory of the client's own (an unsealed /dev/shm file, as SGLang's host pool) as a
+    region: persist from it, retrieve into it; truncated under a retrieve, only its chunks fail."""
+    import mmap
+
+    size = 8 << 20
+    path = f"/dev/shm/kvs-py-region-{os.getpid()}"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    os.unlink(path)
+    try:
+        os.ftruncate(fd, size)
+        pool = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        with kvstream.Client.attach(daemon.socket, arena_bytes=1 << 20) as c:
+            region = c.add_region(fd, size)
+            assert region >= 1
+            data = bytes((i * 13) % 251 for i in range(1 << 20))
+            pool[0: 1 << 20] = data
+            assert c.persist([kvstream.Chunk("r@0", 0, 1 << 20, region)])[0].ok
+            results, step = c.retrieve([("r@0", 4 << 20, 1 << 20, region)])
+            assert results[0].ok and pool[4 << 20: 5 << 20] == data
+            # The client takes its memory away and grows it back: the daemon survives, nothing is lost.
+            os.ftruncate(fd, 0)
+            results, _ = c.retrieve([("r@0", 0, 1 << 20, region)])
+            assert results[0].code == Code.FAILED_PRECONDITION, results[0].message
+            with pytest.raises(KVStreamError) as e:
+                c.persist([("r@1", 0, 4096, region)])
+            assert e.value.code == Code.FAILED_PRECONDITION
+            os.ftruncate(fd, size)
+            results, _ = c.retrieve([("r@0", 0, 1 << 20, region)])
+            assert results[0].ok and pool[0: 1 << 20] == data
+            entries, _ = c.lookup(["r@0"])
+            assert entries[0].tier_mask == 0b11
+            with pytest.raises(KVStreamError) as e:
+                c.retrieve([("r@0", 0, 1 << 20, region + 1)])
+            assert e.value.code == Code.NOT_FOUND
+            c.remove_region(region)
+            with pytest.raises(KVStreamError) as e:
+                c.remove_region(region)
+            assert e.value.code == Code.NOT_FOUND
+        pool.close()
+    finally:
+        os.close(fd)
+
+
 def test_lookup_prefix_and_sizes(daemon):
     with kvstream.Client.attach(daemon.socket, arena_bytes=4 << 20) as c:
         fill(c, 0, 8192, 1)

@@ -1,13 +1,18 @@
-// Sessions and the node-wide arena budget (D3): attaches beyond it are refused with a clear
-// error, and the bytes come back when a session's arena is freed (not before: reads into it may
-// still be in flight).
+// Sessions and the node-wide arena budget (D3): attaches and client regions beyond it are refused
+// with a clear error, and the bytes come back when a session's arena or region is freed (not
+// before: reads into it may still be in flight). Regions travel over the real data socket.
 #include "sessions.h"
 
 #include <catch2/catch.hpp>
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <memory>
 #include <vector>
 
+#include "data_socket.h"
 #include "test_util.h"
 
 namespace kvstream::testing {
@@ -71,6 +76,89 @@ TEST_CASE("one arena larger than the whole budget is refused") {
   REQUIRE_FALSE(s.ok());
   CHECK(absl::IsResourceExhausted(s.status()));
   CHECK(sessions.arena_bytes() == 0);
+}
+
+// A region request on the data socket, as a client sends it.
+absl::StatusOr<uint32_t> Ask(const SessionManager& sessions, DataOp op, const std::string& token, uint64_t argument,
+                             int fd = -1) {
+  absl::StatusOr<int> socket = ConnectDataSocket(sessions.data_socket(), 5);
+  if (!socket.ok()) return socket.status();
+  absl::Status sent = SendDataRequest(*socket, op, token, argument, fd);
+  absl::StatusOr<uint32_t> value = sent.ok() ? ReceiveDataReply(*socket) : absl::StatusOr<uint32_t>(sent);
+  close(*socket);
+  return value;
+}
+
+int SharedMemory(uint64_t size) {
+  const int fd = memfd_create("region", MFD_CLOEXEC);
+  REQUIRE(fd >= 0);
+  REQUIRE(ftruncate(fd, static_cast<off_t>(size)) == 0);
+  return fd;
+}
+
+TEST_CASE("client regions count against the arena budget and a session's limit, over the data socket") {
+  TempDir dir;
+  SessionManager sessions(dir.sub("data.sock"), 1 << 20, 8 << 20);
+  REQUIRE(sessions.Start(0600).ok());
+  auto s = sessions.Create("m", 0, 1, 1 << 20);
+  REQUIRE(s.ok());
+  const std::string token = (*s)->token;
+  const int fd = SharedMemory(4 << 20);
+  auto first = Ask(sessions, DataOp::kAddRegion, token, 4 << 20, fd);
+  REQUIRE(first.ok());
+  CHECK(*first == 1);
+  CHECK(sessions.arena_bytes() == 5 << 20);
+  // Beyond the budget: refused, and it took nothing.
+  auto too_big = Ask(sessions, DataOp::kAddRegion, token, 4 << 20, fd);
+  REQUIRE_FALSE(too_big.ok());
+  CHECK(absl::IsResourceExhausted(too_big.status()));
+  CHECK(too_big.status().message().find("arena budget") != std::string::npos);
+  CHECK(sessions.arena_bytes() == 5 << 20);
+  // Without the token, or without a descriptor, nothing happens.
+  std::string wrong = token;
+  wrong[0] ^= 1;
+  CHECK(absl::IsNotFound(Ask(sessions, DataOp::kAddRegion, wrong, 4096, fd).status()));
+  CHECK(absl::IsInvalidArgument(Ask(sessions, DataOp::kAddRegion, token, 4096).status()));
+  CHECK(absl::IsNotFound(Ask(sessions, DataOp::kRemoveRegion, token, 7).status()));
+  // A session holds at most Session::kMaxRegions.
+  for (uint32_t i = 1; i < Session::kMaxRegions; ++i) REQUIRE(Ask(sessions, DataOp::kAddRegion, token, 4096, fd).ok());
+  auto one_more = Ask(sessions, DataOp::kAddRegion, token, 4096, fd);
+  REQUIRE_FALSE(one_more.ok());
+  CHECK(absl::IsResourceExhausted(one_more.status()));
+  // Removed, the bytes come back once nothing holds the region.
+  std::shared_ptr<SessionRegion> held = (*s)->Region(1);
+  REQUIRE(held != nullptr);
+  REQUIRE(Ask(sessions, DataOp::kRemoveRegion, token, 1).ok());
+  CHECK((*s)->Region(1) == nullptr);
+  const uint64_t before = sessions.arena_bytes();
+  held.reset();
+  CHECK(sessions.arena_bytes() == before - (4 << 20));
+  // Detaching frees every region.
+  sessions.Remove((*s)->id);
+  s->reset();
+  CHECK(sessions.arena_bytes() == 0);
+  close(fd);
+}
+
+TEST_CASE("a sealed memfd is a sealed region; a write-sealed one is refused") {
+  const int fd = memfd_create("sealed", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  REQUIRE(ftruncate(fd, 1 << 20) == 0);
+  auto plain = ClientRegion::Adopt(dup(fd), 1 << 20);
+  REQUIRE(plain.ok());
+  CHECK_FALSE((*plain)->sealed());
+  REQUIRE(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) == 0);
+  auto sealed = ClientRegion::Adopt(dup(fd), 1 << 20);
+  REQUIRE(sealed.ok());
+  CHECK((*sealed)->sealed());
+  CHECK(absl::IsOutOfRange((*sealed)->CheckRange((1 << 20) - 10, 11)));
+  CHECK((*sealed)->CheckRange((1 << 20) - 10, 10).ok());
+  plain->reset();
+  sealed->reset();  // F_SEAL_WRITE needs no shared writable mapping left
+  REQUIRE(fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE) == 0);
+  auto refused = ClientRegion::Adopt(dup(fd), 1 << 20);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(absl::IsFailedPrecondition(refused.status()));
+  close(fd);
 }
 
 }  // namespace

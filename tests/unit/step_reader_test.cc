@@ -9,6 +9,9 @@
 #include <cstring>
 #include <thread>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include "sim_rig.h"
 
 namespace kvstream::testing {
@@ -86,6 +89,40 @@ TEST_CASE("a tier failing mid-step still yields a complete and correct step from
   auto lookup = rig.engine->Lookup({"k8", "k15"});
   CHECK(lookup[1].tier_mask == 1u);
   CHECK(rig.devices[1]->files().size() < 16);
+}
+
+TEST_CASE("a destination in client memory is verified through its file and never blamed on a replica") {
+  SimRig rig({300 * MBps, 100 * MBps});
+  const size_t size = 3 * kBlock + 100;  // an unaligned tail: bounced, then written in with pwrite
+  auto data = rig.Populate("k", 8, size);
+  // Client memory the daemon must not load from: an unsealed memfd, mapped.
+  const size_t stride = 4 * kBlock;
+  const int fd = memfd_create("client-memory", MFD_CLOEXEC);
+  REQUIRE(fd >= 0);
+  REQUIRE(ftruncate(fd, 8 * stride) == 0);
+  auto* base = static_cast<uint8_t*>(mmap(nullptr, 8 * stride, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+  REQUIRE(base != MAP_FAILED);
+  std::vector<ChunkRead> reads;
+  for (int i = 0; i < 8; ++i) reads.push_back({"k" + std::to_string(i), base + i * stride, size, fd, i * stride});
+  // Tier 1 returns bad bytes for every whole block, which lands straight in client memory: they
+  // must be caught by hashing what the file holds. (A bad bounced tail is the replica's fault.)
+  rig.devices[1]->SetFaultHook([](const SimOpInfo& op) {
+    return op.op == SimOp::kRead && op.length == kBlock ? SimFault::Corrupt() : SimFault::None();
+  });
+  std::vector<ChunkResult> results;
+  StepRecord rec = rig.engine->Retrieve(reads, &results, nullptr);
+  CHECK(rec.hits == 8);
+  for (int i = 0; i < 8; ++i) {
+    INFO("chunk " << i << ": " << results[i].status.ToString());
+    REQUIRE(results[i].status.ok());
+    REQUIRE(std::memcmp(base + i * stride, data[i].data(), size) == 0);
+  }
+  StoreStats stats = rig.engine->Stats();
+  CHECK(stats.tiers[1].checksum_failures > 0);
+  // A mismatch seen in client memory may be the client writing there: no replica is dropped on it.
+  for (const LookupResult& l : rig.engine->Lookup({"k0", "k3", "k7"})) CHECK(l.tier_mask == 3u);
+  munmap(base, 8 * stride);
+  close(fd);
 }
 
 TEST_CASE("a chunk fails only when no replica remains") {
