@@ -1,6 +1,10 @@
 // libFuzzer: data-path requests (RetrieveRequest and PersistRequest wire bytes, as a hostile client
 // sends them) through the daemon's admission. Never crashes; a request it admits names a live
-// session with its token and lies inside that session's arena with valid keys.
+// session with its token and lies inside that session's arena or its client region (region 1, an
+// unsealed memfd: reached through its descriptor) with valid keys.
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -14,7 +18,20 @@ namespace {
 struct Fixture {
   kvstream::SessionManager sessions{"/tmp/kvstream-fuzz-unused.sock", 1 << 20, 8 << 20};
   std::shared_ptr<kvstream::Session> session = *sessions.Create("fuzz", 0, 1, 1 << 20);
+  uint32_t region = AddRegion();
+
+  uint32_t AddRegion() {
+    const int fd = memfd_create("fuzz-region", MFD_CLOEXEC);
+    if (fd < 0 || ftruncate(fd, 1 << 20) != 0) __builtin_trap();
+    return *sessions.AddRegion(*session, fd, 1 << 20);
+  }
 };
+
+// Where a chunk may be: [begin, end) of daemon-mapped memory and the descriptor to use for it.
+bool Inside(const kvstream::ChunkTarget& t, uint64_t length, const uint8_t* begin, uint64_t size, int fd) {
+  return t.data >= begin && t.data + length <= begin + size && t.fd == fd &&
+         (fd < 0 || t.fd_offset == static_cast<uint64_t>(t.data - begin));
+}
 
 }  // namespace
 
@@ -32,12 +49,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   auto admitted = kvstream::Admit(f->sessions, req);
   if (admitted.ok()) {
-    if (*admitted != f->session || req.chunks().empty()) __builtin_trap();
-    for (const auto& c : req.chunks()) {
-      if (!kvstream::ValidateKey(c.key()).ok() || c.length() == 0 || c.offset() > (*admitted)->arena->size() ||
-          c.length() > (*admitted)->arena->size() - c.offset()) {
-        __builtin_trap();
-      }
+    if (admitted->session != f->session || req.chunks().empty() ||
+        admitted->targets.size() != static_cast<size_t>(req.chunks().size())) {
+      __builtin_trap();
+    }
+    const kvstream::Arena& arena = *f->session->arena;
+    const kvstream::ClientRegion& region = *f->session->Region(f->region)->memory;
+    for (int i = 0; i < req.chunks().size(); ++i) {
+      const auto& c = req.chunks(i);
+      const kvstream::ChunkTarget& t = admitted->targets[i];
+      const bool in_arena = c.region() == 0 && Inside(t, c.length(), arena.data(), arena.size(), -1);
+      const bool in_region =
+          c.region() == f->region && Inside(t, c.length(), region.data(), region.size(), region.fd());
+      if (!kvstream::ValidateKey(c.key()).ok() || c.length() == 0 || !(in_arena || in_region)) __builtin_trap();
     }
   }
   return 0;

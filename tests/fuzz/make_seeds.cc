@@ -36,6 +36,11 @@ int main(int argc, char** argv) {
   c->set_key("model@tp0@0123");
   c->set_offset(4096);
   c->set_length(65536);
+  auto* in_region = req.add_chunks();  // the fuzzer's session has client region 1
+  in_region->set_key("model@tp0@4567");
+  in_region->set_offset(8192);
+  in_region->set_length(4096);
+  in_region->set_region(1);
   Write(out / "fuzz_requests", "\x01" + req.SerializeAsString());
   return 0;
 }
