@@ -43,6 +43,7 @@ struct Options {
   double check = -1;  // negative: no check
   int settle = 3;
   double step_gap = 0, write_gap = 0.3;
+  std::string read_into = "arena";
   bool allow_buffered = false, dry_run = false;
 };
 
@@ -82,6 +83,10 @@ void AddOptions(CLI::App& app, Options& o) {
   app.add_option("--json", o.json, "write the results as JSON to this file");
   app.add_option("--plot", o.plot, "write a PNG plot (per-step time vs bound, tier share) to this file");
   app.add_option("--check", o.check, "exit 3 if the completion policy's gap exceeds this (e.g. 0.03)");
+  app.add_option("--read-into", o.read_into, "arena | region: read into each session's arena, or into a client region "
+                 "(an unsealed /dev/shm file the daemon reaches through its descriptor, as an engine's own pool)")
+      ->check(CLI::IsMember({"arena", "region"}))
+      ->capture_default_str();
   app.add_flag("--allow-buffered", o.allow_buffered, "run even when a tier falls back to buffered I/O (page cache)");
   app.add_flag("--dry-run", o.dry_run, "print the workload (steps, bytes, host/storage/new chunks) and exit");
 }
@@ -179,6 +184,9 @@ int Main(int argc, char** argv) {
   // Populate, let the tiers settle, then measure every run.
   Bench bench(*std::move(sessions), control->get(), *std::move(workload), arena.read_slots);
   if (absl::Status s = bench.Populate(); !s.ok()) return Fail("populate", s, 1);
+  if (o.read_into == "region") {
+    if (absl::Status s = bench.ReadIntoClientRegions(); !s.ok()) return Fail("client regions", s, 1);
+  }
   sync();
   std::this_thread::sleep_for(std::chrono::seconds(o.settle));
   auto measured = bench.MeasureAll(runs, ShellStepHook(o.step_hook), stats->policies);

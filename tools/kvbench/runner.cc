@@ -1,6 +1,10 @@
 #include "runner.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <algorithm>
 #include <atomic>
@@ -72,6 +76,43 @@ absl::StatusOr<std::vector<std::unique_ptr<Client>>> AttachRanks(const std::stri
 
 Bench::Bench(std::vector<std::unique_ptr<Client>> ranks, Client* control, Workload workload, size_t read_slots)
     : ranks_(std::move(ranks)), control_(control), w_(std::move(workload)), read_slots_(read_slots) {}
+
+Bench::~Bench() {
+  for (const ClientRegion& region : regions_) {
+    munmap(region.data, region.size);
+    close(region.fd);
+  }
+}
+
+absl::Status Bench::ReadIntoClientRegions() {
+  for (uint32_t r = 0; r < ranks_.size(); ++r) {
+    ClientRegion region;
+    region.size = ranks_[r]->arena_size();
+    const std::string path = absl::StrCat("/dev/shm/kvbench-region-", getpid(), "-", r);
+    region.fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (region.fd < 0) return absl::InternalError(absl::StrCat("creating ", path, ": ", std::strerror(errno)));
+    unlink(path.c_str());
+    void* data = MAP_FAILED;
+    if (ftruncate(region.fd, static_cast<off_t>(region.size)) == 0) {
+      data = mmap(nullptr, region.size, PROT_READ | PROT_WRITE, MAP_SHARED, region.fd, 0);
+    }
+    if (data == MAP_FAILED) {
+      close(region.fd);
+      return absl::ResourceExhaustedError(absl::StrCat("cannot size or map ", region.size, " bytes of /dev/shm"));
+    }
+    region.data = static_cast<uint8_t*>(data);
+    regions_.push_back(region);
+    auto id = ranks_[r]->AddRegion(region.fd, region.size);
+    if (!id.ok()) return id.status();
+    regions_.back().id = *id;
+  }
+  return absl::OkStatus();
+}
+
+Bench::ReadMemory Bench::ReadTarget(uint32_t r) const {
+  if (regions_.empty()) return {ranks_[r]->arena(), 0};
+  return {regions_[r].data, regions_[r].id};
+}
 
 absl::Status Bench::Populate() {
   auto stats = control_->Stats();
@@ -215,15 +256,16 @@ void Bench::RestorePolicies(const kvstream::Policies& policies) {
 absl::Status Bench::ReadStep(uint32_t r, const BenchStep& step) {
   Client& c = *ranks_[r];
   const uint64_t slot = SlotBytes(w_.chunk_bytes);
+  const ReadMemory into = ReadTarget(r);
   std::vector<ArenaChunk> chunks;
-  for (size_t i = 0; i < step.reads.size(); ++i) chunks.push_back({RankKey(step.reads[i], r), i * slot, slot});
+  for (size_t i = 0; i < step.reads.size(); ++i) chunks.push_back({RankKey(step.reads[i], r), i * slot, slot, into.region});
   std::vector<kvstream::ChunkResult> results;
   auto rec = c.Retrieve(chunks, &results);
   if (!rec.ok()) return rec.status();
   for (size_t i = 0; i < results.size(); ++i) {
     if (!results[i].status.ok()) return absl::Status(results[i].status.code(), chunks[i].key + ": " + std::string(results[i].status.message()));
     uint64_t tag;
-    std::memcpy(&tag, c.arena() + chunks[i].offset, 8);
+    std::memcpy(&tag, into.data + chunks[i].offset, 8);
     if (results[i].size != w_.chunk_bytes || tag != Tag(chunks[i].key)) {
       return absl::DataLossError(chunks[i].key + ": wrong size or content");
     }

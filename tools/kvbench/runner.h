@@ -42,6 +42,13 @@ class Bench {
   Bench(std::vector<std::unique_ptr<kvstream::Client>> ranks, kvstream::Client* control, Workload workload,
         size_t read_slots);
 
+  ~Bench();
+
+  // From now on every rank reads into a client region instead of its arena: an unsealed
+  // /dev/shm file of the arena's size (as a serving engine's own shared-memory pool), which the
+  // daemon reaches through its descriptor (client_region.h).
+  absl::Status ReadIntoClientRegions();
+
   // Stores every chunk the steps read, on every tier, skipping those already there.
   absl::Status Populate();
 
@@ -62,7 +69,21 @@ class Bench {
   void WriteStep(uint32_t r, const BenchStep& step);
   void RestorePolicies(const kvstream::Policies& policies);
 
+  // Where rank r reads into: its arena, or its client region.
+  struct ReadMemory {
+    uint8_t* data = nullptr;
+    uint32_t region = 0;
+  };
+  ReadMemory ReadTarget(uint32_t r) const;
+  struct ClientRegion {
+    int fd = -1;
+    uint8_t* data = nullptr;
+    uint64_t size = 0;
+    uint32_t id = 0;
+  };
+
   std::vector<std::unique_ptr<kvstream::Client>> ranks_;
+  std::vector<ClientRegion> regions_;  // per rank, when reading into client regions
   kvstream::Client* control_;
   Workload w_;
   size_t read_slots_;
