@@ -5,9 +5,9 @@
 //
 // A memfd sealed against shrinking is used like the session's own arena. Any other file may be
 // truncated by its owner at any time, and a load or store through a mapping of a page that is gone
-// kills the process (SIGBUS): the daemon maps such a region only as a target for O_DIRECT reads
-// (where a vanished page fails the read) and reaches its bytes through the descriptor otherwise
-// (src/client_memory.h). `sealed()` says which.
+// kills the process (SIGBUS): the daemon maps such a region as a target for O_DIRECT reads (where
+// a vanished page fails the read), hashes it only under a SIGBUS guard, and otherwise reaches its
+// bytes through the descriptor (src/client_memory.h). `sealed()` says which.
 #pragma once
 
 #include <cstdint>

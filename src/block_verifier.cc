@@ -9,11 +9,11 @@ namespace kvstream {
 namespace {
 
 void Run(VerifyJob* job) {
-  if (job->fd < 0) {
+  if (!job->guarded) {
     job->ok = Checksum(job->data, job->length) == job->expected;
     return;
   }
-  absl::StatusOr<uint64_t> sum = ChecksumClientMemory({job->fd, job->fd_offset, job->length});
+  absl::StatusOr<uint64_t> sum = GuardedChecksum(job->data, job->length);
   job->gone = !sum.ok();
   job->ok = sum.ok() && *sum == job->expected;
 }

@@ -3,9 +3,9 @@
 // both drive the devices and hash every byte). The loop submits a job per landed block and
 // collects finished ones with TakeDone; a finished job wakes the loop (Reactor::Wake). A job only
 // reads memory: whatever it decides is applied on the loop, which owns the step and may have
-// abandoned the block meanwhile. A job may name its bytes by file instead (client memory that
-// may shrink): the worker then hashes what pread returns. With 0 threads, jobs run inline in
-// Submit (deterministic tests on a virtual clock; the behaviour of a store whose loop verifies).
+// abandoned the block meanwhile. A job on client memory that may vanish is hashed under the
+// SIGBUS guard (GuardedChecksum). With 0 threads, jobs run inline in Submit (deterministic tests
+// on a virtual clock; the behaviour of a store whose loop verifies).
 #pragma once
 
 #include <cstdint>
@@ -21,8 +21,7 @@ namespace kvstream {
 
 struct VerifyJob {
   const uint8_t* data = nullptr;
-  int fd = -1;             // >= 0: hash `length` bytes of this file at fd_offset instead of `data`
-  uint64_t fd_offset = 0;  //   (client memory that may shrink, client_memory.h)
+  bool guarded = false;   // `data` is client memory that may vanish (client_memory.h: GuardedChecksum)
   uint32_t length = 0;
   uint64_t expected = 0;
   void* owner = nullptr;  // the loop's context for the result (opaque here)
@@ -30,7 +29,7 @@ struct VerifyJob {
   uint32_t slot = 0;      // ditto
   int tier = 0;
   bool ok = false;        // set when done: the data hashes to `expected`
-  bool gone = false;      // set when done: the file no longer covers the range (not ok either)
+  bool gone = false;      // set when done: guarded memory that vanished (not ok either)
 };
 
 class BlockVerifier {

@@ -1,24 +1,42 @@
 #include "client_memory.h"
 
+#include <setjmp.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <memory>
+#include <mutex>
 
-#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#define XXH_STATIC_LINKING_ONLY
-#include "xxhash.h"
-#if defined(__x86_64__)
-#include "xxh_x86dispatch.h"  // as in chunk_format.cc: the vector build of XXH3
-#endif
+#include "chunk_format.h"
 
 namespace kvstream {
 namespace {
 
-constexpr size_t kPieceBytes = 256 << 10;  // fits L2: the bytes pread copies are hashed from cache
+// The jump back into GuardedChecksum while this thread hashes client memory, else null.
+// initial-exec: read in a signal handler, where a lazily allocated TLS block could not be.
+__attribute__((tls_model("initial-exec"))) thread_local sigjmp_buf* t_guard = nullptr;
+
+void OnSigbus(int, siginfo_t*, void*) {
+  if (sigjmp_buf* guard = t_guard) {
+    t_guard = nullptr;
+    siglongjmp(*guard, 1);
+  }
+  // Not a guarded load: the default action. Returning re-runs the faulting access, which then
+  // terminates the process (with a core) exactly as it would have without this handler.
+  signal(SIGBUS, SIG_DFL);
+}
+
+void InstallGuard() {
+  struct sigaction action {};
+  action.sa_sigaction = OnSigbus;
+  action.sa_flags = SA_SIGINFO | SA_NODEFER;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGBUS, &action, nullptr);
+}
 
 absl::Status Shrank(const FileRange& range, uint64_t got) {
   return absl::FailedPreconditionError(absl::StrCat("the client's memory no longer covers [", range.offset, ", +",
@@ -30,32 +48,19 @@ absl::Status Failed(const char* what, const FileRange& range) {
       absl::StrCat(what, " the client's memory at ", range.offset, ": ", std::strerror(errno)));
 }
 
-// Reads [range.offset + done, ...) piece by piece into `out`; false (with `status`) when short.
-bool ReadPiece(const FileRange& range, uint64_t done, void* out, size_t want, absl::Status* status) {
-  size_t got = 0;
-  while (got < want) {
-    const ssize_t n = pread(range.fd, static_cast<uint8_t*>(out) + got, want - got,
-                            static_cast<off_t>(range.offset + done + got));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      *status = Failed("reading", range);
-      return false;
-    }
-    if (n == 0) {
-      *status = Shrank(range, done + got);
-      return false;
-    }
-    got += static_cast<size_t>(n);
-  }
-  return true;
-}
-
 }  // namespace
 
 absl::Status ReadClientMemory(const FileRange& range, void* out) {
-  absl::Status status;
-  ReadPiece(range, 0, out, range.size, &status);
-  return status;
+  size_t got = 0;
+  while (got < range.size) {
+    const ssize_t n = pread(range.fd, static_cast<uint8_t*>(out) + got, range.size - got,
+                            static_cast<off_t>(range.offset + got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Failed("reading", range);
+    if (n == 0) return Shrank(range, got);
+    got += static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status WriteClientMemory(int fd, uint64_t offset, const void* data, size_t size) {
@@ -78,18 +83,21 @@ absl::Status WriteClientMemory(int fd, uint64_t offset, const void* data, size_t
   return absl::OkStatus();
 }
 
-absl::StatusOr<uint64_t> ChecksumClientMemory(const FileRange& range) {
-  thread_local std::unique_ptr<uint8_t[]> buffer(new uint8_t[kPieceBytes]);
-  XXH3_state_t state;
-  XXH3_64bits_reset(&state);
-  absl::Status status;
-  for (uint64_t done = 0; done < range.size;) {
-    const size_t want = static_cast<size_t>(std::min<uint64_t>(kPieceBytes, range.size - done));
-    if (!ReadPiece(range, done, buffer.get(), want, &status)) return status;
-    XXH3_64bits_update(&state, buffer.get(), want);
-    done += want;
+absl::StatusOr<uint64_t> GuardedChecksum(const uint8_t* data, size_t size) {
+  static std::once_flag installed;
+  std::call_once(installed, InstallGuard);
+  sigjmp_buf recover;
+  // Without saving the signal mask (no system call per block): SA_NODEFER leaves SIGBUS unblocked
+  // in the handler, so there is nothing to restore after the jump.
+  if (sigsetjmp(recover, 0) != 0) {
+    return absl::FailedPreconditionError("the client's memory is gone under the block (truncated?)");
   }
-  return XXH3_64bits_digest(&state);
+  t_guard = &recover;
+  std::atomic_signal_fence(std::memory_order_seq_cst);  // the guard is set before the first load
+  const uint64_t sum = Checksum(data, size);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  t_guard = nullptr;
+  return sum;
 }
 
 }  // namespace kvstream

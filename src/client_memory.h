@@ -1,14 +1,16 @@
 // Client memory that may shrink under the store: a client's own shared-memory file (say an
-// unsealed /dev/shm pool) that the daemon maps but never touches with the CPU, because a page the
-// client truncated away would kill the daemon with SIGBUS. Everything the store does with the
-// bytes goes through the file instead: pread, pwrite, and hashing what pread returns. A range
-// that is no longer there is FailedPrecondition, never a crash and never the tiers' fault.
+// unsealed /dev/shm pool) that the daemon maps, where a load from a page the client truncated away
+// raises SIGBUS, which would kill the daemon. So the store never stores to it with the CPU (pread
+// and pwrite go through the file instead), and loads from it only to hash it, under a guard that
+// turns that SIGBUS into an error for the one load (GuardedChecksum). A range that is no longer
+// there is FailedPrecondition, never a crash and never the tiers' fault.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "kvstream/store.h"
 
 namespace kvstream {
@@ -18,8 +20,10 @@ absl::Status ReadClientMemory(const FileRange& range, void* out);
 // Writes `size` bytes of `data` to `fd` at `offset`; FailedPrecondition when the file no longer
 // covers the range (a write past its end would grow it again, so that is refused, not done).
 absl::Status WriteClientMemory(int fd, uint64_t offset, const void* data, size_t size);
-// xxh3-64 of `range` (the value Checksum gives for the same bytes), read through a small buffer
-// of the calling thread so the bytes are hashed while in cache.
-absl::StatusOr<uint64_t> ChecksumClientMemory(const FileRange& range);
+// xxh3-64 of [data, data + size) (the value Checksum gives), where `data` maps client memory that
+// may vanish: FailedPrecondition instead of a crash when a page of it is gone. The guard is a
+// SIGBUS handler (installed on first use, process-wide) that returns to this call only while the
+// calling thread is inside one; a SIGBUS anywhere else still terminates the process as before.
+absl::StatusOr<uint64_t> GuardedChecksum(const uint8_t* data, size_t size);
 
 }  // namespace kvstream

@@ -213,11 +213,7 @@ void StepReader::Complete(int t, const IoCompletion& c) {
   ++step->verifying;
   const ChunkMeta& meta = *step->metas[blk.chunk];
   VerifyJob job{static_cast<const uint8_t*>(slot.buffer)};
-  if (read.dst_fd >= 0 && !bounced) {  // never load from client memory that may shrink: hash it via its file
-    job.data = nullptr;
-    job.fd = read.dst_fd;
-    job.fd_offset = read.dst_fd_offset + (slot.dst - static_cast<uint8_t*>(read.dst));
-  }
+  job.guarded = read.dst_fd >= 0 && !bounced;  // client memory that may vanish under the hash
   job.length = slot.payload;
   job.expected = meta.segment_checksums[blk.segment];
   job.owner = step;
@@ -271,11 +267,10 @@ void StepReader::Verified(const VerifyJob& job) {
     if (step->unfinished == 0) Finish(step);  // it waited for this job
     return;
   }
-  if (job.fd >= 0 && !job.ok) {
+  if (job.guarded && !job.ok) {
     // The pages a fixed-buffer read pinned may no longer be the file's (truncated, perhaps grown
     // back): later reads, this block's failover too, go to the pages the file has now.
-    const ChunkRead& read = step->reads[blk.chunk];
-    regions_->Refresh(static_cast<uint8_t*>(read.dst) + (job.fd_offset - read.dst_fd_offset), job.length);
+    regions_->Refresh(const_cast<uint8_t*>(job.data), job.length);
   }
   if (job.gone) {
     DestinationGone(step, blk.chunk, absl::FailedPreconditionError(absl::StrCat(
@@ -284,11 +279,11 @@ void StepReader::Verified(const VerifyJob& job) {
     return;
   }
   if (!job.ok) {
-    // Hashed back from client memory (job.fd), a mismatch may be the client writing into its
-    // destination: the read fails over, but the replica is not dropped on that evidence.
+    // Hashed in client memory that may shrink, a mismatch may be the client truncating or writing
+    // into its destination: the read fails over, but the replica is not dropped on that evidence.
     ReadFailed(job.tier, step, ref,
                absl::StrCat("checksum mismatch on tier ", tiers_[job.tier]->name, " (block ", blk.segment, ")"),
-               IoStatus::kMediaError, true, /*may_drop=*/job.fd < 0);
+               IoStatus::kMediaError, true, /*may_drop=*/!job.guarded);
     return;
   }
   Accept(job.tier, ref, job.length);

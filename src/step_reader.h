@@ -17,8 +17,8 @@
 // completion is ignored, and it can no longer be seen because it targets a bounce buffer or
 // memory the store took back (memory_regions.h). A read straight into other memory is never
 // hedged: it is waited for. A destination in client memory that may shrink (ChunkRead::dst_fd)
-// is never loaded from or stored to by the CPU: blocks are hashed back through its file, bounced
-// ones copied in with pwrite, and a destination that vanished fails only its chunk. Loop thread only.
+// is never stored to by the CPU (bounced blocks go in with pwrite) and is hashed under a SIGBUS
+// guard (client_memory.h); a destination that vanished fails only its chunk. Loop thread only.
 #pragma once
 
 #include <cstdint>

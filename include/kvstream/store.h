@@ -30,11 +30,12 @@ namespace kvstream {
 // may be overwritten (with the file's zero padding).
 //
 // With dst_fd >= 0, dst maps the file dst_fd from dst_fd_offset, and that file belongs to someone
-// who may shrink it at any time (a client's unsealed shared memory). The store then never loads
-// from or stores to dst with the CPU, where a vanished page would kill it (SIGBUS): reads land in
-// dst by O_DIRECT (a vanished page fails that read), blocks are verified by reading them back with
-// pread from dst_fd, and a bounced block is copied in with pwrite. A destination that shrank fails
-// its chunk with FailedPrecondition and counts against no tier.
+// who may shrink it at any time (a client's unsealed shared memory), where a plain load or store
+// of a vanished page would kill the process (SIGBUS). The store then never stores to dst with the
+// CPU: reads land there by O_DIRECT (a vanished page fails that read) and a bounced block is
+// copied in with pwrite. It loads from dst only to verify a block, under a SIGBUS guard that
+// turns a vanished page into an error. A destination that shrank fails its chunk with
+// FailedPrecondition and counts against no tier.
 struct ChunkRead {
   std::string key;
   void* dst = nullptr;
