@@ -124,12 +124,82 @@ TEST_CASE("kvsim: slower writes stall a saturated node; primary replication writ
   const PolicyResult slow_writes = Simulate(trace, node, {PolicyKind::kCompletion});
   CHECK(slow_writes.write_stall_s > as_reads.write_stall_s);
   CHECK(slow_writes.bytes_written[0] == Approx(slow_writes.bytes_written[1]));  // all: every tier
-  node.replicate_all = false;
+  node.replication = {ReplicationKind::kPrimary};
   const PolicyResult primary = Simulate(trace, node, {PolicyKind::kCompletion});
   CHECK(primary.bytes_written[0] > 0);
   CHECK(primary.bytes_written[1] == 0);
   CHECK(primary.bytes_read[1] == 0);  // only tier 0 holds the chunks
   CHECK(primary.write_stall_s < slow_writes.write_stall_s);  // the slow second tier is never written
+}
+
+// Requests that reuse a little and compute a lot: `reused` blocks of one of 4 documents, then
+// `fresh` new blocks each.
+std::vector<Request> WriteHeavyTrace(int n, double interval_s, uint64_t reused, uint64_t fresh) {
+  std::vector<Request> t;
+  for (int i = 0; i < n; ++i) {
+    Request r;
+    r.arrival_s = i * interval_s;
+    r.output_tokens = 8;
+    for (uint64_t b = 0; b < reused; ++b) r.blocks.push_back(static_cast<uint64_t>(i % 4) * 1000 + b);
+    for (uint64_t b = 0; b < fresh; ++b) r.blocks.push_back(1'000'000 + i * fresh + b);
+    r.input_tokens = static_cast<uint32_t>(r.blocks.size() * kTraceBlockTokens);
+    t.push_back(r);
+  }
+  return t;
+}
+
+TEST_CASE("kvsim: reads from partial replicas stay work-conserving among the holders") {
+  NodeConfig node;
+  const std::vector<double> bw = {2e9, 1e9}, none = {0, 0};
+  std::vector<double> split;
+  const Policy completion{PolicyKind::kCompletion};
+  const double all_shared = PartialReplicaTime(completion, node, 0, 3e9, 0, bw, none, &split);
+  CHECK(all_shared == Approx(1.0).epsilon(0.01));  // the bound: 3 GB at 3 GB/s
+  const double only0 = PartialReplicaTime(completion, node, 3e9, 0, 0, bw, none, &split);
+  CHECK(only0 == Approx(1.5));  // tier 0 alone
+  CHECK(split[1] == 0);
+  // A third on both: tier 1 reads all of it while tier 0 reads the rest.
+  const double third = PartialReplicaTime(completion, node, 2e9, 1e9, 0, bw, none, &split);
+  CHECK(third == Approx(1.0).epsilon(0.01));
+  CHECK(split[1] <= 1e9 + 1);
+  // Little on both: tier 1 runs out, tier 0's own bytes decide.
+  const double little = PartialReplicaTime(completion, node, 2.8e9, 0.2e9, 0, bw, none, &split);
+  CHECK(little == Approx(1.4));
+  const Policy half{PolicyKind::kStatic, 0.5};
+  CHECK(PartialReplicaTime(half, node, 2.8e9, 0.2e9, 0, bw, none, &split) == Approx(1.4));
+}
+
+TEST_CASE("kvsim: adaptive replication never loses to serial or full replication, and keeps the read gain") {
+  NodeConfig node;
+  node.profile = *FindProfile("32B");
+  node.memory_bytes = 0;
+  node.staging_bytes = 2e9;
+  node.bandwidth = [](uint64_t, double) { return std::vector<double>{2e9, 1e9}; };
+  auto run = [&](const std::vector<Request>& trace, Policy policy, ReplicationKind kind) {
+    node.replication = {kind};
+    return Simulate(trace, node, policy);
+  };
+  for (const auto& [what, trace] : {std::pair{"write-heavy", WriteHeavyTrace(300, 0.05, 4, 12)},
+                                    std::pair{"read-heavy", WriteHeavyTrace(300, 0.3, 16, 1)}}) {
+    INFO(what);
+    const PolicyResult serial = run(trace, {PolicyKind::kSerial}, ReplicationKind::kAll);
+    const PolicyResult all = run(trace, {PolicyKind::kCompletion}, ReplicationKind::kAll);
+    const PolicyResult adaptive = run(trace, {PolicyKind::kCompletion}, ReplicationKind::kAdaptive);
+    INFO("req/s serial " << serial.throughput_rps << " all " << all.throughput_rps << " adaptive "
+                         << adaptive.throughput_rps << "; TTFT " << serial.ttft_mean << " " << all.ttft_mean << " "
+                         << adaptive.ttft_mean);
+    CHECK(adaptive.throughput_rps >= 0.99 * std::max(serial.throughput_rps, all.throughput_rps));
+    CHECK(adaptive.ttft_mean <= 1.01 * std::min(serial.ttft_mean, all.ttft_mean));
+    CHECK(adaptive.write_stall_s <= serial.write_stall_s + 1e-9);  // a secondary never stalls a step
+    CHECK(adaptive.bytes_written[1] <= all.bytes_written[1]);
+    if (std::string(what) == "write-heavy") {
+      CHECK(all.write_stall_s > serial.write_stall_s);  // what full replication costs here
+      CHECK(adaptive.secondary_dropped_bytes > 0);      // copies the slow tier could not take
+    } else {
+      CHECK(adaptive.bytes_read[1] > 0);  // reads still come from both tiers
+      CHECK(adaptive.retrieval_s < 0.9 * serial.retrieval_s);
+    }
+  }
 }
 
 }  // namespace

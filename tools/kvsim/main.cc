@@ -123,6 +123,7 @@ nlohmann::json ToJson(const PolicyResult& r, const NodeConfig& node) {
           {"ttft_p99_s", r.ttft_p99}, {"slo_attainment", slo}, {"retrieval_s", r.retrieval_s},
           {"bound_s", r.bound_s}, {"gap", r.gap}, {"forward_s", r.forward_s}, {"write_stall_s", r.write_stall_s},
           {"bytes_read_per_tier", r.bytes_read}, {"bytes_written_per_tier", r.bytes_written},
+          {"secondary_dropped_bytes", r.secondary_dropped_bytes},
           {"memory_hit_blocks", r.memory_hit_blocks}, {"storage_hit_blocks", r.storage_hit_blocks},
           {"computed_blocks", r.computed_blocks}};
 }
@@ -173,8 +174,12 @@ int Main(int argc, char** argv) {
   app.add_option("--memory", memory_text, "GPU + host KV capacity in front of storage (e.g. 64GiB)")->capture_default_str();
   app.add_option("--bw", bw_text, "read bandwidth per tier in bytes/s, comma-separated (tier 0 first; default: 4 NVMe drives and a PFS link)")->capture_default_str();
   app.add_option("--write-bw", write_bw_text, "write bandwidth per tier in bytes/s, comma-separated (default: as fast as each reads)");
-  app.add_option("--replication", replication, "where new KV is written: all (every tier) | primary (tier 0 only; every read then comes from it)")
-      ->check(CLI::IsMember({"all", "primary"}))->capture_default_str();
+  app.add_option("--replication", replication,
+                 "where new KV is written, comma-separated to compare: all (every tier) | primary (tier 0 only) | "
+                 "fraction:<f> (every tier for a share f of the blocks) | idle (tier 0, copies for the others only from "
+                 "their idle write bandwidth, dropped oldest first instead of stalling) | reuse (tier 0, and a block read "
+                 "back from tier 0 alone is copied to the others) | adaptive (idle and reuse)")
+      ->capture_default_str();
   app.add_option("--schedule", schedule, "bandwidth over time: constant | periodic:<period_s>:<amplitude> (swings the last tier) | replay:<file> (step records as JSON, e.g. kvcore_bench --json, or one line of bytes/s per tier per step)");
   app.add_option("--rate", rate, "arrival-rate scale (2 = twice as fast)")->capture_default_str();
   app.add_option("--order", order_text, "arrival order: recorded | round-robin | random (sessions interleaved)")->capture_default_str();
@@ -220,7 +225,20 @@ int Main(int argc, char** argv) {
     std::cerr << "kvsim: --write-bw needs one positive bandwidth per tier of --bw\n";
     return 2;
   }
-  node.replicate_all = replication == "all";
+  std::vector<Replication> replications;
+  std::stringstream rs(replication);
+  for (std::string r; std::getline(rs, r, ',');) {
+    auto parsed = ParseReplication(r);
+    if (!parsed.ok()) {
+      std::cerr << "kvsim: " << parsed.status().message() << "\n";
+      return 2;
+    }
+    replications.push_back(*parsed);
+  }
+  if (replications.empty()) {
+    std::cerr << "kvsim: --replication needs at least one policy\n";
+    return 2;
+  }
   if (bw.empty() || std::any_of(bw.begin(), bw.end(), [](double b) { return !(b > 0); }) || rate <= 0) {
     std::cerr << "kvsim: bandwidths and --rate must be positive\n";
     return 2;
@@ -256,8 +274,18 @@ int Main(int argc, char** argv) {
   const double block_kv = kTraceBlockTokens * node.profile.kv_bytes_per_token;
   const Demand demand = StorageDemand(ReuseDistances(accesses), static_cast<uint64_t>(node.memory_bytes / block_kv));
 
+  // Each policy under each replication; a one-tier policy (recompute, serial, fastest) once, as
+  // replication does not change it. Rows are labelled policy/replication when it varies.
   std::vector<PolicyResult> results;
-  for (const Policy& p : policies) results.push_back(Simulate(trace, node, p));
+  for (const Policy& p : policies) {
+    const bool one_tier = p.kind == PolicyKind::kRecompute || p.kind == PolicyKind::kSerial || p.kind == PolicyKind::kFastest;
+    for (size_t i = 0; i < (one_tier ? 1 : replications.size()); ++i) {
+      node.replication = replications[i];
+      results.push_back(Simulate(trace, node, p));
+      if (!one_tier && replications.size() > 1) results.back().policy += "/" + replications[i].label();
+    }
+  }
+  node.replication = replications.front();
 
   // Gap of static:g over the bound across g, on the completion policy's per-step demands.
   std::vector<std::pair<double, double>> gap_vs_g;
@@ -275,7 +303,7 @@ int Main(int argc, char** argv) {
               replication.c_str(), rate, order_text.c_str());
   std::printf("demand: V = %.1f GB reused, Pr[d > M] = %.3f, D = %.1f GB from storage\n\n",
               demand.reuses * block_kv / 1e9, demand.fraction(), demand.beyond * block_kv / 1e9);
-  std::printf("%-12s %9s %9s %9s %9s %9s %8s %10s %9s %9s", "policy", "req/s", "ttft_mean", "ttft_p50", "ttft_p90",
+  std::printf("%-20s %9s %9s %9s %9s %9s %8s %10s %9s %9s", "policy", "req/s", "ttft_mean", "ttft_p50", "ttft_p90",
               "ttft_p99", "gap", "retrieve_s", "wstall_s", "slo@");
   std::printf("%-7s %8s %s\n", (std::to_string(static_cast<int>(node.slo_s.empty() ? 0 : node.slo_s.front())) + "s").c_str(),
               "write_x", "GB written per tier");
@@ -283,11 +311,12 @@ int Main(int argc, char** argv) {
     // Write amplification: bytes written to all tiers over the new KV written once.
     double written = 0, first = r.bytes_written.empty() ? 0 : r.bytes_written[0];
     for (double b : r.bytes_written) written += b;
-    std::printf("%-12s %9.3f %9.3f %9.3f %9.3f %9.3f %+7.1f%% %10.1f %9.1f %8.1f%% %7.2fx ", r.policy.c_str(),
+    std::printf("%-20s %9.3f %9.3f %9.3f %9.3f %9.3f %+7.1f%% %10.1f %9.1f %8.1f%% %7.2fx ", r.policy.c_str(),
                 r.throughput_rps, r.ttft_mean, r.ttft_p50, r.ttft_p90, r.ttft_p99, 100 * r.gap, r.retrieval_s,
                 r.write_stall_s, r.slo_attainment.empty() ? 0 : 100 * r.slo_attainment.front(),
                 first > 0 ? written / first : 0);
     for (size_t k = 0; k < r.bytes_written.size(); ++k) std::printf("%s%.1f", k ? "/" : " ", r.bytes_written[k] / 1e9);
+    if (r.secondary_dropped_bytes > 0) std::printf(" (%.1f GB of copies dropped)", r.secondary_dropped_bytes / 1e9);
     std::printf("\n");
   }
   if (!json_path.empty()) {

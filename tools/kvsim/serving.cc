@@ -64,9 +64,19 @@ struct Active {
   uint32_t prefill_left;  // tokens still to compute
   double read_bytes;      // storage bytes to retrieve before its first prefill chunk
   uint64_t read_chunks;
-  uint32_t new_blocks;    // blocks whose KV it computes (written to storage)
+  uint32_t new_blocks;    // blocks whose KV it computes (written to storage): the last ones
+  double shared_bytes = 0;  // of read_bytes, those every tier holds (the rest only tier 0)
   bool retrieved = false;
 };
+
+// A copy for the tiers after the first, waiting for their idle write bandwidth (idle, reuse).
+struct Secondary {
+  uint64_t id;
+  double left;  // bytes still to write
+};
+
+// The deterministic share of blocks `fraction:<f>` replicates.
+bool InFraction(uint64_t id, double f) { return static_cast<double>((id * 0x9E3779B97F4A7C15ull) >> 11) < f * 0x1p53; }
 
 }  // namespace
 
@@ -110,6 +120,74 @@ absl::StatusOr<Policy> ParsePolicy(const std::string& text) {
   return absl::InvalidArgumentError("policy '" + text + "' is not one of recompute, serial, fastest, static:<g>, completion");
 }
 
+std::string Replication::label() const {
+  switch (kind) {
+    case ReplicationKind::kAll: return "all";
+    case ReplicationKind::kPrimary: return "primary";
+    case ReplicationKind::kIdle: return "idle";
+    case ReplicationKind::kReuse: return "reuse";
+    case ReplicationKind::kAdaptive: return "adaptive";
+    case ReplicationKind::kFraction: {
+      char buf[32];
+      std::snprintf(buf, sizeof(buf), "fraction:%g", fraction);
+      return buf;
+    }
+  }
+  return "?";
+}
+
+absl::StatusOr<Replication> ParseReplication(const std::string& text) {
+  if (text == "all") return Replication{ReplicationKind::kAll};
+  if (text == "primary") return Replication{ReplicationKind::kPrimary};
+  if (text == "idle") return Replication{ReplicationKind::kIdle};
+  if (text == "reuse") return Replication{ReplicationKind::kReuse};
+  if (text == "adaptive") return Replication{ReplicationKind::kAdaptive};
+  double f;
+  if (text.rfind("fraction:", 0) == 0 && absl::SimpleAtod(text.substr(9), &f) && f >= 0 && f <= 1) {
+    return Replication{ReplicationKind::kFraction, f};
+  }
+  return absl::InvalidArgumentError("replication '" + text +
+                                    "' is not one of all, primary, fraction:<f>, idle, reuse, adaptive");
+}
+
+double PartialReplicaTime(const Policy& policy, const NodeConfig& node, double only0, double shared, uint64_t chunks,
+                          const std::vector<double>& bw, const std::vector<double>& delay,
+                          std::vector<double>* tier_bytes) {
+  const double total = only0 + shared;
+  std::vector<double>& split = *tier_bytes;
+  split.assign(bw.size(), 0);
+  switch (policy.kind) {
+    case PolicyKind::kRecompute:
+      return 0;
+    case PolicyKind::kSerial:
+      split[0] = total;
+      return SerialTime(total, chunks, node.chunk_latency_s, bw[0], delay[0]);
+    case PolicyKind::kFastest:
+      split[0] = total;
+      return FastestTime(total, bw[0], delay[0]);
+    case PolicyKind::kStatic: {
+      split[1] = std::min((1 - policy.g) * total, shared);  // tier 1 can only read what it holds
+      split[0] = total - split[1];
+      const double t0 = split[0] > 0 ? delay[0] + split[0] / bw[0] : 0;
+      const double t1 = split[1] > 0 ? delay[1] + split[1] / bw[1] : 0;
+      return std::max(t0, t1);
+    }
+    case PolicyKind::kCompletion: {
+      const double t = CompletionTime(total, node.block_bytes, node.queue_depth, bw, delay, &split);
+      double others = 0;
+      for (size_t k = 1; k < split.size(); ++k) others += split[k];
+      if (others <= shared) return t;
+      // The other tiers run out of blocks they hold: they read all the shared ones at their
+      // speed while tier 0 reads the rest.
+      const std::vector<double> other_bw(bw.begin() + 1, bw.end()), other_delay(delay.begin() + 1, delay.end());
+      for (size_t k = 1; k < split.size(); ++k) split[k] *= shared / others;
+      split[0] = only0;
+      return std::max(FastestTime(only0, bw[0], delay[0]), BoundTime(shared, other_bw, other_delay));
+    }
+  }
+  return 0;
+}
+
 std::vector<double> WriteBandwidth(const NodeConfig& node, const std::vector<double>& read_bw) {
   if (node.write_bandwidth.empty()) return read_bw;
   std::vector<double> w = read_bw;
@@ -120,10 +198,11 @@ std::vector<double> WriteBandwidth(const NodeConfig& node, const std::vector<dou
 PolicyResult Simulate(const std::vector<Request>& trace, const NodeConfig& node, const Policy& policy) {
   const double block_kv = kTraceBlockTokens * node.profile.kv_bytes_per_token;
   const bool uses_storage = policy.kind != PolicyKind::kRecompute;
-  // Where new KV goes: every tier under `all`, only tier 0 under `primary` or a one-tier policy
-  // (whose other tiers would never be read). Under `primary` every read is from tier 0.
+  const Replication& rep = node.replication;
+  // A one-tier policy reads and writes tier 0 only (its other tiers would never be read), as does
+  // primary replication.
   const bool single_tier =
-      policy.kind == PolicyKind::kSerial || policy.kind == PolicyKind::kFastest || !node.replicate_all;
+      policy.kind == PolicyKind::kSerial || policy.kind == PolicyKind::kFastest || rep.single_tier();
   const size_t tiers = node.bandwidth(0, 0).size();
   PolicyResult out;
   out.policy = policy.label();
@@ -131,8 +210,40 @@ PolicyResult Simulate(const std::vector<Request>& trace, const NodeConfig& node,
   out.bytes_written.assign(tiers, 0);
   out.ttft.assign(trace.size(), 0);
   Lru memory(static_cast<uint64_t>(node.memory_bytes / block_kv));
-  std::unordered_set<uint64_t> stored;  // blocks durable on storage
-  std::vector<double> backlog(tiers, 0);  // deferred write bytes still queued per tier
+  std::unordered_set<uint64_t> stored;      // blocks durable on tier 0 (and on every tier under all)
+  std::unordered_set<uint64_t> replicated;  // blocks every tier holds
+  std::vector<double> backlog(tiers, 0);    // deferred write bytes still queued per tier
+  std::deque<Secondary> secondaries;        // idle, reuse: copies for the other tiers, oldest first
+  std::unordered_set<uint64_t> queued;      // ids in `secondaries`
+  double secondary_bytes = 0;
+  // Secondaries are written only with the other tiers' write bandwidth (the slowest of them) over
+  // `seconds`, and the oldest dropped when they outgrow what staging has left beside tier 0's.
+  auto drain_secondaries = [&](const std::vector<double>& wbw, double seconds) {
+    double budget = seconds * *std::min_element(wbw.begin() + 1, wbw.end());
+    while (budget > 0 && !secondaries.empty()) {
+      Secondary& front = secondaries.front();
+      const double take = std::min(front.left, budget);
+      front.left -= take;
+      budget -= take;
+      secondary_bytes -= take;
+      for (size_t k = 1; k < tiers; ++k) out.bytes_written[k] += take;
+      if (front.left > 0) break;
+      replicated.insert(front.id);
+      queued.erase(front.id);
+      secondaries.pop_front();
+    }
+    while (!secondaries.empty() && secondary_bytes > std::max(0.0, node.staging_bytes - backlog[0])) {
+      out.secondary_dropped_bytes += secondaries.front().left;
+      secondary_bytes -= secondaries.front().left;
+      queued.erase(secondaries.front().id);
+      secondaries.pop_front();
+    }
+  };
+  auto add_secondary = [&](uint64_t id) {
+    if (single_tier || tiers < 2 || replicated.count(id) || !queued.insert(id).second) return;
+    secondaries.push_back({id, block_kv});
+    secondary_bytes += block_kv;
+  };
 
   std::deque<Active> prefilling;
   struct Decoding { size_t request; uint32_t left; };
@@ -147,6 +258,7 @@ PolicyResult Simulate(const std::vector<Request>& trace, const NodeConfig& node,
       for (size_t k = 0; k < tiers; ++k) {
         backlog[k] = std::max(0.0, backlog[k] - idle_bw[k] * (trace[next].arrival_s - now));
       }
+      if (tiers > 1) drain_secondaries(idle_bw, trace[next].arrival_s - now);
       now = trace[next].arrival_s;
     }
     // Admission in arrival order; the cache state is looked up when a request is admitted.
@@ -161,6 +273,11 @@ PolicyResult Simulate(const std::vector<Request>& trace, const NodeConfig& node,
         } else if (uses_storage && stored.count(id)) {
           ++out.storage_hit_blocks;
           a.read_bytes += block_kv;
+          if (!single_tier && replicated.count(id)) {
+            a.shared_bytes += block_kv;
+          } else if (rep.secondaries_on_reuse()) {
+            add_secondary(id);  // read back from tier 0: copied to the others from memory
+          }
         } else {
           break;  // prefix semantics: the rest is computed
         }
@@ -177,7 +294,8 @@ PolicyResult Simulate(const std::vector<Request>& trace, const NodeConfig& node,
     }
     // Compose the step: every decoding request gets one token, prefills share the rest.
     uint32_t budget = node.token_budget > decoding.size() ? node.token_budget - static_cast<uint32_t>(decoding.size()) : 0;
-    double read_bytes = 0, write_bytes = 0;
+    double read_bytes = 0, shared_bytes = 0;
+    std::vector<uint64_t> new_ids;  // blocks computed by the prefills that finish this step
     uint64_t read_chunks = 0, prefill_tokens = 0;
     std::vector<size_t> finished_prefill;
     for (size_t i = 0; i < prefilling.size() && budget > 0; ++i) {
@@ -185,6 +303,7 @@ PolicyResult Simulate(const std::vector<Request>& trace, const NodeConfig& node,
       if (!a.retrieved) {
         a.retrieved = true;
         read_bytes += a.read_bytes;
+        shared_bytes += a.shared_bytes;
         read_chunks += a.read_chunks;
       }
       const uint32_t take = std::min(budget, a.prefill_left);
@@ -193,7 +312,8 @@ PolicyResult Simulate(const std::vector<Request>& trace, const NodeConfig& node,
       prefill_tokens += take;
       if (a.prefill_left == 0) {
         finished_prefill.push_back(i);
-        write_bytes += a.new_blocks * block_kv;
+        const std::vector<uint64_t>& blocks = trace[a.request].blocks;
+        new_ids.insert(new_ids.end(), blocks.end() - a.new_blocks, blocks.end());
       }
     }
     // T_ret under the policy. Deferred writes are not issued during reads, but the pieces already
@@ -208,31 +328,9 @@ PolicyResult Simulate(const std::vector<Request>& trace, const NodeConfig& node,
     }
     double t_ret = 0;
     if (read_bytes > 0) {
-      std::vector<double> tier_bytes(tiers, 0);
-      // Under `primary`, only tier 0 holds the chunks: every policy reads them from it alone.
-      const PolicyKind kind = !node.replicate_all && policy.kind != PolicyKind::kRecompute &&
-                                      policy.kind != PolicyKind::kSerial
-                                  ? PolicyKind::kFastest
-                                  : policy.kind;
-      switch (kind) {
-        case PolicyKind::kRecompute: break;
-        case PolicyKind::kSerial:
-          t_ret = SerialTime(read_bytes, read_chunks, node.chunk_latency_s, bw[0], delay[0]);
-          tier_bytes[0] = read_bytes;
-          break;
-        case PolicyKind::kFastest:
-          t_ret = FastestTime(read_bytes, bw[0], delay[0]);
-          tier_bytes[0] = read_bytes;
-          break;
-        case PolicyKind::kStatic:
-          t_ret = StaticTime(read_bytes, policy.g, bw[0], bw[1], delay[0], delay[1]);
-          tier_bytes[0] = policy.g * read_bytes;
-          tier_bytes[1] = (1 - policy.g) * read_bytes;
-          break;
-        case PolicyKind::kCompletion:
-          t_ret = CompletionTime(read_bytes, node.block_bytes, node.queue_depth, bw, delay, &tier_bytes);
-          break;
-      }
+      std::vector<double> tier_bytes;
+      t_ret = PartialReplicaTime(policy, node, read_bytes - shared_bytes, shared_bytes, read_chunks, bw, delay,
+                                 &tier_bytes);
       for (size_t k = 0; k < tiers; ++k) out.bytes_read[k] += tier_bytes[k];
       out.retrieval_s += t_ret;
       out.bound_s += BoundTime(read_bytes, bw);
@@ -244,11 +342,16 @@ PolicyResult Simulate(const std::vector<Request>& trace, const NodeConfig& node,
     // during the forward pass; what does not fit stays staged for the next idle period, and past the
     // staging limit the engine waits for it (back-pressure, T_wr).
     double t_wr = 0;
-    if (uses_storage && write_bytes > 0) {
-      const size_t targets = single_tier ? 1 : tiers;
-      for (size_t k = 0; k < targets; ++k) {
-        backlog[k] += write_bytes;
-        out.bytes_written[k] += write_bytes;
+    if (uses_storage) {
+      for (uint64_t id : new_ids) {
+        // Tier 0 always; the others through staging (all, a fraction's share) or as a secondary.
+        const bool everywhere = !single_tier && (rep.kind == ReplicationKind::kAll ||
+                                                 (rep.kind == ReplicationKind::kFraction && InFraction(id, rep.fraction)));
+        for (size_t k = 0; k < (everywhere ? tiers : 1); ++k) {
+          backlog[k] += block_kv;
+          out.bytes_written[k] += block_kv;
+        }
+        if (rep.secondaries_from_idle()) add_secondary(id);
       }
     }
     for (size_t k = 0; k < tiers; ++k) {
@@ -258,6 +361,7 @@ PolicyResult Simulate(const std::vector<Request>& trace, const NodeConfig& node,
       }
     }
     for (size_t k = 0; k < tiers; ++k) backlog[k] = std::max(0.0, std::min(backlog[k] - wbw[k] * t_wr, node.staging_bytes));
+    if (tiers > 1) drain_secondaries(wbw, t_fwd + t_wr);
     const double t_step = t_ret + t_fwd + t_wr;
     now += t_step;
     out.forward_s += t_fwd;
@@ -272,7 +376,12 @@ PolicyResult Simulate(const std::vector<Request>& trace, const NodeConfig& node,
       const Active& a = prefilling[*it];
       const Request& r = trace[a.request];
       if (uses_storage) {
-        for (uint64_t id : r.blocks) stored.insert(id);
+        for (uint64_t id : r.blocks) {
+          stored.insert(id);
+          const bool everywhere = !single_tier && (rep.kind == ReplicationKind::kAll ||
+                                                   (rep.kind == ReplicationKind::kFraction && InFraction(id, rep.fraction)));
+          if (everywhere) replicated.insert(id);
+        }
       }
       out.ttft[a.request] = now - r.arrival_s;
       if (r.output_tokens > 1) decoding.push_back({a.request, r.output_tokens - 1});

@@ -35,6 +35,29 @@ struct Policy {
 // "recompute" | "serial" | "fastest" | "static:<g>" | "completion"
 absl::StatusOr<Policy> ParsePolicy(const std::string& text);
 
+// Where new KV is written (M3), and which chunks the other tiers hold.
+//   all: every tier, through staging (a saturated slow tier back-pressures the step);
+//   primary: tier 0 only (every read then comes from it);
+//   fraction:<f>: every tier for a fixed share f of the new blocks, tier 0 only for the rest;
+//   idle: tier 0 through staging; the other tiers' copies (secondaries) wait in a queue written
+//     only from those tiers' write bandwidth, and the oldest are dropped when the queue outgrows
+//     staging, so a secondary never stalls a step;
+//   reuse: tier 0 only for new KV; a block read back from tier 0 alone is copied to the others
+//     while in memory (no extra read), through the same never-stalling queue;
+//   adaptive: idle and reuse together.
+enum class ReplicationKind { kAll, kPrimary, kFraction, kIdle, kReuse, kAdaptive };
+
+struct Replication {
+  ReplicationKind kind = ReplicationKind::kAll;
+  double fraction = 1;  // kFraction
+  std::string label() const;
+  bool single_tier() const { return kind == ReplicationKind::kPrimary; }
+  bool secondaries_from_idle() const { return kind == ReplicationKind::kIdle || kind == ReplicationKind::kAdaptive; }
+  bool secondaries_on_reuse() const { return kind == ReplicationKind::kReuse || kind == ReplicationKind::kAdaptive; }
+};
+// "all" | "primary" | "fraction:<f>" | "idle" | "reuse" | "adaptive"
+absl::StatusOr<Replication> ParseReplication(const std::string& text);
+
 // Per-step read bandwidth of each tier: step index and start time -> bytes/s per tier.
 using BandwidthSchedule = std::function<std::vector<double>(uint64_t step, double now_s)>;
 
@@ -43,7 +66,7 @@ struct NodeConfig {
   double memory_bytes = 0;          // GPU + host KV capacity (LRU) in front of storage
   BandwidthSchedule bandwidth;      // read bandwidth per tier
   std::vector<double> write_bandwidth;  // write bytes/s per tier; empty: as fast as it reads
-  bool replicate_all = true;        // replication: every tier (all), or only tier 0 (primary)
+  Replication replication;          // where new KV goes (all by default)
   uint32_t token_budget = 8192;     // tokens per step (decodes + prefill chunks)
   uint32_t max_running = 256;       // requests admitted at once
   double block_bytes = 1 << 20;     // router block
@@ -71,6 +94,7 @@ struct PolicyResult {
   double write_stall_s = 0;            // back-pressure of deferred writes
   std::vector<double> bytes_read;      // per tier
   std::vector<double> bytes_written;   // per tier
+  double secondary_dropped_bytes = 0;  // secondaries dropped before they were written (idle, reuse)
   uint64_t memory_hit_blocks = 0, storage_hit_blocks = 0, computed_blocks = 0;
   std::vector<double> ttft;            // per request, in admission order
 };
@@ -79,5 +103,13 @@ struct PolicyResult {
 std::vector<double> WriteBandwidth(const NodeConfig& node, const std::vector<double>& read_bw);
 
 PolicyResult Simulate(const std::vector<Request>& trace, const NodeConfig& node, const Policy& policy);
+
+// Retrieval time of `only0` bytes that only tier 0 holds and `shared` bytes every tier holds,
+// under `policy`; fills the bytes each tier read. With shared == everything, the policy's usual
+// time; completion routing stays work-conserving among the holders (the other tiers take shared
+// blocks only).
+double PartialReplicaTime(const Policy& policy, const NodeConfig& node, double only0, double shared, uint64_t chunks,
+                          const std::vector<double>& bw, const std::vector<double>& delay,
+                          std::vector<double>* tier_bytes);
 
 }  // namespace kvsim
