@@ -40,7 +40,8 @@ absl::StatusOr<ReplicationPolicy> ParseReplication(std::string_view text_view) {
   const std::string text(text_view);
   if (text == "all") return ReplicationPolicy::kAll;
   if (text == "primary") return ReplicationPolicy::kPrimary;
-  return absl::InvalidArgumentError(absl::StrCat("replication '", text, "' is not one of all, primary"));
+  if (text == "adaptive") return ReplicationPolicy::kAdaptive;
+  return absl::InvalidArgumentError(absl::StrCat("replication '", text, "' is not one of all, primary, adaptive"));
 }
 
 absl::StatusOr<FsyncPolicy> ParseFsync(std::string_view text_view) {
@@ -95,7 +96,14 @@ std::string ToString(const RoutingPolicy& r) {
 
 std::string_view ToString(BatchingPolicy b) { return b == BatchingPolicy::kStep ? "step" : "serial"; }
 std::string_view ToString(WritePolicy w) { return w == WritePolicy::kDeferred ? "deferred" : "immediate"; }
-std::string_view ToString(ReplicationPolicy r) { return r == ReplicationPolicy::kAll ? "all" : "primary"; }
+std::string_view ToString(ReplicationPolicy r) {
+  switch (r) {
+    case ReplicationPolicy::kAll: return "all";
+    case ReplicationPolicy::kPrimary: return "primary";
+    case ReplicationPolicy::kAdaptive: return "adaptive";
+  }
+  return "?";
+}
 std::string_view ToString(FsyncPolicy f) { return f == FsyncPolicy::kNone ? "none" : "chunk"; }
 
 }  // namespace kvstream

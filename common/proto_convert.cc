@@ -67,6 +67,7 @@ void ToProto(const StoreStats& in, v1::StatsReply* out) {
     p->set_checksum_failures(t.checksum_failures);
     p->set_write_errors(t.write_errors);
     p->set_evictions(t.evictions);
+    p->set_secondaries_dropped(t.secondaries_dropped);
     p->set_bounce_reads(t.bounce_reads);
     p->set_resubmits(t.resubmits);
     p->set_fixed_ops(t.fixed_ops);
@@ -120,6 +121,7 @@ StoreStats FromProto(const v1::StatsReply& in) {
     t.checksum_failures = p.checksum_failures();
     t.write_errors = p.write_errors();
     t.evictions = p.evictions();
+    t.secondaries_dropped = p.secondaries_dropped();
     t.bounce_reads = p.bounce_reads();
     t.resubmits = p.resubmits();
     t.fixed_ops = p.fixed_ops();

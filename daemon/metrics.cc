@@ -93,6 +93,9 @@ std::string RenderMetrics(const StoreStats& s, const DaemonGauges& d, bool healt
           [](const TierStats& t) { return t.checksum_failures; });
   PerTier(&out, s, "kvstream_tier_dropped_replicas_total", "counter", "Replicas dropped because bad or gone.",
           [](const TierStats& t) { return t.dropped_replicas; });
+  PerTier(&out, s, "kvstream_tier_secondaries_dropped_total", "counter",
+          "Copies for the tier given up under staging pressure (replication: adaptive).",
+          [](const TierStats& t) { return t.secondaries_dropped; });
   PerTier(&out, s, "kvstream_tier_evictions_total", "counter", "Replicas evicted per tier (LRU or by request).",
           [](const TierStats& t) { return t.evictions; });
   PerTier(&out, s, "kvstream_tier_hedged_reads_total", "counter", "Reads abandoned and served by another tier.",

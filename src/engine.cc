@@ -329,6 +329,7 @@ StoreStats Engine::Stats() const {
     ts.gone_errors = c.gone_errors;
     ts.media_errors = c.media_errors;
     ts.dropped_replicas = c.dropped_replicas;
+    ts.secondaries_dropped = c.secondaries_dropped;
     ts.read_seconds = c.read_seconds.Snapshot();
     ts.write_seconds = c.write_seconds.Snapshot();
     ts.readable = tier.readable;

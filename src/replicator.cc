@@ -39,16 +39,41 @@ void Replicator::Start(Job* job) {
       job->durable |= 1u << k;  // already there, byte-identical
     } else {
       job->replicas[k].state = State::kPending;
+      job->replicas[k].secondary = config_.replication == ReplicationPolicy::kAdaptive && k != 0;
     }
   }
 }
 
+void Replicator::DropSecondaries() {
+  for (size_t j = 0; j < jobs_.size();) {
+    Job* job = jobs_[j].get();
+    bool dropped = false;
+    if (job->acknowledged) {
+      for (size_t t = 0; t < job->replicas.size(); ++t) {
+        Replica& r = job->replicas[t];
+        if (!r.secondary || r.state != State::kPending) continue;
+        r.state = State::kDone;  // absent, not lost: the chunk is durable on its primary
+        ++tiers_[t]->counters.secondaries_dropped;
+        dropped = true;
+      }
+    }
+    const size_t before = jobs_.size();
+    if (dropped) MaybeFinish(job);
+    if (jobs_.size() == before) ++j;
+  }
+}
+
 void Replicator::Schedule(int t, bool during_reads) {
+  const bool pressure = stager_->pressure();
+  if (pressure && config_.replication == ReplicationPolicy::kAdaptive) DropSecondaries();
   // Jobs are taken oldest first; every write slot of the tier may go to the same job.
   for (size_t j = 0; j < jobs_.size() && slots_[t].free.size() > 1; ++j) {
     Job* job = jobs_[j].get();
     if (!job->started) Start(job);
     Replica& r = job->replicas[t];
+    // A secondary starts only from idle slots: never during reads, never under staging pressure
+    // while its primary has yet to be written (it would take the primary's bandwidth and room).
+    if (r.state == State::kPending && r.secondary && (during_reads || pressure)) continue;
     if (r.state == State::kPending && !StartReplica(job, t)) continue;
     IssueWrites(job, t, during_reads);
   }
@@ -206,6 +231,11 @@ void Replicator::WriteFailed(int t, const absl::Status& why) {
 void Replicator::FinishReplica(Job* job, int t, absl::Status status) {
   Replica& r = job->replicas[t];
   r.state = status.ok() ? State::kDone : State::kFailed;
+  if (!status.ok() && !r.secondary) {
+    // The primary is lost: the copies meant as secondaries are what the chunk's durability rests
+    // on now, so they are written like any replica and never dropped.
+    for (Replica& other : job->replicas) other.secondary = false;
+  }
   r.error = std::move(status);
   MaybeFinish(job);
 }
@@ -214,20 +244,29 @@ void Replicator::MaybeFinish(Job* job) {
   if (!job->started) return;
   absl::Status first_error;
   PersistResult result;
+  bool all_done = true, primary_durable = false;
   for (size_t t = 0; t < job->replicas.size(); ++t) {
     const Replica& r = job->replicas[t];
-    if (r.state != State::kDone && r.state != State::kFailed) return;
+    const bool done = r.state == State::kDone || r.state == State::kFailed;
+    all_done &= done;
+    primary_durable |= !r.secondary && (job->durable & (1u << t)) != 0 &&
+                       config_.replication == ReplicationPolicy::kAdaptive;
     if (r.state != State::kFailed) continue;
     result.lost_mask |= 1u << t;
     if (first_error.ok()) first_error = r.error;
   }
-  result.tier_mask = job->durable;
-  result.status = job->durable != 0 ? absl::OkStatus() : first_error;
-  if (result.lost_mask != 0) result.lost_reason = std::string(first_error.message());
+  if (!job->acknowledged && (all_done || primary_durable)) {
+    result.tier_mask = job->durable;
+    result.status = job->durable != 0 ? absl::OkStatus() : first_error;
+    if (result.lost_mask != 0) result.lost_reason = std::string(first_error.message());
+    job->acknowledged = true;
+    stager_->Acknowledge(job->chunk.get(), result);
+  }
+  if (!all_done) return;
   auto it = std::find_if(jobs_.begin(), jobs_.end(), [job](const auto& j) { return j.get() == job; });
   std::unique_ptr<Job> owned = std::move(*it);
   jobs_.erase(it);
-  stager_->Finish(std::move(owned->chunk), result);
+  stager_->Release(std::move(owned->chunk));
 }
 
 }  // namespace kvstream

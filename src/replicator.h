@@ -1,5 +1,9 @@
 // Replicator (M3): writes each staged chunk to its target tiers (every tier under `all`, the first
-// under `primary`), skipping tiers that already hold the same bytes. Each replica is written to a
+// under `primary`), skipping tiers that already hold the same bytes. Under `adaptive` the first
+// tier's copy is the primary and the others are secondaries: the persist is answered once the
+// primary is durable (or, if it failed, once every copy is done), secondaries are written only
+// from idle write slots (never during reads), and those not yet started are dropped when staging
+// is under pressure, so a secondary never stalls a step or a producer. Each replica is written to a
 // temporary file in block-size pieces, synced when the fsync policy asks, and renamed into place
 // only if no newer version of the key was committed meanwhile (writes of one key may complete out
 // of order). Room is made (LRU eviction) before a replica starts. A chunk is finished, and its
@@ -39,6 +43,7 @@ class Replicator {
   enum class State { kPending, kWriting, kSyncing, kDone, kFailed };
   struct Replica {
     State state = State::kDone;  // tiers not targeted count as done-and-absent
+    bool secondary = false;      // adaptive: a copy beyond the primary, written when idle
     FileHandle temp = -1;
     uint64_t next_offset = 0;
     uint32_t in_flight = 0;
@@ -48,6 +53,7 @@ class Replicator {
     std::unique_ptr<StagedChunk> chunk;
     std::vector<Replica> replicas;  // per tier
     bool started = false;
+    bool acknowledged = false;  // its persist was answered (WriteStager::Acknowledge)
     uint32_t durable = 0;  // tiers whose replica of this version is durable
   };
   struct WriteSlot : IoRequest {
@@ -66,8 +72,11 @@ class Replicator {
   // Counts and logs (rate-limited) a failed write, temporary or commit on `tier`.
   void WriteFailed(int tier, const absl::Status& why);
   void FinishReplica(Job* job, int tier, absl::Status status);
-  // Finishes the job once no replica is pending or in flight.
+  // Answers the job's persist once its copies promise what it needs (all of them, or the primary
+  // under adaptive), and finishes the job once no replica is pending or in flight.
   void MaybeFinish(Job* job);
+  // Staging is under pressure: secondaries of answered jobs that have not started are dropped.
+  void DropSecondaries();
 
   const StoreConfig& config_;
   const Tiers& tiers_;

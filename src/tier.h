@@ -27,6 +27,7 @@ struct TierCounters {
   // Failed reads, writes and file operations by kind (IoStatus).
   std::atomic<uint64_t> no_space_errors{0}, gone_errors{0}, media_errors{0};
   std::atomic<uint64_t> dropped_replicas{0};  // bad or gone replicas taken out of the index
+  std::atomic<uint64_t> secondaries_dropped{0};  // adaptive copies for this tier given up under pressure
   AtomicHistogram read_seconds{AtomicHistogram::SecondsBuckets()};
   AtomicHistogram write_seconds{AtomicHistogram::SecondsBuckets()};
 

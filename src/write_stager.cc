@@ -101,24 +101,37 @@ void WriteStager::TakeStaged(std::vector<std::unique_ptr<StagedChunk>>* out) {
 }
 
 void WriteStager::Finish(std::unique_ptr<StagedChunk> chunk, const PersistResult& result) {
+  Acknowledge(chunk.get(), result);
+  Release(std::move(chunk));
+}
+
+void WriteStager::Acknowledge(StagedChunk* chunk, const PersistResult& result) {
   {
     absl::MutexLock lock(&mu_);
-    staged_bytes_ -= chunk->image_size;
-    --staged_chunks_;
     ++persists_;
     if (!result.status.ok()) ++persist_failures_;
-    changed_.SignalAll();  // staging space for blocked producers
   }
   if (chunk->callback) chunk->callback(chunk->meta->key, result);
+  chunk->callback = nullptr;
   absl::MutexLock lock(&mu_);
   unfinished_.erase(chunk->seq);  // only now does Flush see it as done: its callback has run
   changed_.SignalAll();
 }
 
-bool WriteStager::MayWrite(WritePolicy policy, bool reads_pending) const {
-  if (policy == WritePolicy::kImmediate || !reads_pending) return true;
+void WriteStager::Release(std::unique_ptr<StagedChunk> chunk) {
+  absl::MutexLock lock(&mu_);
+  staged_bytes_ -= chunk->image_size;
+  --staged_chunks_;
+  changed_.SignalAll();  // staging space for blocked producers
+}
+
+bool WriteStager::pressure() const {
   absl::MutexLock lock(&mu_);
   return stopping_ || space_waiters_ > 0 || staged_bytes_ > high_water_ * limit_bytes_;
+}
+
+bool WriteStager::MayWrite(WritePolicy policy, bool reads_pending) const {
+  return policy == WritePolicy::kImmediate || !reads_pending || pressure();
 }
 
 void WriteStager::Flush() {

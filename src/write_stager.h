@@ -51,8 +51,17 @@ class WriteStager {
   // Loop: moves the chunks staged since the last call (oldest first) to `out`.
   void TakeStaged(std::vector<std::unique_ptr<StagedChunk>>* out);
   // Loop: every replica of the chunk is written or failed. Frees its staging, counts it, runs its
-  // callback, and only then lets Flush see it as done.
+  // callback, and only then lets Flush see it as done. (Acknowledge, then Release.)
   void Finish(std::unique_ptr<StagedChunk> chunk, const PersistResult& result);
+  // Loop: the chunk is as durable as its persist promises (adaptive replication: on its primary)
+  // while more copies may still be written from its image: counts it, runs its callback, and lets
+  // Flush see it as done. Its staging stays taken until Release.
+  void Acknowledge(StagedChunk* chunk, const PersistResult& result);
+  // Loop: frees the staging of an acknowledged chunk.
+  void Release(std::unique_ptr<StagedChunk> chunk);
+  // Producers wait for space, staging is above its high-water mark, or the stager is stopping:
+  // copies that are only nice to have (adaptive secondaries) should give their room back.
+  bool pressure() const;
 
   // Whether writes may run now under `policy`, given whether reads are pending.
   bool MayWrite(WritePolicy policy, bool reads_pending) const;

@@ -32,7 +32,7 @@ nlohmann::json TierJson(const TierStats& t) {
           {"reference_bandwidth_bps", t.reference_bandwidth_bps}, {"stalled", t.stalled}, {"stalls", t.stalls},
           {"late_reads", t.late_reads}, {"hedged_reads", t.hedged_reads}, {"no_space_errors", t.no_space_errors},
           {"gone_errors", t.gone_errors}, {"media_errors", t.media_errors}, {"readable", t.readable},
-          {"writable", t.writable}, {"condition", t.condition}};
+          {"writable", t.writable}, {"condition", t.condition}, {"secondaries_dropped", t.secondaries_dropped}};
 }
 
 nlohmann::json StepJson(const StepRecord& s) {

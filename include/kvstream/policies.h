@@ -35,6 +35,8 @@ enum class WritePolicy {
 enum class ReplicationPolicy {
   kAll,      // every chunk on every tier (M3)
   kPrimary,  // only on the first tier
+  kAdaptive, // on the first tier, acknowledged once it is there; copies on the others only from
+             // their idle write slots, dropped instead of ever stalling a step or filling staging
 };
 
 enum class FsyncPolicy {
@@ -53,7 +55,7 @@ struct Policies {
 absl::StatusOr<RoutingPolicy> ParseRouting(std::string_view text);
 absl::StatusOr<BatchingPolicy> ParseBatching(std::string_view text);        // "step" | "serial"
 absl::StatusOr<WritePolicy> ParseWrites(std::string_view text);             // "deferred" | "immediate"
-absl::StatusOr<ReplicationPolicy> ParseReplication(std::string_view text);  // "all" | "primary"
+absl::StatusOr<ReplicationPolicy> ParseReplication(std::string_view text);  // "all" | "primary" | "adaptive"
 absl::StatusOr<FsyncPolicy> ParseFsync(std::string_view text);              // "none" | "chunk"
 // Parses "64MiB", "1.5G", "4096" (binary units; K/M/G/T with optional "iB"/"B").
 absl::StatusOr<uint64_t> ParseBytes(std::string_view text);

@@ -128,6 +128,7 @@ struct TierStats {
   uint64_t gone_errors = 0;     // file or directory gone (ENOENT, ESTALE...),
   uint64_t media_errors = 0;    // bad bytes (EIO, a short file, a checksum mismatch)
   uint64_t dropped_replicas = 0;  // replicas dropped because their bytes were bad or gone
+  uint64_t secondaries_dropped = 0;  // replication adaptive: copies for this tier given up under staging pressure
   Histogram read_seconds;       // a block read's time, issue to completion
   Histogram write_seconds;      // a replica write's time, issue to completion
   bool readable = true;         // false: the tier is out of reach (unmounted, replaced)

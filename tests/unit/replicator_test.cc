@@ -9,6 +9,8 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <functional>
+#include <thread>
 
 #include "sim_rig.h"
 
@@ -196,6 +198,109 @@ TEST_CASE("replication primary writes the first tier only") {
   Outcome out = PersistAndWait(rig, "k", Payload(kBlock, 11));
   CHECK(out.tier_mask == 1u);
   CHECK(rig.devices[1]->files().empty());
+}
+
+StoreConfig Adaptive(uint64_t staging = 256ull << 20) {
+  StoreConfig c = SimConfig(2);
+  c.replication = ReplicationPolicy::kAdaptive;
+  c.staging_limit_bytes = staging;
+  return c;
+}
+
+// Waits (in real time; the virtual clock runs meanwhile) until `done`.
+bool Eventually(const std::function<bool()>& done) {
+  for (int i = 0; i < 2000 && !done(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return done();
+}
+
+TEST_CASE("replication adaptive answers once the primary is durable; the secondary follows when idle") {
+  SimRig rig({300 * MBps, 10 * MBps}, Adaptive());
+  const auto data = Payload(3 * kBlock, 21);
+  Outcome out = PersistAndWait(rig, "k", data);
+  CHECK(out.calls == 1);
+  REQUIRE(out.status.ok());
+  CHECK(out.tier_mask == 1u);  // answered before the slow tier's copy: the primary is enough
+  CHECK(out.lost_mask == 0u);
+  CHECK(rig.engine->Stats().staged_bytes > 0);  // the image stays for the secondary
+  REQUIRE(Eventually([&] { return rig.engine->Lookup({"k"})[0].tier_mask == 3u; }));
+  CHECK(Eventually([&] { return rig.engine->Stats().staged_bytes == 0; }));
+  CHECK(rig.engine->Stats().tiers[1].secondaries_dropped == 0);
+  CHECK(ReadBack(rig, "k", data).ok());
+  RequireNoTemporaries(rig);
+}
+
+TEST_CASE("replication adaptive drops secondaries under staging pressure; every chunk stays on its primary") {
+  // Staging for 4 chunks, a second tier that writes 100x slower: under `all` every producer would
+  // wait for it; here its copies give their room back instead.
+  SimRig rig({300 * MBps, 3 * MBps}, Adaptive(4 * (kBlock + 8192)));
+  std::vector<std::vector<uint8_t>> data;
+  std::vector<Outcome> outs(24);
+  for (int i = 0; i < 24; ++i) data.push_back(Payload(kBlock, 100 + i));
+  auto persist = [&](int i, bool wait) {
+    auto done = [&outs, i](const std::string&, const PersistResult& r) {
+      outs[i].status = r.status;
+      outs[i].tier_mask = r.tier_mask;
+      ++outs[i].calls;
+    };
+    const std::string key = "p" + std::to_string(i);
+    return wait ? rig.engine->Persist(key, data[i].data(), data[i].size(), done)
+                : rig.engine->TryPersist(key, data[i].data(), data[i].size(), done);
+  };
+  // Time stands still while staging fills and a producer starts waiting for room.
+  rig.clock->Pause();
+  int staged = 0;
+  while (staged < 24 && persist(staged, false).ok()) ++staged;
+  REQUIRE(staged == 4);
+  std::thread producer([&] {
+    for (int i = staged; i < 24; ++i) REQUIRE(persist(i, true).ok());
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  rig.clock->Resume();
+  producer.join();
+  rig.engine->Flush();
+  int only_primary = 0;
+  for (int i = 0; i < 24; ++i) {
+    INFO("chunk " << i);
+    REQUIRE(outs[i].calls == 1);
+    REQUIRE(outs[i].status.ok());
+    CHECK((outs[i].tier_mask & 1u) == 1u);
+  }
+  REQUIRE(Eventually([&] { return rig.engine->Stats().staged_bytes == 0; }));
+  for (int i = 0; i < 24; ++i) {
+    const uint32_t mask = rig.engine->Lookup({"p" + std::to_string(i)})[0].tier_mask;
+    CHECK((mask & 1u) == 1u);
+    only_primary += mask == 1u;
+  }
+  CHECK(only_primary > 0);
+  CHECK(rig.engine->Stats().tiers[1].secondaries_dropped == static_cast<uint64_t>(only_primary));
+  // A chunk whose secondary was dropped reads from its primary; with the primary failing, it
+  // fails (it is on no other tier) and says so, while a replicated one still reads.
+  for (int i = 0; i < 24; ++i) CHECK(ReadBack(rig, "p" + std::to_string(i), data[i]).ok());
+  rig.devices[0]->SetFaultHook(FailOn(SimOp::kRead, EIO));
+  int replicated_read = 0, lost_read = 0;
+  for (int i = 0; i < 24; ++i) {
+    const bool both = rig.engine->Lookup({"p" + std::to_string(i)})[0].tier_mask == 3u;
+    const absl::Status read = ReadBack(rig, "p" + std::to_string(i), data[i]);
+    (both ? replicated_read : lost_read) += both ? read.ok() : !read.ok();
+  }
+  CHECK(lost_read == only_primary);
+  CHECK(replicated_read == 24 - only_primary);
+  RequireNoTemporaries(rig);
+}
+
+TEST_CASE("replication adaptive: a primary that fails leaves the chunk durable on a secondary") {
+  SimRig rig({300 * MBps, 100 * MBps}, Adaptive());
+  rig.devices[0]->SetFaultHook(FailOn(SimOp::kWrite, EIO));
+  const auto data = Payload(2 * kBlock, 31);
+  Outcome out = PersistAndWait(rig, "k", data);
+  REQUIRE(out.calls == 1);
+  CHECK(out.status.ok());
+  CHECK(out.tier_mask == 2u);
+  CHECK(out.lost_mask == 1u);
+  CHECK(rig.engine->Lookup({"k"})[0].tier_mask == 2u);
+  rig.devices[0]->SetFaultHook(nullptr);
+  CHECK(ReadBack(rig, "k", data).ok());
+  RequireNoTemporaries(rig);
 }
 
 }  // namespace

@@ -134,6 +134,7 @@ class TierStats:
     readable: bool = True
     writable: bool = True
     condition: str = ""
+    secondaries_dropped: int = 0  # replication adaptive: copies for this tier given up under pressure
 
 
 @dataclass(frozen=True)
