@@ -226,11 +226,13 @@ absl::StatusOr<std::vector<StepRecord>> Client::Steps(uint32_t max) {
 }
 
 absl::StatusOr<Policies> Client::SetPolicies(const std::string& routing, const std::string& batching,
-                                             const std::string& writes, bool* pending) {
+                                             const std::string& writes, bool* pending,
+                                             const std::string& replication) {
   v1::Policies req, reply;
   req.set_routing(routing);
   req.set_batching(batching);
   req.set_writes(writes);
+  req.set_replication(replication);
   grpc::ClientContext ctx;
   if (absl::Status s = FromGrpc(impl_->stub->SetPolicies(&ctx, req, &reply)); !s.ok()) return s;
   if (pending) *pending = reply.pending();

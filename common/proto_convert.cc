@@ -96,6 +96,7 @@ void ToProto(const StoreStats& in, v1::StatsReply* out) {
   out->set_writes_under_pressure(in.writes_under_pressure);
   out->set_process_cpu_seconds(in.process_cpu_seconds);
   out->set_verify_threads(in.verify_threads);
+  out->set_write_stall_seconds(in.write_stall_seconds);
   ToProto(in.policies, out->mutable_policies());
 }
 
@@ -151,6 +152,7 @@ StoreStats FromProto(const v1::StatsReply& in) {
   s.writes_under_pressure = in.writes_under_pressure();
   s.process_cpu_seconds = in.process_cpu_seconds();
   s.verify_threads = in.verify_threads();
+  s.write_stall_seconds = in.write_stall_seconds();
   if (auto p = FromProto(in.policies(), Policies{}); p.ok()) s.policies = *p;
   return s;
 }
@@ -189,6 +191,11 @@ absl::StatusOr<Policies> FromProto(const v1::Policies& in, const Policies& curre
     if (!writes.ok()) return writes.status();
     p.writes = *writes;
   }
+  if (!in.replication().empty()) {
+    auto replication = ParseReplication(in.replication());
+    if (!replication.ok()) return replication.status();
+    p.replication = *replication;
+  }
   return p;
 }
 
@@ -196,6 +203,7 @@ void ToProto(const Policies& in, v1::Policies* out) {
   out->set_routing(ToString(in.routing));
   out->set_batching(std::string(ToString(in.batching)));
   out->set_writes(std::string(ToString(in.writes)));
+  out->set_replication(std::string(ToString(in.replication)));
 }
 
 EvictRequest FromProto(const v1::EvictRequest& in) { return {in.key(), in.tier(), in.bytes(), in.all()}; }

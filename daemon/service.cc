@@ -87,8 +87,9 @@ grpc::ServerUnaryReactor* Service::SetPolicies(grpc::CallbackServerContext* ctx,
     r->Finish(ToGrpc(policies.status()));
     return r;
   }
-  spdlog::info("policies: routing {} batching {} writes {}", ToString(policies->routing),
-               std::string(ToString(policies->batching)), std::string(ToString(policies->writes)));
+  spdlog::info("policies: routing {} batching {} writes {} replication {}", ToString(policies->routing),
+               std::string(ToString(policies->batching)), std::string(ToString(policies->writes)),
+               std::string(ToString(policies->replication)));
   const bool applied = store_->SetPolicies(*policies);
   ToProto(store_->policies(), reply);
   reply->set_pending(!applied);

@@ -65,6 +65,8 @@ absl::StatusOr<StoreConfig> ValidateConfig(StoreConfig c) {
   return c;
 }
 
-Policies PoliciesOf(const StoreConfig& config) { return {config.routing, config.batching, config.writes}; }
+Policies PoliciesOf(const StoreConfig& config) {
+  return {config.routing, config.batching, config.writes, config.replication};
+}
 
 }  // namespace kvstream

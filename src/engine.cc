@@ -252,6 +252,7 @@ bool Engine::SetPolicies(const Policies& policies) {
 void Engine::MaybeApplyPolicies() {
   if (!requested_policies_ || !pool_.empty()) return;
   pool_.SetPolicies(requested_policies_->routing, requested_policies_->batching);
+  replicator_.set_replication(requested_policies_->replication);
   absl::MutexLock lock(&policies_mu_);
   policies_ = *requested_policies_;
   requested_policies_.reset();

@@ -10,7 +10,13 @@ namespace kvstream {
 
 Replicator::Replicator(const StoreConfig& config, const Tiers& tiers, GuardedIndex* index, WriteStager* stager,
                        StoreCounters* counters)
-    : config_(config), tiers_(tiers), index_(index), stager_(stager), counters_(counters), slots_(tiers.size()) {
+    : config_(config),
+      tiers_(tiers),
+      index_(index),
+      stager_(stager),
+      counters_(counters),
+      replication_(config.replication),
+      slots_(tiers.size()) {
   for (size_t t = 0; t < tiers.size(); ++t) {
     // One more slot than writes in flight: the fsync of a finished replica.
     slots_[t].slots = std::vector<WriteSlot>(tiers[t]->write_depth + 1);
@@ -27,6 +33,7 @@ void Replicator::Add(std::unique_ptr<StagedChunk> chunk) {
 // Which tiers need a replica (M3), and which already hold these bytes.
 void Replicator::Start(Job* job) {
   job->started = true;
+  job->adaptive = replication_ == ReplicationPolicy::kAdaptive;
   job->replicas.resize(tiers_.size());
   const ChunkMeta& meta = *job->chunk->meta;
   absl::MutexLock lock(&index_->mu());
@@ -34,12 +41,12 @@ void Replicator::Start(Job* job) {
   const bool same = e != nullptr && e->meta->payload_checksum == meta.payload_checksum &&
                     e->meta->payload_size == meta.payload_size;
   for (size_t k = 0; k < tiers_.size(); ++k) {
-    if (config_.replication == ReplicationPolicy::kPrimary && k != 0) continue;
+    if (replication_ == ReplicationPolicy::kPrimary && k != 0) continue;
     if (same && (e->tiers & (1u << k))) {
       job->durable |= 1u << k;  // already there, byte-identical
     } else {
       job->replicas[k].state = State::kPending;
-      job->replicas[k].secondary = config_.replication == ReplicationPolicy::kAdaptive && k != 0;
+      job->replicas[k].secondary = job->adaptive && k != 0;
     }
   }
 }
@@ -65,7 +72,7 @@ void Replicator::DropSecondaries() {
 
 void Replicator::Schedule(int t, bool during_reads) {
   const bool pressure = stager_->pressure();
-  if (pressure && config_.replication == ReplicationPolicy::kAdaptive) DropSecondaries();
+  if (pressure) DropSecondaries();
   // Jobs are taken oldest first; every write slot of the tier may go to the same job.
   for (size_t j = 0; j < jobs_.size() && slots_[t].free.size() > 1; ++j) {
     Job* job = jobs_[j].get();
@@ -249,8 +256,7 @@ void Replicator::MaybeFinish(Job* job) {
     const Replica& r = job->replicas[t];
     const bool done = r.state == State::kDone || r.state == State::kFailed;
     all_done &= done;
-    primary_durable |= !r.secondary && (job->durable & (1u << t)) != 0 &&
-                       config_.replication == ReplicationPolicy::kAdaptive;
+    primary_durable |= job->adaptive && !r.secondary && (job->durable & (1u << t)) != 0;
     if (r.state != State::kFailed) continue;
     result.lost_mask |= 1u << t;
     if (first_error.ok()) first_error = r.error;

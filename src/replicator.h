@@ -31,6 +31,8 @@ class Replicator {
              StoreCounters* counters);
 
   void Add(std::unique_ptr<StagedChunk> chunk);
+  // The replication policy for chunks started from now on (StoreConfig::replication at first).
+  void set_replication(ReplicationPolicy replication) { replication_ = replication; }
   // Starts replicas and issues writes on `tier` while it has free write slots. `during_reads`
   // counts them as writes under pressure.
   void Schedule(int tier, bool during_reads);
@@ -54,6 +56,7 @@ class Replicator {
     std::vector<Replica> replicas;  // per tier
     bool started = false;
     bool acknowledged = false;  // its persist was answered (WriteStager::Acknowledge)
+    bool adaptive = false;      // answered once its primary is durable; secondaries may be dropped
     uint32_t durable = 0;  // tiers whose replica of this version is durable
   };
   struct WriteSlot : IoRequest {
@@ -83,6 +86,7 @@ class Replicator {
   GuardedIndex* index_;
   WriteStager* stager_;
   StoreCounters* counters_;
+  ReplicationPolicy replication_;
   std::vector<TierSlots> slots_;  // per tier
   std::deque<std::unique_ptr<Job>> jobs_;  // oldest first
 };

@@ -48,12 +48,13 @@ nlohmann::json StepJson(const StepRecord& s) {
 }
 
 nlohmann::json PoliciesJson(const Policies& p) {
-  return {{"routing", ToString(p.routing)}, {"batching", ToString(p.batching)}, {"writes", ToString(p.writes)}};
+  return {{"routing", ToString(p.routing)}, {"batching", ToString(p.batching)}, {"writes", ToString(p.writes)},
+          {"replication", ToString(p.replication)}};
 }
 
 std::string PoliciesText(const Policies& p) {
   return "routing " + ToString(p.routing) + ", batching " + std::string(ToString(p.batching)) + ", writes " +
-         std::string(ToString(p.writes));
+         std::string(ToString(p.writes)) + ", replication " + std::string(ToString(p.replication));
 }
 
 int Fail(const absl::Status& s) {
@@ -92,11 +93,12 @@ int Main(int argc, char** argv) {
   std::string bytes_text;
   evict->add_option("--bytes", bytes_text, "least recently used chunks until this many bytes per tier (e.g. 10GiB)");
   evict->add_flag("--all", ev.all, "everything");
-  auto* policy = app.add_subcommand("policy", "show or switch routing/batching/write policies at run time");
-  std::string routing, batching, writes;
+  auto* policy = app.add_subcommand("policy", "show or switch routing/batching/write/replication policies at run time");
+  std::string routing, batching, writes, replication;
   policy->add_option("--routing", routing, "completion | static:<g> | fastest");
   policy->add_option("--batching", batching, "step | serial");
   policy->add_option("--writes", writes, "deferred | immediate");
+  policy->add_option("--replication", replication, "all | primary | adaptive (for chunks staged from then on)");
   CLI11_PARSE(app, argc, argv);
 
   if (put->parsed() || get->parsed()) {
@@ -249,11 +251,11 @@ int Main(int argc, char** argv) {
   } else if (policy->parsed()) {
     absl::StatusOr<Policies> p;
     bool pending = false;
-    if (routing.empty() && batching.empty() && writes.empty()) {
+    if (routing.empty() && batching.empty() && writes.empty() && replication.empty()) {
       auto s = c.Stats();
       p = s.ok() ? absl::StatusOr<Policies>(s->policies) : s.status();
     } else {
-      p = c.SetPolicies(routing, batching, writes, &pending);
+      p = c.SetPolicies(routing, batching, writes, &pending, replication);
     }
     if (!p.ok()) return Fail(p.status());
     if (json) {

@@ -63,7 +63,8 @@ class Client {
   // Returns the policies in force on return: the requested ones, or, while steps are pending, the
   // old ones (the requested ones follow once those steps finish; `pending` says so).
   absl::StatusOr<Policies> SetPolicies(const std::string& routing, const std::string& batching,
-                                       const std::string& writes, bool* pending = nullptr);
+                                       const std::string& writes, bool* pending = nullptr,
+                                       const std::string& replication = "");
 
   struct Impl;
 

@@ -49,6 +49,7 @@ struct Policies {
   RoutingPolicy routing;
   BatchingPolicy batching = BatchingPolicy::kStep;
   WritePolicy writes = WritePolicy::kDeferred;
+  ReplicationPolicy replication = ReplicationPolicy::kAll;  // for chunks staged from then on
 };
 
 // "completion" | "static:<g>" | "fastest"

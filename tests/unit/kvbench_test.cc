@@ -188,6 +188,21 @@ TEST_CASE("an unknown policy fails with the flag that named it, --policies first
   CHECK(std::string(bad_writes.status().message()).starts_with("--write-policies: "));
 }
 
+TEST_CASE("--replications: single-tier offloading first, then completion under each replication policy") {
+  auto runs = PlanReplicationRuns("all,,adaptive", 0.2);
+  REQUIRE(runs.ok());
+  REQUIRE(runs->size() == 3);
+  CHECK((*runs)[0] == RunSpec{"replication:serial", "fastest", "serial", "deferred", true, 0.2, "primary"});
+  CHECK((*runs)[1] == RunSpec{"replication:all", "completion", "step", "deferred", true, 0.2, "all"});
+  CHECK((*runs)[2] == RunSpec{"replication:adaptive", "completion", "step", "deferred", true, 0.2, "adaptive"});
+  auto none = PlanReplicationRuns("", 0.2);
+  REQUIRE(none.ok());
+  CHECK(none->empty());
+  auto bad = PlanReplicationRuns("all,sometimes", 0.2);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(std::string(bad.status().message()).starts_with("--replications: "));
+}
+
 TEST_CASE("each tier alone: static:1 and static:0 with two tiers, completion with one, none otherwise") {
   const std::vector<RunSpec> two = PlanAloneRuns({"nvme", "pfs"});
   REQUIRE(two.size() == 2);

@@ -16,6 +16,13 @@ struct StepSample {
   uint64_t bytes = 0;
   std::vector<uint64_t> tier_bytes;
   double daemon_cpu_seconds = 0;  // kvstreamd's CPU time during the step (its Stats, before and after)
+  // Runs with writes: from the step's start until its reads are done and its new chunks durable
+  // (the persists answered), the bytes the daemon wrote per tier, and the time producers waited
+  // for staging space.
+  double cycle_seconds = 0;
+  std::vector<uint64_t> tier_bytes_written = {};
+  uint64_t new_bytes = 0;  // of new KV persisted (once)
+  double write_stall_seconds = 0;
 };
 
 struct Run {

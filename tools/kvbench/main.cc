@@ -39,7 +39,7 @@ struct Options {
   std::vector<std::string> fio_all;
   std::string chunk_size = "8MiB", host_cache = "4GiB", json, plot, step_hook, fio_dir, fio_block = "1MiB";
   std::string policies = "completion,static:0.5,static:0.67,fastest,serial";
-  std::string write_policies = "deferred,immediate";
+  std::string write_policies = "deferred,immediate", replications;
   double check = -1;  // negative: no check
   int settle = 3;
   double step_gap = 0, write_gap = 0.3;
@@ -66,6 +66,11 @@ void AddOptions(CLI::App& app, Options& o) {
   app.add_option("--max-steps", o.trace.max_steps, "trace: measured steps at most")->capture_default_str();
   app.add_option("--policies", o.policies, "comma-separated routing policies (completion, static:<g>, fastest) "
                  "and serial (fastest, chunk after chunk: LMCache-like)")->capture_default_str();
+  app.add_option("--replications", o.replications,
+                 "comma-separated replication policies (all, primary, adaptive) to compare on runs that read and write "
+                 "every step, each against replication:serial (one tier, as single-tier offloading); printed with the "
+                 "time until each step's new chunks are durable, write amplification and write stall")
+      ->capture_default_str();
   app.add_option("--write-policies", o.write_policies, "comma-separated write policies to run with each step's "
                  "new chunks persisted during it (under completion routing); empty: none")->capture_default_str();
   app.add_option("--step-hook", o.step_hook, "shell command run before every measured step, {step} replaced by its index "
@@ -167,6 +172,9 @@ int Main(int argc, char** argv) {
   if (o.dry_run) return PrintWorkload(stdout, *workload), 0;
   auto policy_runs = PlanPolicyRuns(o.policies, o.write_policies, o.step_gap, o.write_gap);
   if (!policy_runs.ok()) return Fail(policy_runs.status(), 2);
+  auto replication_runs = PlanReplicationRuns(o.replications, o.write_gap);
+  if (!replication_runs.ok()) return Fail(replication_runs.status(), 2);
+  policy_runs->insert(policy_runs->end(), replication_runs->begin(), replication_runs->end());
 
   // Connect: the daemon's tiers complete the plan and size the rank sessions' arenas.
   auto control = kvstream::Client::Connect(o.socket);

@@ -44,6 +44,19 @@ absl::StatusOr<std::vector<RunSpec>> PlanPolicyRuns(const std::string& policies,
   return runs;
 }
 
+absl::StatusOr<std::vector<RunSpec>> PlanReplicationRuns(const std::string& replications, double write_gap) {
+  std::vector<RunSpec> runs;
+  const std::vector<std::string> list = absl::StrSplit(replications, ',', absl::SkipEmpty());
+  if (list.empty()) return runs;
+  runs.push_back({absl::StrCat(kReplicationPrefix, kSerialLabel), "fastest", "serial", "deferred", true, write_gap,
+                  "primary"});
+  for (const std::string& r : list) {
+    if (auto p = kvstream::ParseReplication(r); !p.ok()) return FlagError("--replications", p.status());
+    runs.push_back({absl::StrCat(kReplicationPrefix, r), "completion", "step", "deferred", true, write_gap, r});
+  }
+  return runs;
+}
+
 std::vector<RunSpec> PlanAloneRuns(const std::vector<std::string>& tier_names) {
   const auto alone = [](const std::string& tier, std::string routing) {
     return RunSpec{absl::StrCat(kAlonePrefix, tier), std::move(routing)};

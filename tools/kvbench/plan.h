@@ -18,6 +18,7 @@ inline constexpr char kCompletionLabel[] = "completion";         // the policy u
 inline constexpr char kSerialLabel[] = "serial";                 // the LMCache-like baseline
 inline constexpr char kIdleReferenceLabel[] = "completion+idle"; // the write runs' reads, without writes
 inline constexpr char kWritesPrefix[] = "completion+writes:";    // completion+writes:<write policy>
+inline constexpr char kReplicationPrefix[] = "replication:";     // replication:<policy> (and :serial)
 
 // True for the label of a run that reads one tier alone.
 bool IsAloneRun(const std::string& label);
@@ -30,6 +31,7 @@ struct RunSpec {
   // Seconds without reads before every step (the forward pass), counted from the end of the
   // previous step's reads; with writes, a step also waits until the previous one's are durable.
   double idle = 0;
+  std::string replication = "";  // for the chunks this run writes; empty: as the daemon has it
 
   bool operator==(const RunSpec&) const = default;
 };
@@ -43,6 +45,12 @@ struct RunSpec {
 // with the flag that named it ("--policies: ..." or "--write-policies: ...").
 absl::StatusOr<std::vector<RunSpec>> PlanPolicyRuns(const std::string& policies, const std::string& write_policies,
                                                     double step_gap, double write_gap);
+
+// The runs --replications asks for (each reads and writes every step, deferred writes, `write_gap`
+// idle seconds before each step): replication:serial (serial batching on the first tier, new KV
+// on the first tier only: today's single-tier offloading), then replication:<r> for each policy r
+// (completion routing). Empty for an empty list; an unknown policy fails naming the flag.
+absl::StatusOr<std::vector<RunSpec>> PlanReplicationRuns(const std::string& replications, double write_gap);
 
 // The runs that read each tier alone, labelled only:<tier>, which give the bound: with two tiers
 // static:1 (every block on the first) and static:0 (every block on the second), with one tier

@@ -15,9 +15,14 @@ nlohmann::json RunJson(const Run& run, const Summary& s, const std::vector<doubl
                       {"throughput_bps", s.throughput_bps}, {"tier_share", s.tier_share},
                       {"daemon_cpu_seconds_per_gb", s.cpu_seconds_per_gb}, {"steps", nlohmann::json::array()}};
   for (size_t i = 0; i < run.steps.size(); ++i) {
-    j["steps"].push_back({{"seconds", run.steps[i].seconds}, {"bytes", run.steps[i].bytes},
-                          {"tier_bytes", run.steps[i].tier_bytes}, {"bound_seconds", bounds[i]},
-                          {"daemon_cpu_seconds", run.steps[i].daemon_cpu_seconds}});
+    const StepSample& st = run.steps[i];
+    nlohmann::json step = {{"seconds", st.seconds}, {"bytes", st.bytes}, {"tier_bytes", st.tier_bytes},
+                           {"bound_seconds", bounds[i]}, {"daemon_cpu_seconds", st.daemon_cpu_seconds}};
+    if (st.cycle_seconds > 0) {  // a run with writes
+      step.update({{"cycle_seconds", st.cycle_seconds}, {"tier_bytes_written", st.tier_bytes_written},
+                   {"new_bytes", st.new_bytes}, {"write_stall_seconds", st.write_stall_seconds}});
+    }
+    j["steps"].push_back(std::move(step));
   }
   return j;
 }
@@ -72,6 +77,46 @@ void PrintReadsWithWrites(std::FILE* out, const BenchResults& results, const Ana
   }
 }
 
+// The replication runs: each step from its start until its reads are done and its new chunks
+// durable, against replication:serial; the bytes written per tier over the new KV (write
+// amplification) and the time producers waited for staging.
+void PrintReplication(std::FILE* out, const BenchResults& results) {
+  const std::string serial_label = std::string(kReplicationPrefix) + kSerialLabel;
+  double serial_cycle = 0;
+  bool any = false;
+  for (const Run& r : results.runs) {
+    if (!r.label.starts_with(kReplicationPrefix)) continue;
+    any = true;
+    if (r.label == serial_label) {
+      for (const StepSample& st : r.steps) serial_cycle += st.cycle_seconds;
+    }
+  }
+  if (!any) return;
+  std::fprintf(out, "\n%-24s %9s %9s %9s %8s %9s  %s\n", "replication run", "cycle_s", "reads_s", "vs_serial",
+               "write_x", "stall_s", "GB written per tier");
+  for (const Run& r : results.runs) {
+    if (!r.label.starts_with(kReplicationPrefix)) continue;
+    double cycle = 0, reads = 0, stall = 0;
+    uint64_t fresh = 0, written = 0;
+    std::vector<uint64_t> per_tier(results.tiers.size(), 0);
+    for (const StepSample& st : r.steps) {
+      cycle += st.cycle_seconds;
+      reads += st.seconds;
+      stall += st.write_stall_seconds;
+      fresh += st.new_bytes;
+      for (size_t t = 0; t < st.tier_bytes_written.size() && t < per_tier.size(); ++t) {
+        per_tier[t] += st.tier_bytes_written[t];
+        written += st.tier_bytes_written[t];
+      }
+    }
+    std::fprintf(out, "%-24s %9.3f %9.3f %8.3fx %7.2fx %9.3f ", r.label.c_str(), cycle, reads,
+                 cycle > 0 && serial_cycle > 0 ? serial_cycle / cycle : 0, fresh ? static_cast<double>(written) / fresh : 0,
+                 stall);
+    for (size_t t = 0; t < per_tier.size(); ++t) std::fprintf(out, "%s%.2f", t ? "/" : " ", per_tier[t] / 1e9);
+    std::fprintf(out, "\n");
+  }
+}
+
 }  // namespace
 
 Analysis Analyze(const BenchResults& results) {
@@ -113,6 +158,7 @@ void PrintReport(std::FILE* out, const BenchResults& results, const Analysis& an
   PrintTierBandwidths(out, results, analysis);
   PrintTable(out, results, analysis);
   PrintReadsWithWrites(out, results, analysis);
+  PrintReplication(out, results);
 }
 
 nlohmann::json ToJson(const BenchResults& results, const Analysis& analysis) {

@@ -170,7 +170,7 @@ absl::Status Bench::Populate() {
 }
 
 absl::StatusOr<Run> Bench::Measure(const RunSpec& spec, const StepHook& hook) {
-  auto policies = control_->SetPolicies(spec.routing, spec.batching, spec.writes);
+  auto policies = control_->SetPolicies(spec.routing, spec.batching, spec.writes, nullptr, spec.replication);
   if (!policies.ok()) return policies.status();
   Run run;
   run.label = spec.label;
@@ -205,6 +205,7 @@ absl::StatusOr<Run> Bench::Measure(const RunSpec& spec, const StepHook& hook) {
     double end = start;
     for (double d : done) end = std::max(end, d);
     for (auto& t : writers) t.join();  // the forward pass: deferred writes drain here
+    const double cycle_end = std::max(end, Now());
     previous_end = end;
     for (const absl::Status& st : status) {
       if (!st.ok()) return absl::Status(st.code(), absl::StrCat(spec.label, " step ", s, ": ", st.message()));
@@ -217,6 +218,12 @@ absl::StatusOr<Run> Bench::Measure(const RunSpec& spec, const StepHook& hook) {
     sample.daemon_cpu_seconds = after->process_cpu_seconds - before->process_cpu_seconds;
     for (size_t t = 0; t < after->tiers.size(); ++t) {
       sample.tier_bytes.push_back(after->tiers[t].bytes_read - before->tiers[t].bytes_read);
+      sample.tier_bytes_written.push_back(after->tiers[t].bytes_written - before->tiers[t].bytes_written);
+    }
+    if (spec.with_writes) {
+      sample.cycle_seconds = cycle_end - start;
+      sample.new_bytes = step.writes.size() * ranks_.size() * w_.chunk_bytes;
+      sample.write_stall_seconds = after->write_stall_seconds - before->write_stall_seconds;
     }
     run.steps.push_back(std::move(sample));
   }
@@ -249,7 +256,8 @@ absl::StatusOr<std::vector<Run>> Bench::MeasureAll(const std::vector<RunSpec>& r
 
 void Bench::RestorePolicies(const kvstream::Policies& policies) {
   auto p = control_->SetPolicies(kvstream::ToString(policies.routing), std::string(kvstream::ToString(policies.batching)),
-                                 std::string(kvstream::ToString(policies.writes)));
+                                 std::string(kvstream::ToString(policies.writes)), nullptr,
+                                 std::string(kvstream::ToString(policies.replication)));
   if (!p.ok()) std::fprintf(stderr, "kvbench: could not restore the policies: %s\n", std::string(p.status().message()).c_str());
 }
 

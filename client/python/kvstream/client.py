@@ -417,11 +417,12 @@ class Client:
         reply = self._unary(self._stub.Evict, request, "evict")
         return EvictResult(reply.replicas, reply.bytes)
 
-    def set_policies(self, routing: str = "", batching: str = "", writes: str = "") -> Policies:
+    def set_policies(self, routing: str = "", batching: str = "", writes: str = "", replication: str = "") -> Policies:
         """Asks for new policies (empty keeps the current value); returns those in force on return:
         the requested ones, or the old ones with `pending` set while steps are pending (the new
-        ones apply once those finish)."""
-        request = pb.Policies(routing=routing, batching=batching, writes=writes)
+        ones apply once those finish). `replication` (all | primary | adaptive) applies to chunks
+        staged from then on."""
+        request = pb.Policies(routing=routing, batching=batching, writes=writes, replication=replication)
         return _convert.policies(self._unary(self._stub.SetPolicies, request, "set_policies"))
 
     def health(self) -> Health:

@@ -98,6 +98,7 @@ class Policies:
     batching: str
     writes: str
     pending: bool = False  # set_policies' reply: the requested ones wait for pending steps
+    replication: str = "all"
 
 
 @dataclass(frozen=True)
@@ -155,6 +156,7 @@ class Stats:
     policies: Policies
     process_cpu_seconds: float = 0.0  # the daemon's user + system CPU time
     verify_threads: int = 0           # threads verifying blocks off the I/O loop
+    write_stall_seconds: float = 0.0  # time persists spent waiting for staging space
 
     def as_dict(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)
