@@ -71,16 +71,20 @@ void Replicator::DropSecondaries() {
 }
 
 void Replicator::Schedule(int t, bool during_reads) {
-  const bool pressure = stager_->pressure();
+  const bool pressure = stager_->filling();
   if (pressure) DropSecondaries();
+  // Secondaries are background work: none starts while any chunk still waits for its primary
+  // (their writes would take device, CPU and memory bandwidth the primaries need).
+  const bool primaries_pending =
+      std::any_of(jobs_.begin(), jobs_.end(), [](const std::unique_ptr<Job>& j) { return !j->acknowledged; });
   // Jobs are taken oldest first; every write slot of the tier may go to the same job.
   for (size_t j = 0; j < jobs_.size() && slots_[t].free.size() > 1; ++j) {
     Job* job = jobs_[j].get();
     if (!job->started) Start(job);
     Replica& r = job->replicas[t];
-    // A secondary starts only from idle slots: never during reads, never under staging pressure
-    // while its primary has yet to be written (it would take the primary's bandwidth and room).
-    if (r.state == State::kPending && r.secondary && (during_reads || pressure)) continue;
+    // A secondary starts only when the node is otherwise idle: no reads, no staging pressure, no
+    // primary still to write.
+    if (r.state == State::kPending && r.secondary && (during_reads || pressure || primaries_pending)) continue;
     if (r.state == State::kPending && !StartReplica(job, t)) continue;
     IssueWrites(job, t, during_reads);
   }

@@ -2,8 +2,9 @@
 // under `primary`), skipping tiers that already hold the same bytes. Under `adaptive` the first
 // tier's copy is the primary and the others are secondaries: the persist is answered once the
 // primary is durable (or, if it failed, once every copy is done), secondaries are written only
-// from idle write slots (never during reads), and those not yet started are dropped when staging
-// is under pressure, so a secondary never stalls a step or a producer. Each replica is written to a
+// when the node is otherwise idle (no reads pending, no primary left to write, no staging
+// pressure), and those not yet started are dropped once staging fills past half its high-water
+// mark, so a secondary never stalls a step or a producer, nor pushes staging into pressure. Each replica is written to a
 // temporary file in block-size pieces, synced when the fsync policy asks, and renamed into place
 // only if no newer version of the key was committed meanwhile (writes of one key may complete out
 // of order). Room is made (LRU eviction) before a replica starts. A chunk is finished, and its

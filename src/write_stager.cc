@@ -130,6 +130,11 @@ bool WriteStager::pressure() const {
   return stopping_ || space_waiters_ > 0 || staged_bytes_ > high_water_ * limit_bytes_;
 }
 
+bool WriteStager::filling() const {
+  absl::MutexLock lock(&mu_);
+  return stopping_ || space_waiters_ > 0 || staged_bytes_ > 0.5 * high_water_ * limit_bytes_;
+}
+
 bool WriteStager::MayWrite(WritePolicy policy, bool reads_pending) const {
   return policy == WritePolicy::kImmediate || !reads_pending || pressure();
 }

@@ -59,9 +59,12 @@ class WriteStager {
   void Acknowledge(StagedChunk* chunk, const PersistResult& result);
   // Loop: frees the staging of an acknowledged chunk.
   void Release(std::unique_ptr<StagedChunk> chunk);
-  // Producers wait for space, staging is above its high-water mark, or the stager is stopping:
-  // copies that are only nice to have (adaptive secondaries) should give their room back.
+  // Producers wait for space, staging is above its high-water mark, or the stager is stopping.
   bool pressure() const;
+  // As pressure, at half the high-water mark: copies that are only nice to have (adaptive
+  // secondaries) give their room back before the chunks that still need writing push staging into
+  // pressure (where writes run during reads).
+  bool filling() const;
 
   // Whether writes may run now under `policy`, given whether reads are pending.
   bool MayWrite(WritePolicy policy, bool reads_pending) const;

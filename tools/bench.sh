@@ -10,14 +10,21 @@
 # chunks), where the host side is the bottleneck: uncapped (fio on t0, and on both tiers at once,
 # as the references), then caps 2000/700 and 3500/1200 MB/s; every table has the daemon's CPU
 # seconds per GB read (--fast, --slow and --check do not apply; --steps defaults to 4).
+# With --replication, the replication policies instead (disk-backed tiers at FAST/SLOW read caps):
+# single-tier offloading (serial, new KV on the first tier) against completion routing with
+# replication all and adaptive, on a write-heavy workload (a quarter of each step stored, 50 ms
+# forward gap) with write caps at the paper's write/read ratios (FAST/3, SLOW*1.15) and at the read
+# caps, and on a read-heavy one (90% stored); the time until each step's chunks are durable, write
+# amplification and write stall (--check does not apply; --steps defaults to 6).
 # Needs root. Results (JSON, PNG) go to OUT. Tears everything down, also on failure.
-# Usage: sudo tools/bench.sh [--gbs] [--fast MBPS] [--slow MBPS] [--steps N] [--out DIR] [--check GAP]
+# Usage: sudo tools/bench.sh [--gbs | --replication] [--fast MBPS] [--slow MBPS] [--steps N] [--out DIR] [--check GAP]
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-fast=300 slow=150 steps=8 out=/var/tmp/kvstream-bench-results check="" gbs=""
+fast=300 slow=150 steps=8 out=/var/tmp/kvstream-bench-results check="" gbs="" replication=""
 while [ $# -gt 0 ]; do
   case $1 in
     --gbs) gbs=1; shift ;;
+    --replication) replication=1; shift ;;
     --fast) fast=$2; shift 2 ;;
     --slow) slow=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
@@ -50,6 +57,28 @@ if [ -n "$gbs" ]; then
   gbs_run caps-3500-1200 3500 1200
   echo
   echo "bench: results in $out (gbs-*.json, kvstreamd.log)"
+  exit 0
+fi
+if [ -n "$replication" ]; then
+  work="${BENCH_DIR:-/var/tmp/kvstream-bench}"
+  source "$root/tools/bench-tiers.sh"
+  [ "$steps" = 8 ] && steps=6
+  bench_up bench 7GiB "$out/kvstreamd.log"
+  replication_run() {  # NAME T0_WRITE T1_WRITE [kvbench args]
+    local name=$1 w0=$2 w1=$3; shift 3
+    "$tierlab" cap --dir "$work" t0 "$fast" "$w0"
+    "$tierlab" cap --dir "$work" t1 "$slow" "$w1"
+    echo
+    echo "== $name: reads $fast/$slow MB/s, writes $w0/$w1 MB/s"
+    "$tierlab" run --dir "$work" -- "$build/tools/kvbench" --socket "$sock" --ranks 2 --steps "$steps" --requests 4 \
+      --chunks 8 --chunk-size 8MiB --policies "" --write-policies "" --replications all,adaptive \
+      --json "$out/replication-$name.json" "$@"
+  }
+  replication_run write-heavy-paper-writes $((fast / 3)) $((slow * 115 / 100)) --hit-ratio 0.25 --write-gap 0.05
+  replication_run write-heavy-writes-as-reads "$fast" "$slow" --hit-ratio 0.25 --write-gap 0.05
+  replication_run read-heavy "$fast" "$slow" --hit-ratio 0.9 --write-gap 0.3
+  echo
+  echo "bench: results in $out (replication-*.json, kvstreamd.log)"
   exit 0
 fi
 work="${BENCH_DIR:-/var/tmp/kvstream-bench}"

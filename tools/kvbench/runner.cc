@@ -174,6 +174,7 @@ absl::StatusOr<Run> Bench::Measure(const RunSpec& spec, const StepHook& hook) {
   if (!policies.ok()) return policies.status();
   Run run;
   run.label = spec.label;
+  const size_t run_index = runs_measured_++;
   double previous_end = Now();
   for (size_t s = 0; s < w_.steps.size(); ++s) {
     if (hook) hook(s);
@@ -195,7 +196,7 @@ absl::StatusOr<Run> Bench::Measure(const RunSpec& spec, const StepHook& hook) {
       if (spec.with_writes && !step.writes.empty()) {
         writers.emplace_back([&, r] {
           while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
-          WriteStep(r, step);
+          WriteStep(r, step, run_index);
         });
       }
     }
@@ -281,12 +282,13 @@ absl::Status Bench::ReadStep(uint32_t r, const BenchStep& step) {
   return absl::OkStatus();
 }
 
-void Bench::WriteStep(uint32_t r, const BenchStep& step) {
+void Bench::WriteStep(uint32_t r, const BenchStep& step, size_t run) {
   Client& c = *ranks_[r];
   const uint64_t slot = SlotBytes(w_.chunk_bytes);
   std::vector<ArenaChunk> chunks;
   for (size_t i = 0; i < step.writes.size(); ++i) {
-    chunks.push_back({RankKey(step.writes[i], r), (read_slots_ + i) * slot, w_.chunk_bytes});
+    chunks.push_back({absl::StrCat(RankKey(step.writes[i], r), "@w", getpid(), ".", run), (read_slots_ + i) * slot,
+                      w_.chunk_bytes});
   }
   if (absl::Status s = c.Persist(chunks); !s.ok()) std::fprintf(stderr, "kvbench: persist: %s\n", std::string(s.message()).c_str());
 }

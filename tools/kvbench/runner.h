@@ -65,8 +65,10 @@ class Bench {
  private:
   // Rank r retrieves the step's chunks into its read slots and checks each one's size and tag.
   absl::Status ReadStep(uint32_t r, const BenchStep& step);
-  // Rank r persists the step's new chunks from the slots after the read slots (content unchecked).
-  void WriteStep(uint32_t r, const BenchStep& step);
+  // Rank r persists the step's new chunks from the slots after the read slots (content unchecked),
+  // under keys of this run only (`run`): a later run writes them again rather than finding them
+  // stored already, and no run's reads ever see them.
+  void WriteStep(uint32_t r, const BenchStep& step, size_t run);
   void RestorePolicies(const kvstream::Policies& policies);
 
   // Where rank r reads into: its arena, or its client region.
@@ -84,6 +86,7 @@ class Bench {
 
   std::vector<std::unique_ptr<kvstream::Client>> ranks_;
   std::vector<ClientRegion> regions_;  // per rank, when reading into client regions
+  size_t runs_measured_ = 0;
   kvstream::Client* control_;
   Workload w_;
   size_t read_slots_;
