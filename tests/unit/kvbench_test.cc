@@ -188,7 +188,7 @@ TEST_CASE("an unknown policy fails with the flag that named it, --policies first
   CHECK(std::string(bad_writes.status().message()).starts_with("--write-policies: "));
 }
 
-TEST_CASE("--replications: single-tier offloading first, then completion under each replication policy") {
+TEST_CASE("replication runs: single-tier offloading first, then completion under each replication policy") {
   auto runs = PlanReplicationRuns("all,,adaptive", 0.2);
   REQUIRE(runs.ok());
   REQUIRE(runs->size() == 3);
