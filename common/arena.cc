@@ -82,25 +82,31 @@ absl::Status Arena::CheckRange(uint64_t offset, uint64_t length) const {
 }
 
 absl::Status SendFd(int socket, int fd) {
-  char byte = 'F';
-  iovec iov{&byte, 1};
+  const char byte = 'F';
+  if (!SendWithDescriptor(socket, &byte, 1, fd)) return Errno("sending arena descriptor");
+  return absl::OkStatus();
+}
+
+bool SendWithDescriptor(int socket, const void* data, size_t size, int fd) {
+  iovec iov{const_cast<void*>(data), size};
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
+  if (fd >= 0) {
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
+  }
   ssize_t n;
   do {
     n = sendmsg(socket, &msg, MSG_NOSIGNAL);
   } while (n < 0 && errno == EINTR);
-  if (n != 1) return Errno("sending arena descriptor");
-  return absl::OkStatus();
+  return n == static_cast<ssize_t>(size);
 }
 
 absl::StatusOr<int> ReceiveFd(int socket) {

@@ -43,6 +43,9 @@ class Arena {
 
 // Sends `fd` with one byte of payload over a connected Unix stream socket (SCM_RIGHTS).
 absl::Status SendFd(int socket, int fd);
+// Sends `size` bytes in one message, with `fd` attached when >= 0 (SCM_RIGHTS). False (errno set)
+// unless all of it went.
+bool SendWithDescriptor(int socket, const void* data, size_t size, int fd);
 // Receives a descriptor sent by SendFd. The caller owns it.
 absl::StatusOr<int> ReceiveFd(int socket);
 

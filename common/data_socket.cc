@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "arena.h"
+
 namespace kvstream {
 namespace {
 
@@ -60,27 +62,8 @@ absl::Status SendDataRequest(int socket, DataOp op, const std::string& token, ui
   frame[0] = static_cast<uint8_t>(op);
   std::memcpy(frame + 1, token.data(), kSessionTokenBytes);
   PutLe(frame + 1 + kSessionTokenBytes, argument, 8);
-  iovec iov{frame, sizeof(frame)};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  if (fd >= 0) {
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof(control);
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
-  }
-  ssize_t n;
-  do {
-    n = sendmsg(socket, &msg, MSG_NOSIGNAL);
-  } while (n < 0 && errno == EINTR);
-  if (n != static_cast<ssize_t>(sizeof(frame))) {
-    return absl::UnavailableError(std::string("sending on the data socket: ") +
-                                  (n < 0 ? std::strerror(errno) : "short write"));
+  if (!SendWithDescriptor(socket, frame, sizeof(frame), fd)) {
+    return absl::UnavailableError(std::string("sending on the data socket: ") + std::strerror(errno));
   }
   return absl::OkStatus();
 }
