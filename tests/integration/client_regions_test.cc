@@ -12,6 +12,7 @@
 
 #include "daemon_process.h"
 #include "kvstream/client.h"
+#include "shared_memory.h"
 #include "test_util.h"
 
 namespace kvstream::testing {
@@ -24,33 +25,6 @@ std::unique_ptr<Client> AttachOrFail(const DaemonProcess& d) {
   if (!c.ok()) FAIL(c.status().ToString());
   return *std::move(c);
 }
-
-// Shared memory of the client's own, mapped by the client.
-struct SharedFile {
-  // An unsealed /dev/shm file (as SGLang's host pool), or a memfd sealed against resizing.
-  SharedFile(size_t size, bool sealed) : size(size) {
-    if (sealed) {
-      fd = memfd_create("kvstream-test-region", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-      REQUIRE(ftruncate(fd, static_cast<off_t>(size)) == 0);
-      REQUIRE(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) == 0);
-    } else {
-      const std::string path = "/dev/shm/kvstream-test-region-" + std::to_string(getpid());
-      fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-      REQUIRE(fd >= 0);
-      unlink(path.c_str());
-      REQUIRE(ftruncate(fd, static_cast<off_t>(size)) == 0);
-    }
-    data = static_cast<uint8_t*>(mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
-    REQUIRE(data != MAP_FAILED);
-  }
-  ~SharedFile() {
-    munmap(data, size);
-    close(fd);
-  }
-  size_t size;
-  int fd = -1;
-  uint8_t* data = nullptr;
-};
 
 // Every chunk's replica count and the tiers' error counters: what a client's truncation must
 // never change.
@@ -81,8 +55,9 @@ TEST_CASE("chunks are retrieved into and persisted from a client region, sealed 
   auto c = AttachOrFail(d);
   for (bool sealed : {false, true}) {
     INFO((sealed ? "sealed memfd" : "unsealed /dev/shm file"));
-    SharedFile shm(16 * kChunk, sealed);
-    auto region = c->AddRegion(shm.fd, shm.size);
+    MappedSharedMemory shm(16 * kChunk, sealed ? MappedSharedMemory::Kind::kSealedMemfd
+                                                : MappedSharedMemory::Kind::kShmFile);
+    auto region = c->AddRegion(shm.fd(), shm.size());
     REQUIRE(region.ok());
     CHECK(*region >= 1);
     const std::string prefix = sealed ? "sealed-" : "plain-";
@@ -90,14 +65,14 @@ TEST_CASE("chunks are retrieved into and persisted from a client region, sealed 
     std::vector<ArenaChunk> put;
     for (int i = 0; i < 4; ++i) {
       data.push_back(Payload(kChunk - 1000 * i, 7 * i + sealed));
-      std::memcpy(shm.data + i * kChunk, data[i].data(), data[i].size());
+      std::memcpy(shm.data() + i * kChunk, data[i].data(), data[i].size());
       put.push_back({prefix + std::to_string(i), i * kChunk, data[i].size(), *region});
     }
     std::vector<PersistResult> pr;
     REQUIRE(c->Persist(put, &pr).ok());
     for (const PersistResult& r : pr) CHECK(r.tier_mask == 3u);
     // One step into both the region and the arena; bytes identical, nothing else touched.
-    std::memset(shm.data + 8 * kChunk, 0xEE, 8 * kChunk);
+    std::memset(shm.data() + 8 * kChunk, 0xEE, 8 * kChunk);
     std::vector<ArenaChunk> get;
     for (int i = 0; i < 4; ++i) get.push_back({prefix + std::to_string(i), (8 + 2 * i) * kChunk, kChunk, *region});
     get.push_back({prefix + "0", 0, kChunk});  // the arena
@@ -107,13 +82,13 @@ TEST_CASE("chunks are retrieved into and persisted from a client region, sealed 
     for (int i = 0; i < 4; ++i) {
       REQUIRE(results[i].status.ok());
       CHECK(results[i].size == data[i].size());
-      CHECK(std::memcmp(shm.data + (8 + 2 * i) * kChunk, data[i].data(), data[i].size()) == 0);
-      CHECK(shm.data[(9 + 2 * i) * kChunk] == 0xEE);  // past the padded payload: untouched
+      CHECK(std::memcmp(shm.data() + (8 + 2 * i) * kChunk, data[i].data(), data[i].size()) == 0);
+      CHECK(shm.data()[(9 + 2 * i) * kChunk] == 0xEE);  // past the padded payload: untouched
     }
     REQUIRE(results[4].status.ok());
     CHECK(std::memcmp(c->arena(), data[0].data(), data[0].size()) == 0);
     // Requests naming a region that is not there, or a range outside it, are refused whole.
-    CHECK(absl::IsOutOfRange(c->Retrieve({{prefix + "0", shm.size - 4096, kChunk, *region}}).status()));
+    CHECK(absl::IsOutOfRange(c->Retrieve({{prefix + "0", shm.size() - 4096, kChunk, *region}}).status()));
     CHECK(absl::IsNotFound(c->Retrieve({{prefix + "0", 0, kChunk, *region + 100}}).status()));
     REQUIRE(c->RemoveRegion(*region).ok());
     CHECK(absl::IsNotFound(c->Retrieve({{prefix + "0", 0, kChunk, *region}}).status()));
@@ -131,8 +106,8 @@ TEST_CASE("unfit descriptors are refused as regions with clear errors") {
   const int disk = open(on_disk.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   REQUIRE(disk >= 0);
   REQUIRE(ftruncate(disk, 1 << 20) == 0);
-  SharedFile shm(1 << 20, false);
-  const std::string shm_path = "/proc/self/fd/" + std::to_string(shm.fd);
+  MappedSharedMemory shm(1 << 20, MappedSharedMemory::Kind::kShmFile);
+  const std::string shm_path = "/proc/self/fd/" + std::to_string(shm.fd());
   const int read_only = open(shm_path.c_str(), O_RDONLY | O_CLOEXEC);
   REQUIRE(read_only >= 0);
   struct Case {
@@ -142,7 +117,7 @@ TEST_CASE("unfit descriptors are refused as regions with clear errors") {
   };
   for (const Case& k : {Case{"a file that is not shared memory", disk, 1 << 20},
                         Case{"a read-only descriptor", read_only, 1 << 20},
-                        Case{"longer than the file", shm.fd, 2 << 20}, Case{"empty", shm.fd, 0}}) {
+                        Case{"longer than the file", shm.fd(), 2 << 20}, Case{"empty", shm.fd(), 0}}) {
     INFO(k.what);
     auto region = c->AddRegion(k.fd, k.size);
     REQUIRE(!region.ok());
@@ -151,7 +126,7 @@ TEST_CASE("unfit descriptors are refused as regions with clear errors") {
   }
   close(disk);
   close(read_only);
-  auto fine = c->AddRegion(shm.fd, shm.size);  // and the session still works
+  auto fine = c->AddRegion(shm.fd(), shm.size());  // and the session still works
   CHECK(fine.ok());
 }
 
@@ -173,8 +148,8 @@ TEST_CASE("a client truncating its region mid-retrieve and mid-persist fails onl
   REQUIRE(c->Persist(put).ok());
   const Health before = Check(*c, keys);
   REQUIRE(before.masks == 3u);
-  SharedFile shm(kChunks * kChunk, false);
-  auto region = c->AddRegion(shm.fd, shm.size);
+  MappedSharedMemory shm(kChunks * kChunk, MappedSharedMemory::Kind::kShmFile);
+  auto region = c->AddRegion(shm.fd(), shm.size());
   REQUIRE(region.ok());
   std::vector<ArenaChunk> get, put_back;
   for (int i = 0; i < kChunks; ++i) {
@@ -188,9 +163,9 @@ TEST_CASE("a client truncating its region mid-retrieve and mid-persist fails onl
     std::thread truncator([&] {
       while (!started) std::this_thread::yield();
       std::this_thread::sleep_for(std::chrono::microseconds(300 * (round % 6)));
-      REQUIRE(ftruncate(shm.fd, 0) == 0);
+      REQUIRE(ftruncate(shm.fd(), 0) == 0);
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
-      REQUIRE(ftruncate(shm.fd, static_cast<off_t>(shm.size)) == 0);
+      REQUIRE(ftruncate(shm.fd(), static_cast<off_t>(shm.size())) == 0);
     });
     std::vector<ChunkResult> results;
     std::vector<PersistResult> persisted;
@@ -224,9 +199,9 @@ TEST_CASE("a client truncating its region mid-retrieve and mid-persist fails onl
   REQUIRE(c->Retrieve(get, &results).ok());
   for (int i = 0; i < kChunks; ++i) {
     REQUIRE(results[i].status.ok());
-    CHECK(std::memcmp(shm.data + i * kChunk, data[i].data(), kChunk) == 0);
+    CHECK(std::memcmp(shm.data() + i * kChunk, data[i].data(), kChunk) == 0);
   }
-  std::memcpy(shm.data, data[0].data(), kChunk);
+  std::memcpy(shm.data(), data[0].data(), kChunk);
   REQUIRE(c->Persist({{"after", 0, kChunk, *region}}).ok());
   std::memset(c->arena(), 0, kChunk);
   REQUIRE(c->Retrieve({{"after", 0, kChunk}}, &results).ok());

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "chunk_format.h"
+#include "shared_memory.h"
 #include "test_util.h"
 
 namespace kvstream::testing {
@@ -22,33 +23,17 @@ namespace {
 
 constexpr size_t kSize = 1 << 20;
 
-struct Mapped {
-  Mapped() {
-    fd = memfd_create("client-memory", MFD_CLOEXEC);
-    REQUIRE(fd >= 0);
-    REQUIRE(ftruncate(fd, kSize) == 0);
-    data = static_cast<uint8_t*>(mmap(nullptr, kSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
-    REQUIRE(data != MAP_FAILED);
-  }
-  ~Mapped() {
-    munmap(data, kSize);
-    close(fd);
-  }
-  int fd;
-  uint8_t* data;
-};
-
 TEST_CASE("hashing client memory that was truncated away is an error, not a crash") {
-  Mapped m;
+  MappedSharedMemory m(kSize);
   const auto payload = Payload(kSize, 9);
-  std::memcpy(m.data, payload.data(), kSize);
-  auto sum = GuardedChecksum(m.data, kSize);
+  std::memcpy(m.data(), payload.data(), kSize);
+  auto sum = GuardedChecksum(m.data(), kSize);
   REQUIRE(sum.ok());
   CHECK(*sum == Checksum(payload.data(), kSize));
-  REQUIRE(ftruncate(m.fd, kSize / 2) == 0);  // the second half is gone
-  CHECK(GuardedChecksum(m.data, kSize / 2).ok());
+  REQUIRE(ftruncate(m.fd(), kSize / 2) == 0);  // the second half is gone
+  CHECK(GuardedChecksum(m.data(), kSize / 2).ok());
   for (int i = 0; i < 3; ++i) {  // and again: the guard is armed each time
-    auto gone = GuardedChecksum(m.data, kSize);
+    auto gone = GuardedChecksum(m.data(), kSize);
     REQUIRE_FALSE(gone.ok());
     CHECK(absl::IsFailedPrecondition(gone.status()));
   }
@@ -57,26 +42,26 @@ TEST_CASE("hashing client memory that was truncated away is an error, not a cras
   std::atomic<int> errors{0};
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&] {
-      for (int i = 0; i < 50; ++i) errors += !GuardedChecksum(m.data + kSize / 4, kSize / 2).ok();
+      for (int i = 0; i < 50; ++i) errors += !GuardedChecksum(m.data() + kSize / 4, kSize / 2).ok();
     });
   }
   for (auto& t : threads) t.join();
   CHECK(errors == 200);
   // Grown back: fresh zero pages, hashed like any memory.
-  REQUIRE(ftruncate(m.fd, kSize) == 0);
+  REQUIRE(ftruncate(m.fd(), kSize) == 0);
   const std::vector<uint8_t> zeros(kSize / 2);
-  auto regrown = GuardedChecksum(m.data + kSize / 2, kSize / 2);
+  auto regrown = GuardedChecksum(m.data() + kSize / 2, kSize / 2);
   REQUIRE(regrown.ok());
   CHECK(*regrown == Checksum(zeros.data(), zeros.size()));
 }
 
 TEST_CASE("a SIGBUS outside a guarded hash still terminates the process") {
-  Mapped m;
-  CHECK(GuardedChecksum(m.data, 4096).ok());  // the handler is installed
+  MappedSharedMemory m(kSize);
+  CHECK(GuardedChecksum(m.data(), 4096).ok());  // the handler is installed
   const pid_t child = fork();
   if (child == 0) {
-    if (ftruncate(m.fd, 0) != 0) _exit(2);
-    volatile uint8_t byte = m.data[0];  // a plain load from a vanished page
+    if (ftruncate(m.fd(), 0) != 0) _exit(2);
+    volatile uint8_t byte = m.data()[0];  // a plain load from a vanished page
     (void)byte;
     _exit(0);
   }
@@ -87,17 +72,17 @@ TEST_CASE("a SIGBUS outside a guarded hash still terminates the process") {
 }
 
 TEST_CASE("reads and writes through the file stop at its end") {
-  Mapped m;
+  MappedSharedMemory m(kSize);
   const auto payload = Payload(8192, 4);
-  REQUIRE(WriteClientMemory(m.fd, 4096, payload.data(), payload.size()).ok());
+  REQUIRE(WriteClientMemory(m.fd(), 4096, payload.data(), payload.size()).ok());
   std::vector<uint8_t> back(8192);
-  REQUIRE(ReadClientMemory({m.fd, 4096, back.size()}, back.data()).ok());
+  REQUIRE(ReadClientMemory({m.fd(), 4096, back.size()}, back.data()).ok());
   CHECK(back == payload);
-  REQUIRE(ftruncate(m.fd, 8192) == 0);
-  CHECK(absl::IsFailedPrecondition(ReadClientMemory({m.fd, 4096, back.size()}, back.data())));
-  CHECK(absl::IsFailedPrecondition(WriteClientMemory(m.fd, 4096, payload.data(), payload.size())));
+  REQUIRE(ftruncate(m.fd(), 8192) == 0);
+  CHECK(absl::IsFailedPrecondition(ReadClientMemory({m.fd(), 4096, back.size()}, back.data())));
+  CHECK(absl::IsFailedPrecondition(WriteClientMemory(m.fd(), 4096, payload.data(), payload.size())));
   struct stat st;
-  REQUIRE(fstat(m.fd, &st) == 0);
+  REQUIRE(fstat(m.fd(), &st) == 0);
   CHECK(st.st_size == 8192);  // a refused write does not grow the file back
 }
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "data_socket.h"
+#include "shared_memory.h"
 #include "test_util.h"
 
 namespace kvstream::testing {
@@ -91,13 +92,6 @@ absl::StatusOr<uint32_t> Ask(const SessionManager& sessions, DataOp op, const st
   return value;
 }
 
-int SharedMemory(uint64_t size) {
-  const int fd = memfd_create("region", MFD_CLOEXEC);
-  REQUIRE(fd >= 0);
-  REQUIRE(ftruncate(fd, static_cast<off_t>(size)) == 0);
-  return fd;
-}
-
 TEST_CASE("client regions count against the arena budget and a session's limit, over the data socket") {
   TempDir dir;
   SessionManager sessions(dir.sub("data.sock"), 1 << 20, 8 << 20);
@@ -105,7 +99,8 @@ TEST_CASE("client regions count against the arena budget and a session's limit, 
   auto s = sessions.Create("m", 0, 1, 1 << 20);
   REQUIRE(s.ok());
   const std::string token = (*s)->token;
-  const int fd = SharedMemory(4 << 20);
+  MappedSharedMemory memory(4 << 20);
+  const int fd = memory.fd();
   auto first = Ask(sessions, DataOp::kAddRegion, token, 4 << 20, fd);
   REQUIRE(first.ok());
   CHECK(*first == 1);
@@ -141,7 +136,6 @@ TEST_CASE("client regions count against the arena budget and a session's limit, 
   s->reset();
   for (int i = 0; i < 500 && sessions.arena_bytes() != 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
   CHECK(sessions.arena_bytes() == 0);
-  close(fd);
 }
 
 TEST_CASE("a sealed memfd is a sealed region; a write-sealed one is refused") {

@@ -9,9 +9,7 @@
 #include <cstring>
 #include <thread>
 
-#include <sys/mman.h>
-#include <unistd.h>
-
+#include "shared_memory.h"
 #include "sim_rig.h"
 
 namespace kvstream::testing {
@@ -95,13 +93,11 @@ TEST_CASE("a destination in client memory is verified through its file and never
   SimRig rig({300 * MBps, 100 * MBps});
   const size_t size = 3 * kBlock + 100;  // an unaligned tail: bounced, then written in with pwrite
   auto data = rig.Populate("k", 8, size);
-  // Client memory the daemon must not load from: an unsealed memfd, mapped.
+  // Client memory the daemon must not store to: an unsealed memfd, mapped.
   const size_t stride = 4 * kBlock;
-  const int fd = memfd_create("client-memory", MFD_CLOEXEC);
-  REQUIRE(fd >= 0);
-  REQUIRE(ftruncate(fd, 8 * stride) == 0);
-  auto* base = static_cast<uint8_t*>(mmap(nullptr, 8 * stride, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
-  REQUIRE(base != MAP_FAILED);
+  MappedSharedMemory memory(8 * stride);
+  const int fd = memory.fd();
+  uint8_t* base = memory.data();
   std::vector<ChunkRead> reads;
   for (int i = 0; i < 8; ++i) reads.push_back({"k" + std::to_string(i), base + i * stride, size, fd, i * stride});
   // Tier 1 returns bad bytes for every whole block, which lands straight in client memory: they
@@ -121,8 +117,6 @@ TEST_CASE("a destination in client memory is verified through its file and never
   CHECK(stats.tiers[1].checksum_failures > 0);
   // A mismatch seen in client memory may be the client writing there: no replica is dropped on it.
   for (const LookupResult& l : rig.engine->Lookup({"k0", "k3", "k7"})) CHECK(l.tier_mask == 3u);
-  munmap(base, 8 * stride);
-  close(fd);
 }
 
 TEST_CASE("a chunk fails only when no replica remains") {
