@@ -1,8 +1,6 @@
 #include "kvstream/client.h"
 
 #include <grpcpp/grpcpp.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <chrono>

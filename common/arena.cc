@@ -74,9 +74,13 @@ Arena::~Arena() {
 }
 
 absl::Status Arena::CheckRange(uint64_t offset, uint64_t length) const {
-  if (length == 0 || offset > size_ || length > size_ - offset) {
+  return CheckRangeWithin(offset, length, size_, "the session arena");
+}
+
+absl::Status CheckRangeWithin(uint64_t offset, uint64_t length, uint64_t size, const std::string& what) {
+  if (length == 0 || offset > size || length > size - offset) {
     return absl::OutOfRangeError("range [" + std::to_string(offset) + ", +" + std::to_string(length) +
-                                 ") is outside the session arena of " + std::to_string(size_) + " bytes");
+                                 ") is outside " + what + " of " + std::to_string(size) + " bytes");
   }
   return absl::OkStatus();
 }

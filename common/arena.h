@@ -41,6 +41,10 @@ class Arena {
   uint64_t size_;
 };
 
+// OK when [offset, offset + length) lies inside `size` bytes (length > 0); OutOfRange otherwise,
+// with a message naming the range and `what` it is outside of. Overflow-safe.
+absl::Status CheckRangeWithin(uint64_t offset, uint64_t length, uint64_t size, const std::string& what);
+
 // Sends `fd` with one byte of payload over a connected Unix stream socket (SCM_RIGHTS).
 absl::Status SendFd(int socket, int fd);
 // Sends `size` bytes in one message, with `fd` attached when >= 0 (SCM_RIGHTS). False (errno set)

@@ -83,6 +83,10 @@ absl::StatusOr<uint32_t> ReceiveDataReply(int socket) {
   return value;
 }
 
+DataRequest ParseDataRequest(const uint8_t (&frame)[kDataFrameBytes]) {
+  return {static_cast<DataOp>(frame[0]), reinterpret_cast<const char*>(frame + 1), GetLe(frame + 1 + kSessionTokenBytes, 8)};
+}
+
 absl::Status SendDataReply(int socket, const absl::Status& status, uint32_t value) {
   const std::string message(status.message().substr(0, kMaxReplyMessageBytes));
   std::string frame(12, '\0');

@@ -34,6 +34,14 @@ absl::StatusOr<int> ConnectDataSocket(const std::string& path, int timeout_s);
 absl::Status SendDataRequest(int socket, DataOp op, const std::string& token, uint64_t argument, int fd = -1);
 // Client side: the value of a reply frame, or the status it carries.
 absl::StatusOr<uint32_t> ReceiveDataReply(int socket);
+// Daemon side: what a request frame says (the op byte unchecked: an unknown one is the caller's
+// to refuse).
+struct DataRequest {
+  DataOp op;
+  const char* token;  // kSessionTokenBytes, inside the frame
+  uint64_t argument;
+};
+DataRequest ParseDataRequest(const uint8_t (&frame)[kDataFrameBytes]);
 // Daemon side: answers a region operation.
 absl::Status SendDataReply(int socket, const absl::Status& status, uint32_t value);
 

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "arena.h"
 
 namespace kvstream {
 namespace {
@@ -59,11 +60,7 @@ ClientRegion::~ClientRegion() {
 }
 
 absl::Status ClientRegion::CheckRange(uint64_t offset, uint64_t length) const {
-  if (length == 0 || offset > size_ || length > size_ - offset) {
-    return absl::OutOfRangeError(absl::StrCat("range [", offset, ", +", length, ") is outside the client region of ",
-                                              size_, " bytes"));
-  }
-  return absl::OkStatus();
+  return CheckRangeWithin(offset, length, size_, "the client region");
 }
 
 }  // namespace kvstream

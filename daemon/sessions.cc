@@ -162,10 +162,8 @@ void SessionManager::HandOver(int c) {
   uint8_t frame[kDataFrameBytes];
   int fd;
   if (!ReceiveFrame(c, frame, &fd)) return;
-  const auto op = static_cast<DataOp>(frame[0]);
-  uint64_t argument = 0;
-  for (int i = 0; i < 8; ++i) argument |= uint64_t{frame[1 + kTokenBytes + i]} << (8 * i);
-  std::shared_ptr<Session> session = FindByToken(reinterpret_cast<const char*>(frame + 1));
+  const auto [op, token, argument] = ParseDataRequest(frame);
+  std::shared_ptr<Session> session = FindByToken(token);
   if (op != DataOp::kAddRegion && fd >= 0) {
     close(fd);
     fd = -1;

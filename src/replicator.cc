@@ -28,6 +28,7 @@ void Replicator::Add(std::unique_ptr<StagedChunk> chunk) {
   auto job = std::make_unique<Job>();
   job->chunk = std::move(chunk);
   jobs_.push_back(std::move(job));
+  ++unacknowledged_;
 }
 
 // Which tiers need a replica (M3), and which already hold these bytes.
@@ -75,8 +76,7 @@ void Replicator::Schedule(int t, bool during_reads) {
   if (pressure) DropSecondaries();
   // Secondaries are background work: none starts while any chunk still waits for its primary
   // (their writes would take device, CPU and memory bandwidth the primaries need).
-  const bool primaries_pending =
-      std::any_of(jobs_.begin(), jobs_.end(), [](const std::unique_ptr<Job>& j) { return !j->acknowledged; });
+  const bool primaries_pending = unacknowledged_ > 0;
   // Jobs are taken oldest first; every write slot of the tier may go to the same job.
   for (size_t j = 0; j < jobs_.size() && slots_[t].free.size() > 1; ++j) {
     Job* job = jobs_[j].get();
@@ -270,6 +270,7 @@ void Replicator::MaybeFinish(Job* job) {
     result.status = job->durable != 0 ? absl::OkStatus() : first_error;
     if (result.lost_mask != 0) result.lost_reason = std::string(first_error.message());
     job->acknowledged = true;
+    --unacknowledged_;
     stager_->Acknowledge(job->chunk.get(), result);
   }
   if (!all_done) return;

@@ -90,6 +90,7 @@ class Replicator {
   ReplicationPolicy replication_;
   std::vector<TierSlots> slots_;  // per tier
   std::deque<std::unique_ptr<Job>> jobs_;  // oldest first
+  size_t unacknowledged_ = 0;              // jobs whose persist is not answered yet
 };
 
 }  // namespace kvstream

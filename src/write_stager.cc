@@ -125,14 +125,13 @@ void WriteStager::Release(std::unique_ptr<StagedChunk> chunk) {
   changed_.SignalAll();  // staging space for blocked producers
 }
 
-bool WriteStager::pressure() const {
-  absl::MutexLock lock(&mu_);
-  return stopping_ || space_waiters_ > 0 || staged_bytes_ > high_water_ * limit_bytes_;
-}
+bool WriteStager::pressure() const { return Above(high_water_); }
 
-bool WriteStager::filling() const {
+bool WriteStager::filling() const { return Above(0.5 * high_water_); }
+
+bool WriteStager::Above(double fraction) const {
   absl::MutexLock lock(&mu_);
-  return stopping_ || space_waiters_ > 0 || staged_bytes_ > 0.5 * high_water_ * limit_bytes_;
+  return stopping_ || space_waiters_ > 0 || staged_bytes_ > fraction * limit_bytes_;
 }
 
 bool WriteStager::MayWrite(WritePolicy policy, bool reads_pending) const {

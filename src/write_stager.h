@@ -88,6 +88,8 @@ class WriteStager {
   // image, then checksums it there and writes the header.
   absl::Status StageWith(std::string_view key, size_t size, absl::FunctionRef<absl::Status(uint8_t*)> fill,
                          PersistCallback on_durable, bool block);
+  // Stopping, producers waiting for space, or staging above `fraction` of its limit.
+  bool Above(double fraction) const ABSL_LOCKS_EXCLUDED(mu_);
   // Gives back a reservation whose chunk was never staged.
   void Unreserve(const StagedChunk& chunk) ABSL_LOCKS_EXCLUDED(mu_);
 

@@ -239,6 +239,11 @@ PolicyResult Simulate(const std::vector<Request>& trace, const NodeConfig& node,
       secondaries.pop_front();
     }
   };
+  // Written to every tier through staging (all, a fraction's share), not just tier 0.
+  auto everywhere = [&](uint64_t id) {
+    return !single_tier && (rep.kind == ReplicationKind::kAll ||
+                            (rep.kind == ReplicationKind::kFraction && InFraction(id, rep.fraction)));
+  };
   auto add_secondary = [&](uint64_t id) {
     if (single_tier || tiers < 2 || replicated.count(id) || !queued.insert(id).second) return;
     secondaries.push_back({id, block_kv});
@@ -344,10 +349,8 @@ PolicyResult Simulate(const std::vector<Request>& trace, const NodeConfig& node,
     double t_wr = 0;
     if (uses_storage) {
       for (uint64_t id : new_ids) {
-        // Tier 0 always; the others through staging (all, a fraction's share) or as a secondary.
-        const bool everywhere = !single_tier && (rep.kind == ReplicationKind::kAll ||
-                                                 (rep.kind == ReplicationKind::kFraction && InFraction(id, rep.fraction)));
-        for (size_t k = 0; k < (everywhere ? tiers : 1); ++k) {
+        // Tier 0 always; the others through staging or as a secondary.
+        for (size_t k = 0; k < (everywhere(id) ? tiers : 1); ++k) {
           backlog[k] += block_kv;
           out.bytes_written[k] += block_kv;
         }
@@ -378,9 +381,7 @@ PolicyResult Simulate(const std::vector<Request>& trace, const NodeConfig& node,
       if (uses_storage) {
         for (uint64_t id : r.blocks) {
           stored.insert(id);
-          const bool everywhere = !single_tier && (rep.kind == ReplicationKind::kAll ||
-                                                   (rep.kind == ReplicationKind::kFraction && InFraction(id, rep.fraction)));
-          if (everywhere) replicated.insert(id);
+          if (everywhere(id)) replicated.insert(id);
         }
       }
       out.ttft[a.request] = now - r.arrival_s;
