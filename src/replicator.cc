@@ -59,7 +59,14 @@ void Replicator::DropSecondaries() {
     if (job->acknowledged) {
       for (size_t t = 0; t < job->replicas.size(); ++t) {
         Replica& r = job->replicas[t];
-        if (!r.secondary || r.state != State::kPending) continue;
+        if (!r.secondary || r.in_flight > 0) continue;
+        if (r.state == State::kWriting) {  // started, paused: its temporary and its room go back
+          tiers_[t]->device->AbortTemp(r.temp);
+          absl::MutexLock lock(&index_->mu());
+          index_->get().Release(static_cast<int>(t), job->chunk->image_size);
+        } else if (r.state != State::kPending) {
+          continue;
+        }
         r.state = State::kDone;  // absent, not lost: the chunk is durable on its primary
         ++tiers_[t]->counters.secondaries_dropped;
         dropped = true;
@@ -82,9 +89,10 @@ void Replicator::Schedule(int t, bool during_reads) {
     Job* job = jobs_[j].get();
     if (!job->started) Start(job);
     Replica& r = job->replicas[t];
-    // A secondary starts only when the node is otherwise idle: no reads, no staging pressure, no
-    // primary still to write.
-    if (r.state == State::kPending && r.secondary && (during_reads || pressure || primaries_pending)) continue;
+    // A secondary is written only while the node is otherwise idle (no reads, no staging
+    // pressure, no primary still to write): it does not start, and a started one issues no new
+    // piece, so it yields the device within the pieces already in flight.
+    if (r.secondary && (during_reads || pressure || primaries_pending)) continue;
     if (r.state == State::kPending && !StartReplica(job, t)) continue;
     IssueWrites(job, t, during_reads);
   }

@@ -3,11 +3,12 @@
 // tier's copy is the primary and the others are secondaries: the persist is answered once the
 // primary is durable (or, if it failed, once every copy is done), secondaries are written only
 // when the node is otherwise idle (no reads pending, no primary left to write, no staging
-// pressure), and those not yet started are dropped once staging fills past half its high-water
-// mark, so a secondary never stalls a step or a producer, nor pushes staging into pressure. Each replica is written to a
-// temporary file in block-size pieces, synced when the fsync policy asks, and renamed into place
-// only if no newer version of the key was committed meanwhile (writes of one key may complete out
-// of order). Room is made (LRU eviction) before a replica starts. A chunk is finished, and its
+// pressure: a started one pauses between pieces), and those with no write in flight are dropped
+// once staging fills past half its high-water mark, so a secondary never stalls a step or a
+// producer by more than its pieces in flight, nor pushes staging into pressure. Each replica is
+// written to a temporary file in block-size pieces, synced when the fsync policy asks, and renamed
+// into place only if no newer version of the key was committed meanwhile (writes of one key may
+// complete out of order). Room is made (LRU eviction) before a replica starts. A chunk is finished, and its
 // persist callback told which tiers hold it, once every replica is written or failed. Loop thread
 // only.
 #pragma once
@@ -79,7 +80,8 @@ class Replicator {
   // Answers the job's persist once its copies promise what it needs (all of them, or the primary
   // under adaptive), and finishes the job once no replica is pending or in flight.
   void MaybeFinish(Job* job);
-  // Staging is under pressure: secondaries of answered jobs that have not started are dropped.
+  // Staging is under pressure: secondaries of answered jobs with no write in flight are dropped
+  // (a started one gives back its temporary and its reserved room).
   void DropSecondaries();
 
   const StoreConfig& config_;

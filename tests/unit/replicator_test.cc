@@ -6,12 +6,15 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <functional>
 #include <thread>
+#include <utility>
 
+#include "chunk_format.h"
 #include "sim_rig.h"
 
 namespace kvstream::testing {
@@ -218,14 +221,16 @@ bool Eventually(const std::function<bool()>& done) {
 }
 
 TEST_CASE("replication adaptive answers once the primary is durable; the secondary follows when idle") {
-  SimRig rig({300 * MBps, 10 * MBps}, Adaptive());
+  SimRig rig({0, 10 * MBps}, Adaptive());  // the first tier takes no time
   const auto data = Payload(3 * kBlock, 21);
+  rig.clock->Pause();  // time stands still: the primary is written, the secondary is not
   Outcome out = PersistAndWait(rig, "k", data);
   CHECK(out.calls == 1);
   REQUIRE(out.status.ok());
   CHECK(out.tier_mask == 1u);  // answered before the slow tier's copy: the primary is enough
   CHECK(out.lost_mask == 0u);
   CHECK(rig.engine->Stats().staged_bytes > 0);  // the image stays for the secondary
+  rig.clock->Resume();
   REQUIRE(Eventually([&] { return rig.engine->Lookup({"k"})[0].tier_mask == 3u; }));
   CHECK(Eventually([&] { return rig.engine->Stats().staged_bytes == 0; }));
   CHECK(rig.engine->Stats().tiers[1].secondaries_dropped == 0);
@@ -290,6 +295,112 @@ TEST_CASE("replication adaptive drops secondaries under staging pressure; every 
   CHECK(lost_read == only_primary);
   CHECK(replicated_read == 24 - only_primary);
   RequireNoTemporaries(rig);
+}
+
+// Writes of `stem` submitted to `device` strictly between `from` and `to` (virtual ns).
+int WritesSubmittedBetween(const SimDevice& device, const std::string& stem, int64_t from, int64_t to) {
+  int n = 0;
+  for (const SimOpRecord& op : device.ops()) {
+    n += op.kind == IoKind::kWrite && op.stem.find(stem) != std::string::npos && op.submit_ns > from &&
+         op.submit_ns < to;
+  }
+  return n;
+}
+
+// True once `device` was sent a write of `stem`.
+bool WriteStarted(const SimDevice& device, const std::string& stem) {
+  return WritesSubmittedBetween(device, stem, -1, INT64_MAX) > 0;
+}
+
+// From the first submitted to the last done of the `kind` operations on `stem` on `devices`.
+std::pair<int64_t, int64_t> Span(const std::vector<SimDevice*>& devices, IoKind kind, const std::string& stem) {
+  int64_t first = INT64_MAX, last = 0;
+  for (SimDevice* d : devices) {
+    for (const SimOpRecord& op : d->ops()) {
+      if (op.kind != kind || op.stem.find(stem) == std::string::npos) continue;
+      first = std::min(first, op.submit_ns);
+      last = std::max(last, op.done_ns);
+    }
+  }
+  return {first, last};
+}
+
+TEST_CASE("replication adaptive: a started secondary pauses while a step reads or a primary waits, then finishes") {
+  StoreConfig c = Adaptive();
+  c.writes = WritePolicy::kImmediate;  // writes may run during reads: the secondary must still yield
+  // The first tier takes no time unless the hook below delays it; one piece takes 100 ms on the
+  // second.
+  SimRig rig({0, 10 * MBps}, c);
+  const std::string held_stem = FileStem("held"), fresh_stem = FileStem("fresh"), next_stem = FileStem("next");
+  rig.devices[0]->SetFaultHook([&](const SimOpInfo& op) {
+    const bool slow = op.op == SimOp::kRead || (op.op == SimOp::kWrite && op.stem.find(next_stem) != std::string::npos);
+    return slow ? SimFault::Delay(100'000'000) : SimFault::None();
+  });
+  const auto held = Payload(8 * kBlock, 41), fresh = Payload(16 * kBlock, 42), next = Payload(4 * kBlock, 43);
+  REQUIRE(PersistAndWait(rig, "held", held).status.ok());
+  REQUIRE(Eventually([&] { return rig.engine->Lookup({"held"})[0].tier_mask == 3u; }));
+  // Time stands still: the primary is written at once, the secondary's first pieces are in flight.
+  rig.clock->Pause();
+  REQUIRE(PersistAndWait(rig, "fresh", fresh).tier_mask == 1u);
+  rig.clock->WaitUntilQuiescent();
+  REQUIRE(WriteStarted(*rig.devices[1], fresh_stem));
+  std::pair<int64_t, int64_t> span;
+  SECTION("a step reads") {
+    std::thread reader([&] { CHECK(ReadBack(rig, "held", held).ok()); });
+    rig.clock->WaitUntilQuiescent();  // the step's reads are submitted
+    rig.clock->Resume();
+    reader.join();
+    span = Span(rig.devices, IoKind::kRead, held_stem);
+  }
+  SECTION("a new chunk waits for its primary") {
+    REQUIRE(rig.engine->Persist("next", next.data(), next.size()).ok());
+    rig.clock->WaitUntilQuiescent();  // its primary's writes are submitted
+    rig.clock->Resume();
+    rig.engine->Flush();
+    span = Span({rig.devices[0]}, IoKind::kWrite, next_stem);  // its primary
+    CHECK(rig.engine->Lookup({"next"})[0].tier_mask != 0u);
+  }
+  REQUIRE(span.second - span.first >= 150'000'000);  // longer than the secondary's first piece
+  CHECK(WritesSubmittedBetween(*rig.devices[1], fresh_stem, span.first, span.second) == 0);
+  REQUIRE(Eventually([&] { return rig.engine->Lookup({"fresh"})[0].tier_mask == 3u; }));
+  REQUIRE(Eventually([&] { return rig.engine->Stats().staged_bytes == 0; }));
+  CHECK(rig.engine->Stats().tiers[1].secondaries_dropped == 0);
+  CHECK(ReadBack(rig, "fresh", fresh).ok());
+  RequireNoTemporaries(rig);
+}
+
+TEST_CASE("replication adaptive: a started secondary is dropped under staging pressure and gives its room back") {
+  // Staging for 24 blocks; a primary tier slow enough that staging stays full while the
+  // secondary's pieces in flight finish.
+  StoreConfig c = Adaptive(24 * (kBlock + 8192));
+  c.tiers[1].capacity_bytes = 12 * (kBlock + 8192);  // a room still reserved would refuse the last copy
+  SimRig rig({20 * MBps, 10 * MBps}, c);
+  const auto big = Payload(8 * kBlock, 51);
+  REQUIRE(PersistAndWait(rig, "big", big).tier_mask == 1u);
+  const std::string stem = FileStem("big");
+  REQUIRE(Eventually([&] { return WriteStarted(*rig.devices[1], stem); }));
+  rig.clock->Pause();  // staging fills with new chunks before any of them is written
+  std::vector<std::vector<uint8_t>> data;
+  for (int i = 0; i < 16; ++i) {
+    data.push_back(Payload(kBlock, 60 + i));
+    if (!rig.engine->TryPersist("n" + std::to_string(i), data.back().data(), kBlock).ok()) {
+      data.pop_back();
+      break;
+    }
+  }
+  REQUIRE(data.size() >= 8);
+  rig.clock->Resume();
+  rig.engine->Flush();
+  REQUIRE(Eventually([&] { return rig.engine->Stats().staged_bytes == 0; }));
+  CHECK(rig.engine->Lookup({"big"})[0].tier_mask == 1u);  // its copy on the second tier was given up
+  CHECK(rig.engine->Stats().tiers[1].secondaries_dropped >= 1);
+  CHECK(ReadBack(rig, "big", big).ok());
+  for (size_t i = 0; i < data.size(); ++i) CHECK((rig.engine->Lookup({"n" + std::to_string(i)})[0].tier_mask & 1u) == 1u);
+  RequireNoTemporaries(rig);
+  // The dropped copy's room went back: another chunk as large is replicated to the second tier.
+  const auto after = Payload(8 * kBlock, 52);
+  REQUIRE(PersistAndWait(rig, "after", after).status.ok());
+  CHECK(Eventually([&] { return rig.engine->Lookup({"after"})[0].tier_mask == 3u; }));
 }
 
 TEST_CASE("replication adaptive: a primary that fails leaves the chunk durable on a secondary") {
