@@ -30,7 +30,7 @@ class Captured(logging.Handler):
 @pytest.fixture
 def captured():
     handler = Captured()
-    log = logging.getLogger("kvstream.lmcache.daemon_link")
+    log = logging.getLogger("kvstream.daemon_link")
     backend_log = logging.getLogger("kvstream.lmcache.backend")
     for lg in (log, backend_log):
         lg.addHandler(handler)

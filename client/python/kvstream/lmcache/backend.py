@@ -39,7 +39,7 @@ from lmcache.v1.memory_management import MemoryObj
 from lmcache.v1.storage_backend.abstract_backend import StoragePluginInterface
 
 from ..client import Client
-from .daemon_link import DaemonLink
+from ..daemon_link import DaemonLink, Session
 from .gets import Gets
 from .lookups import Lookups
 from .puts import Puts
@@ -67,13 +67,14 @@ class KVStreamBackend(StoragePluginInterface):
             rank = int(getattr(metadata, "worker_id", 0) or 0)
             world = int(getattr(metadata, "world_size", 1) or 1)
 
-            def connect() -> Client:
-                return Client.attach(s.socket_path, model=model, rank=rank, world_size=world,
-                                     arena_bytes=s.arena_bytes, timeout=s.connect_timeout, rpc_timeout=s.lookup_timeout)
+            def connect() -> Session:
+                return Session(Client.attach(s.socket_path, model=model, rank=rank, world_size=world,
+                                             arena_bytes=s.arena_bytes, timeout=s.connect_timeout,
+                                             rpc_timeout=s.lookup_timeout))
             describe = f"kvstreamd on {s.socket_path} (session for {model or 'model'} rank {rank}/{world})"
         else:
-            def connect() -> Client:
-                return Client.connect(s.socket_path, timeout=s.connect_timeout, rpc_timeout=s.lookup_timeout)
+            def connect() -> Session:
+                return Session(Client.connect(s.socket_path, timeout=s.connect_timeout, rpc_timeout=s.lookup_timeout))
             describe = f"kvstreamd on {s.socket_path} (lookups only, role {role or 'unknown'})"
         self.link = DaemonLink(describe, connect, logger, retry_interval=s.retry_interval)
         self.lookups = Lookups(self.link)

@@ -22,7 +22,7 @@ from lmcache.v1.memory_management import MemoryObj
 
 from ..types import Chunk
 from . import chunk_codec
-from .daemon_link import DaemonLink, Session
+from ..daemon_link import DaemonLink, Session
 from .lookups import Lookups
 
 

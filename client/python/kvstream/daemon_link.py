@@ -1,8 +1,8 @@
-"""DaemonLink: the plugin's connection to kvstreamd, which may be down, restart or go away.
+"""DaemonLink: an engine plugin's connection to kvstreamd, which may be down, restart or go away.
 
-LMCache must keep serving whatever the daemon does: while no daemon answers, `session()` returns
-None (the backend then reports misses and drops puts) and a new attach is tried at most once per
-`retry_interval`. Going down and coming back are logged once each, loudly; each failed retry
+The engine (LMCache, SGLang) must keep serving whatever the daemon does: while no daemon answers,
+`session()` returns None (the plugin then reports misses and drops puts) and a new attach is tried
+at most once per `retry_interval`. Going down and coming back are logged once each, loudly; each failed retry
 while down is logged at most every `log_interval` seconds.
 """
 
@@ -13,18 +13,20 @@ import threading
 import time
 from typing import Callable, Optional, Tuple
 
-from ..arena_alloc import ArenaAllocator
-from ..client import Client
-from ..errors import KVStreamError, Unavailable
+from .arena_alloc import ArenaAllocator
+from .client import Client
+from .errors import KVStreamError, Unavailable
 
 
 class Session:
-    """One attached session (or a session-less connection) and the allocator of its arena."""
+    """One attached session (or a session-less connection), the allocator of its arena and the
+    client region the plugin handed it (0: none)."""
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: Client, region: int = 0) -> None:
         self.client = client
         self.attached = client.arena_size > 0
         self.allocator: Optional[ArenaAllocator] = ArenaAllocator(client.arena_size) if client.arena_size else None
+        self.region = region
 
 
 def _close_in_background(session: Session) -> None:
@@ -39,7 +41,7 @@ class DaemonLink:
     """Connects lazily and reconnects after failures, without ever making a caller wait for a
     daemon that is down or hung. Thread-safe.
 
-    `connect` opens a Client (attach for a worker, connect for a scheduler). The first attempt
+    `connect` opens a Session (attach for a worker, connect for a scheduler). The first attempt
     (`connect_now`) and the one right after the daemon ended the session stream (it stopped or
     restarted, so the attempt is quick either way) run on the caller's thread; every other
     reconnect runs on a background thread at most once per `retry_interval`, and callers get None
@@ -49,7 +51,7 @@ class DaemonLink:
     def __init__(
         self,
         describe: str,
-        connect: Callable[[], Client],
+        connect: Callable[[], Session],
         logger: logging.Logger,
         retry_interval: float = 1.0,
         log_interval: float = 30.0,
@@ -135,7 +137,7 @@ class DaemonLink:
     def _attempt(self) -> Tuple[Optional[Session], str]:
         """Connects: the session, or None and why not. Takes no lock."""
         try:
-            return Session(self._connect()), ""
+            return self._connect(), ""
         except Unavailable as e:
             return None, str(e)
         except KVStreamError as e:  # the daemon answered but refused: a configuration error

@@ -1,0 +1,39 @@
+"""Settings of an engine plugin (LMCache's storage plugin, SGLang's HiCache backend): the kvstream.*
+keys of the engine's extra configuration, their types and defaults.
+
+Every key is optional. A value that cannot be read as its type, or a number that is not positive,
+is a ValueError naming the key (the engine then fails to load the plugin, with that message).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+from .client import CONNECT_TIMEOUT_S
+
+DEFAULT_SOCKET = "/run/kvstream/kvstreamd.sock"
+
+
+class Settings:
+    """The plugin's keys in the engine's extra configuration (all optional)."""
+
+    KEYS = {
+        "kvstream.socket_path": ("socket_path", str, DEFAULT_SOCKET),
+        "kvstream.arena_bytes": ("arena_bytes", int, 1 << 30),  # per session (TP rank)
+        "kvstream.io_timeout": ("io_timeout", float, 60.0),  # seconds for one retrieve / persist
+        "kvstream.lookup_timeout": ("lookup_timeout", float, 5.0),  # seconds for a lookup / evict
+        "kvstream.connect_timeout": ("connect_timeout", float, CONNECT_TIMEOUT_S),
+        "kvstream.retry_interval": ("retry_interval", float, 1.0),  # between reconnect attempts
+    }
+
+    def __init__(self, extra_config: Optional[Dict[str, Any]]) -> None:
+        extra = extra_config or {}
+        for key, (attr, cast, default) in self.KEYS.items():
+            raw = extra.get(key, default)
+            try:
+                value = cast(raw)
+            except (TypeError, ValueError):
+                raise ValueError(f"extra_config {key}: cannot read {raw!r} as {cast.__name__}") from None
+            if cast is not str and value <= 0:
+                raise ValueError(f"extra_config {key} must be positive, got {raw!r}")
+            setattr(self, attr, value)
