@@ -3,7 +3,8 @@
 # build that checks the lock annotations (-Wthread-safety; a violation fails the run) and runs the
 # libFuzzer targets briefly (KVSTREAM_FUZZ_SECONDS, default 15 each), then the
 # Python client, LMCache plugin and step-batching tests (pytest, against the built kvstreamd, with
-# real LMCache from PyPI in the virtual environment of deploy/python-env.sh).
+# real LMCache from PyPI in the virtual environment of deploy/python-env.sh), and the SGLang HiCache
+# backend tests (real SGLang host pools on CPU, in the environment of deploy/python-env.sh --sglang).
 # Usage: tests/run.sh   (build dirs: build/ and build-clang/, override with BUILD_DIR=...; venv: KVSTREAM_VENV)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -24,5 +25,10 @@ for f in fuzz_chunk_header fuzz_checkpoint fuzz_daemon_config fuzz_requests; do
 done
 python="$("$root/deploy/python-env.sh")"
 "$python" -c "import lmcache, kvstream.lmcache"   # the LMCache tests must run, not skip
-cd "$root/tests/python"
-KVSTREAMD="$build/daemon/kvstreamd" "$python" -m pytest -q -p no:cacheprovider -W ignore::DeprecationWarning
+(cd "$root/tests/python" &&
+  KVSTREAMD="$build/daemon/kvstreamd" "$python" -m pytest -q -p no:cacheprovider -W ignore::DeprecationWarning)
+python="$("$root/deploy/python-env.sh" --sglang)"
+"$python" -c "import sglang.srt.mem_cache.hicache_storage, kvstream.sglang"   # must run, not skip
+cd "$root/tests/sglang"
+KVSTREAMD="$build/daemon/kvstreamd" "$python" -m pytest -q -p no:cacheprovider -W ignore::DeprecationWarning \
+  -W ignore::UserWarning

@@ -1,0 +1,400 @@
+"""KVStreamHiCache: SGLang's HiCache storage (its L3) over kvstreamd.
+
+A page of SGLang's host KV pool is stored as the pieces its pool names for it
+(`get_page_buffer_meta`: under the page_first layouts its K and its V), each one chunk keyed
+"<namespace>/<page hash>/<piece>". The namespace holds the model, the rank (none for MLA models,
+whose KV every rank shares and rank 0 writes) and the pool layout (the byte order of a piece).
+
+Two data paths, chosen when SGLang registers its host pool:
+- zero copy (`allocator: shm` in the extra config: SGLang's pool is a memfd): the pool is handed to
+  the daemon as a client region, reads land in the pool's pages by O_DIRECT and writes are copied
+  out of them into staging, by the daemon;
+- copy (any other pool, or a region the daemon refuses): pieces go through the session's arena
+  (one memmove each way), in batches that fit it.
+The v1 calls take one daemon retrieve (or one lookup and one persist) per SGLang batch. batch_set_v1
+returns once the pages are staged: SGLang may reuse them at once; durability follows in the
+background (a page that fails to become durable is a miss later, and logged).
+
+A daemon that is down or restarting gives misses and failed sets, never an exception or None into
+SGLang; the backend reattaches by itself (DaemonLink) and hands its region over again.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import threading
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import torch
+from sglang.srt.mem_cache.hicache_storage import HiCacheStorage, HiCacheStorageConfig
+
+from ..client import Client
+from ..daemon_link import DaemonLink, Session
+from ..errors import KVStreamError
+from ..plugin_settings import DEFAULT_SOCKET, Settings
+from ..types import Chunk, PersistResult
+
+logger = logging.getLogger(__name__)
+
+# Where SGLang's `dynamic` backend factory finds this class (extra config module_path / class_name).
+BACKEND_MODULE = "kvstream.sglang"
+BACKEND_CLASS = "KVStreamHiCache"
+# The session's arena (kvstream.arena_bytes overrides both): on the copy path pages pass through it;
+# when the pool is a region pages never do.
+COPY_ARENA_BYTES = 256 << 20
+REGION_ARENA_BYTES = 4 << 20
+
+Piece = Tuple[int, int]  # (address in this process, bytes)
+
+
+def namespace(config: HiCacheStorageConfig, layout: str) -> str:
+    """The key prefix of one rank's pages: model, rank and pool layout."""
+    model = config.model_name or "model"
+    if config.is_mla_model:
+        rank = "mla"  # one copy for all ranks: every rank reads what rank 0 wrote
+    else:
+        rank = f"tp{config.tp_rank}of{config.tp_size}"
+    if config.pp_size > 1:
+        rank += f"-pp{config.pp_rank}of{config.pp_size}"
+    if getattr(config, "attn_cp_size", 1) > 1:
+        rank += f"-cp{config.attn_cp_rank}of{config.attn_cp_size}"
+    return f"sglang/{model}/{rank}/{layout}"
+
+
+def extra_config(socket_path: str = DEFAULT_SOCKET, shm: bool = True, **settings: Any) -> Dict[str, Any]:
+    """SGLang's --hicache-storage-backend-extra-config for this backend (with `dynamic`)."""
+    extra: Dict[str, Any] = {
+        "backend_name": "kvstream",
+        "module_path": BACKEND_MODULE,
+        "class_name": BACKEND_CLASS,
+        "interface_v1": 1,
+        "kvstream.socket_path": socket_path,
+    }
+    if shm:
+        extra["allocator"] = "shm"
+    extra.update({f"kvstream.{k}": v for k, v in settings.items()})
+    return extra
+
+
+class KVStreamHiCache(HiCacheStorage):
+    """One per rank: SGLang constructs it as cls(storage_config, kwargs), then registers its host pool."""
+
+    def __init__(self, storage_config: HiCacheStorageConfig, kwargs: Optional[Dict[str, Any]] = None) -> None:
+        self.config = storage_config
+        extra = dict(storage_config.extra_config or {})
+        self.settings = Settings(extra)
+        self.interface_v1 = bool(extra.get("interface_v1", 0))
+        self.mem_pool_host: Any = None
+        self.prefix = namespace(storage_config, "unregistered")
+        self._shm_fd: Optional[int] = None  # the pool's memfd, when it is one
+        self._shm_base = 0
+        self._shm_size = 0
+        self._copy_lock = threading.Lock()  # one batch at a time through the arena
+        self._counts = {"pages_read": 0, "pages_missed": 0, "pages_written": 0, "pages_failed": 0}
+        s = self.settings
+        describe = f"kvstreamd on {s.socket_path} (SGLang {storage_config.model_name or 'model'} {self.prefix})"
+        self.link = DaemonLink(describe, self._connect, logger, retry_interval=s.retry_interval)
+
+    # -- setup -------------------------------------------------------------------------------
+
+    def register_mem_pool_host(self, mem_pool_host: Any) -> None:
+        super().register_mem_pool_host(mem_pool_host)
+        self.mem_pool_host = mem_pool_host
+        self.prefix = namespace(self.config, str(getattr(mem_pool_host, "layout", "flat")))
+        fd = getattr(mem_pool_host, "fd", None)
+        buffer = getattr(mem_pool_host, "kv_buffer", None)
+        if isinstance(fd, int) and fd >= 0 and isinstance(buffer, torch.Tensor):
+            self._shm_fd, self._shm_base, self._shm_size = fd, buffer.data_ptr(), os.fstat(fd).st_size
+        self.link.connect_now()  # now if the daemon is up; otherwise say so once and retry later
+
+    def _connect(self) -> Session:
+        """Attaches this rank's session and hands it the pool (the zero-copy path) when it can."""
+        if self._shm_fd is not None:
+            client = self._attach(REGION_ARENA_BYTES)
+            try:
+                return Session(client, client.add_region(self._shm_fd, self._shm_size))
+            except KVStreamError as e:  # e.g. over the daemon's arena budget: the copy path serves
+                logger.warning("kvstream: the host pool cannot be handed to kvstreamd (%s); pages are copied "
+                               "through the session's arena", e)
+                client.close()
+        return Session(self._attach(COPY_ARENA_BYTES))
+
+    def _attach(self, default_arena: int) -> Client:
+        s, c = self.settings, self.config
+        explicit = "kvstream.arena_bytes" in (c.extra_config or {})
+        return Client.attach(s.socket_path, model=c.model_name or "", rank=c.tp_rank, world_size=c.tp_size,
+                             arena_bytes=s.arena_bytes if explicit else default_arena, timeout=s.connect_timeout,
+                             rpc_timeout=s.lookup_timeout)
+
+    @property
+    def zero_copy(self) -> bool:
+        """True when the live session reads and writes the host pool in place."""
+        session = self.link.session()
+        return session is not None and session.region != 0
+
+    # -- the v1 interface (zero copy where the pool allows) -------------------------------------
+
+    def batch_exists(self, keys: List[str], extra_info: Any = None) -> int:
+        """How many leading pages are stored (every piece of each). Ranks ask for their own keys."""
+        pieces = self._pieces_per_page()
+        return self._stored_prefix(keys, pieces)
+
+    def batch_get_v1(self, keys: List[str], host_indices: torch.Tensor, extra_info: Any = None) -> List[bool]:
+        """Reads the pages into the host pool at `host_indices`; per page, whether it landed."""
+        try:
+            pages = self._page_pieces(keys, host_indices)
+        except Exception as e:  # noqa: BLE001 - never into SGLang
+            logger.error("kvstream: batch_get_v1: %s", e)
+            return [False] * len(keys)
+        ok = self._read(keys, pages)
+        hits = sum(ok)
+        self._counts["pages_read"] += hits
+        self._counts["pages_missed"] += len(ok) - hits
+        return ok
+
+    def batch_set_v1(self, keys: List[str], host_indices: torch.Tensor, extra_info: Any = None) -> List[bool]:
+        """Stores the pages at `host_indices` (those not stored yet); True per page once staged."""
+        if not self.config.is_storage_writer:
+            return [True] * len(keys)  # an MLA rank other than the writer: rank 0 stores the shared KV
+        try:
+            pages = self._page_pieces(keys, host_indices)
+        except Exception as e:  # noqa: BLE001
+            logger.error("kvstream: batch_set_v1: %s", e)
+            return [False] * len(keys)
+        return self._write(keys, pages)
+
+    # -- the legacy interface (a flat page tensor per key) --------------------------------------
+
+    def get(self, key: str, target_location: Any = None, target_sizes: Any = None) -> Optional[torch.Tensor]:
+        got = self.batch_get([key], [target_location] if target_location is not None else None)
+        return got[0] if got else None
+
+    def batch_get(self, keys: List[str], target_locations: Any = None, target_sizes: Any = None) -> List[Any]:
+        if target_locations is None:
+            target_locations = [self.mem_pool_host.get_dummy_flat_data_page() for _ in keys]
+        pages = [[_tensor_piece(t)] for t in target_locations]
+        ok = self._read(keys, pages, flat=True)
+        return [t if hit else None for t, hit in zip(target_locations, ok)]
+
+    def set(self, key: str, value: Any = None, target_location: Any = None, target_sizes: Any = None) -> bool:
+        return self.batch_set([key], [value])
+
+    def batch_set(self, keys: List[str], values: Any = None, target_locations: Any = None,
+                  target_sizes: Any = None) -> bool:
+        if values is None or len(values) != len(keys):
+            return False
+        if not self.config.is_storage_writer:
+            return True
+        values = [v.contiguous() for v in values]  # kept alive until staged
+        return all(self._write(keys, [[_tensor_piece(v)] for v in values], flat=True))
+
+    def exists(self, key: str) -> bool:
+        return self.batch_exists([key]) == 1
+
+    # -- housekeeping ----------------------------------------------------------------------------
+
+    def clear(self) -> None:
+        """Nothing to do: the daemon owns eviction (its tiers' capacities); SGLang's clear only
+        resets its own view."""
+
+    def get_stats(self) -> Dict[str, Any]:
+        stats: Dict[str, Any] = dict(self._counts)
+        stats["zero_copy"] = self.zero_copy
+        return stats
+
+    def close(self) -> None:
+        self.link.close()
+
+    # -- the work ------------------------------------------------------------------------------
+
+    def _keys(self, key: str, pieces: int, flat: bool = False) -> List[str]:
+        if flat:
+            return [f"{self.prefix}/flat/{key}"]
+        return [f"{self.prefix}/{key}/{j}" for j in range(pieces)]
+
+    def _pieces_per_page(self) -> int:
+        if not self.interface_v1:
+            return 1
+        host = self.mem_pool_host
+        if host is None:
+            return 2
+        ptrs, _ = host.get_page_buffer_meta(torch.arange(0, host.page_size, dtype=torch.int64))
+        return len(ptrs)
+
+    def _page_pieces(self, keys: Sequence[str], host_indices: torch.Tensor) -> List[List[Piece]]:
+        """Per page, its pieces in the host pool, as the pool names them."""
+        ptrs, sizes = self.mem_pool_host.get_page_buffer_meta(host_indices)
+        if len(keys) == 0 or len(ptrs) % len(keys) != 0:
+            raise ValueError(f"{len(keys)} keys but {len(ptrs)} pieces for host indices of {host_indices.numel()} tokens")
+        per = len(ptrs) // len(keys)
+        return [list(zip(ptrs[i * per:(i + 1) * per], sizes[i * per:(i + 1) * per])) for i in range(len(keys))]
+
+    def _stored_prefix(self, keys: Sequence[str], pieces: int, flat: bool = False) -> int:
+        session = self.link.session()
+        if session is None or not keys:
+            return 0
+        names = [k for key in keys for k in self._keys(key, pieces, flat or not self.interface_v1)]
+        per = 1 if (flat or not self.interface_v1) else pieces
+        try:
+            entries, _ = session.client.lookup(names)
+        except KVStreamError as e:
+            self.link.fail(session, e)
+            return 0
+        for i in range(len(keys)):
+            if not all(e.present for e in entries[i * per:(i + 1) * per]):
+                return i
+        return len(keys)
+
+    def _in_region(self, piece: Piece) -> bool:
+        address, size = piece
+        return self._shm_fd is not None and self._shm_base <= address and address + size <= self._shm_base + self._shm_size
+
+    def _read(self, keys: Sequence[str], pages: List[List[Piece]], flat: bool = False) -> List[bool]:
+        session = self.link.session()
+        if session is None:
+            return [False] * len(keys)
+        names = [self._keys(key, len(p), flat) for key, p in zip(keys, pages)]
+        try:
+            if session.region and all(self._in_region(x) for p in pages for x in p):
+                chunks = [Chunk(n, addr - self._shm_base, size, session.region)
+                          for ns, p in zip(names, pages) for n, (addr, size) in zip(ns, p)]
+                result = session.client.retrieve(chunks, timeout=self.settings.io_timeout)
+                codes = [r.ok for r in result.results]
+            else:
+                codes = self._read_through_arena(session, names, pages)
+        except KVStreamError as e:
+            self.link.fail(session, e)
+            return [False] * len(keys)
+        except Exception as e:  # noqa: BLE001 - never into SGLang
+            logger.error("kvstream: reading %d pages: %s", len(keys), e)
+            return [False] * len(keys)
+        out, at = [], 0
+        for p in pages:
+            out.append(all(codes[at:at + len(p)]))
+            at += len(p)
+        return out
+
+    def _write(self, keys: Sequence[str], pages: List[List[Piece]], flat: bool = False) -> List[bool]:
+        session = self.link.session()
+        if session is None:
+            self._counts["pages_failed"] += len(keys)
+            return [False] * len(keys)
+        stored = self._stored_prefix_set(session, keys, pages, flat)
+        todo = [i for i in range(len(keys)) if i not in stored]
+        names = {i: self._keys(keys[i], len(pages[i]), flat) for i in todo}
+        try:
+            if session.region and all(self._in_region(x) for i in todo for x in pages[i]):
+                chunks = [Chunk(n, addr - self._shm_base, size, session.region)
+                          for i in todo for n, (addr, size) in zip(names[i], pages[i])]
+                if chunks:
+                    self._durable_later(session.client.persist_async(chunks, check=False))
+            else:
+                self._write_through_arena(session, [names[i] for i in todo], [pages[i] for i in todo])
+        except Exception as e:  # noqa: BLE001 - never into SGLang
+            if isinstance(e, KVStreamError):
+                self.link.fail(session, e)
+            else:
+                logger.error("kvstream: writing %d pages: %s", len(todo), e)
+            self._counts["pages_failed"] += len(todo)
+            return [i in stored for i in range(len(keys))]
+        self._counts["pages_written"] += len(todo)
+        return [True] * len(keys)
+
+    def _stored_prefix_set(self, session: Session, keys: Sequence[str], pages: List[List[Piece]],
+                           flat: bool) -> set:
+        """Indices of the pages already stored (whole): they are not written again."""
+        names = [n for key, p in zip(keys, pages) for n in self._keys(key, len(p), flat)]
+        try:
+            entries, _ = session.client.lookup(names)
+        except KVStreamError:
+            return set()  # the write that follows says what is wrong
+        stored, at = set(), 0
+        for i, p in enumerate(pages):
+            if all(e.present for e in entries[at:at + len(p)]):
+                stored.add(i)
+            at += len(p)
+        return stored
+
+    def _durable_later(self, future: Any) -> None:
+        """Logs pages that fail to become durable (they are misses later; SGLang is not waiting)."""
+        def done(f: Any) -> None:
+            try:
+                results: List[PersistResult] = f.result()
+            except Exception as e:  # noqa: BLE001 - the daemon went away meanwhile
+                logger.warning("kvstream: pages staged but not confirmed durable: %s", e)
+                return
+            failed = [r for r in results if not r.ok]
+            if failed:
+                self._counts["pages_failed"] += len(failed)
+                logger.warning("kvstream: %d page pieces failed to become durable (first: %s)", len(failed),
+                               failed[0].message)
+        future.add_done_callback(done)
+
+    def _read_through_arena(self, session: Session, names: List[List[str]], pages: List[List[Piece]]) -> List[bool]:
+        flat_names = [n for ns in names for n in ns]
+        pieces = [x for p in pages for x in p]
+        arena = session.client.arena
+        base = ctypes.addressof(ctypes.c_char.from_buffer(arena))
+        codes: List[bool] = []
+        with self._copy_lock:
+            for start, end in self._arena_runs(session, pieces):
+                offsets = _offsets(pieces[start:end])
+                chunks = [Chunk(flat_names[start + j], off, pieces[start + j][1]) for j, off in enumerate(offsets)]
+                result = session.client.retrieve(chunks, timeout=self.settings.io_timeout)
+                for j, r in enumerate(result.results):
+                    if r.ok:
+                        address, size = pieces[start + j]
+                        ctypes.memmove(address, base + offsets[j], size)
+                    codes.append(r.ok)
+        return codes
+
+    def _write_through_arena(self, session: Session, names: List[List[str]], pages: List[List[Piece]]) -> None:
+        flat_names = [n for ns in names for n in ns]
+        pieces = [x for p in pages for x in p]
+        arena = session.client.arena
+        base = ctypes.addressof(ctypes.c_char.from_buffer(arena))
+        with self._copy_lock:
+            for start, end in self._arena_runs(session, pieces):
+                offsets = _offsets(pieces[start:end])
+                for j, off in enumerate(offsets):
+                    address, size = pieces[start + j]
+                    ctypes.memmove(base + off, address, size)
+                chunks = [Chunk(flat_names[start + j], off, pieces[start + j][1]) for j, off in enumerate(offsets)]
+                self._durable_later(session.client.persist_async(chunks, check=False))  # returns once staged
+
+    def _arena_runs(self, session: Session, pieces: List[Piece]) -> List[Tuple[int, int]]:
+        """[start, end) runs of `pieces` that fit the arena together."""
+        limit, runs, start, used = session.client.arena_size, [], 0, 0
+        for i, (_, size) in enumerate(pieces):
+            need = _rounded(size)
+            if need > limit:
+                raise ValueError(f"a page piece of {size} bytes exceeds the arena of {limit} bytes "
+                                 "(raise kvstream.arena_bytes)")
+            if used + need > limit:
+                runs.append((start, i))
+                start, used = i, 0
+            used += need
+        if start < len(pieces):
+            runs.append((start, len(pieces)))
+        return runs
+
+
+def _rounded(size: int) -> int:
+    return (size + 4095) // 4096 * 4096
+
+
+def _offsets(pieces: Sequence[Piece]) -> List[int]:
+    """Arena offsets for `pieces` laid end to end, each 4 KiB aligned (the daemon's O_DIRECT)."""
+    out, at = [], 0
+    for _, size in pieces:
+        out.append(at)
+        at += _rounded(size)
+    return out
+
+
+def _tensor_piece(tensor: torch.Tensor) -> Piece:
+    if not tensor.is_contiguous() or tensor.device.type != "cpu":
+        raise ValueError("a flat page must be a contiguous CPU tensor")
+    return tensor.data_ptr(), tensor.numel() * tensor.element_size()

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# SGLang's HiCache storage: HiCacheFile (SGLang's file backend) on the fast tier versus the kvstream
+# backend (kvstream.sglang, zero copy into SGLang's shared-memory host pool) on both tiers, same pages
+# and batches, on two emulated tiers (tools/tierlab: loop devices, O_DIRECT, blkio read caps of FAST
+# and SLOW MB/s); then kvbench on the same daemon with the same piece size and batch for the tiers'
+# alone bandwidths and the bound ratio (b0+b1)/b0. Pages as SGLang sizes them for a 32B-class model
+# at TP 1 (64 layers x 8 KV heads x 128 dims, bf16, 64 tokens: 16 MiB, stored as 8 MiB K and V).
+# With --gbs the tier images go on tmpfs (BENCH_DIR default /dev/shm/kvstream-bench-sglang) and the
+# caps default to 2000/700 MB/s. Needs root, a build (kvstreamd, kvbench) and the SGLang environment
+# (deploy/python-env.sh --sglang).
+# Usage: sudo tools/bench-sglang.sh [--gbs] [--fast MBPS] [--slow MBPS] [--pages N] [--batch B] [--out DIR]
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+fast="" slow="" pages=48 batch=16 out=/var/tmp/kvstream-bench-results gbs=""
+while [ $# -gt 0 ]; do
+  case $1 in
+    --gbs) gbs=1; shift ;;
+    --fast) fast=$2; shift 2 ;;
+    --slow) slow=$2; shift 2 ;;
+    --pages) pages=$2; shift 2 ;;
+    --batch) batch=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    *) echo "bench-sglang: unknown argument '$1'" >&2; exit 2 ;;
+  esac
+done
+if [ -n "$gbs" ]; then
+  fast=${fast:-2000} slow=${slow:-700} work="${BENCH_DIR:-/dev/shm/kvstream-bench-sglang}"
+else
+  fast=${fast:-300} slow=${slow:-150} work="${BENCH_DIR:-/var/tmp/kvstream-bench}"
+fi
+build="${BUILD_DIR:-$root/build}"
+source "$root/tools/bench-tiers.sh"
+bench_up bench-sglang 7GiB "$out/kvstreamd-sglang.log"
+python="$("$root/deploy/python-env.sh" --sglang)"
+name="sglang-$fast-$slow"
+echo "== kvbench: the same batch (1 rank, $((batch * 2)) pieces of 8 MiB), tiers alone and completion"
+"$tierlab" run --dir "$work" -- "$build/tools/kvbench" --socket "$sock" --ranks 1 --steps 3 --requests 1 \
+  --chunks $((batch * 2)) --hit-ratio 1 --chunk-size 8MiB --policies completion --write-policies "" \
+  --json "$out/$name-kvbench.json"
+echo
+echo "== SGLang HiCache: HiCacheFile on t0 vs kvstream on t0+t1 (reads $fast/$slow MB/s)"
+mkdir -p "$work/mnt/t0/hicache-file"
+"$tierlab" run --dir "$work" -- "$python" "$root/tools/bench_sglang.py" --socket "$sock" \
+  --file-dir "$work/mnt/t0/hicache-file" --pages "$pages" --batch "$batch" --json "$out/$name.json"
+echo "bench-sglang: bound ratio (b0+b1)/b0 from the caps: $(awk "BEGIN {printf \"%.3f\", ($fast + $slow) / $fast}")"
+echo "bench-sglang: results in $out ($name*.json)"
