@@ -52,28 +52,31 @@ void Replicator::Start(Job* job) {
   }
 }
 
+bool Replicator::AbandonSecondaries(Job* job) {
+  bool abandoned = false;
+  for (size_t t = 0; t < job->replicas.size(); ++t) {
+    Replica& r = job->replicas[t];
+    if (!r.secondary || r.in_flight > 0) continue;
+    if (r.state == State::kWriting) {  // started, paused: its temporary and its room go back
+      tiers_[t]->device->AbortTemp(r.temp);
+      absl::MutexLock lock(&index_->mu());
+      index_->get().Release(static_cast<int>(t), job->chunk->image_size);
+    } else if (r.state != State::kPending) {
+      continue;
+    }
+    r.state = State::kDone;  // absent, not lost
+    abandoned = true;
+    ++tiers_[t]->counters.secondaries_dropped;
+  }
+  return abandoned;
+}
+
 void Replicator::DropSecondaries() {
   for (size_t j = 0; j < jobs_.size();) {
     Job* job = jobs_[j].get();
-    bool dropped = false;
-    if (job->acknowledged) {
-      for (size_t t = 0; t < job->replicas.size(); ++t) {
-        Replica& r = job->replicas[t];
-        if (!r.secondary || r.in_flight > 0) continue;
-        if (r.state == State::kWriting) {  // started, paused: its temporary and its room go back
-          tiers_[t]->device->AbortTemp(r.temp);
-          absl::MutexLock lock(&index_->mu());
-          index_->get().Release(static_cast<int>(t), job->chunk->image_size);
-        } else if (r.state != State::kPending) {
-          continue;
-        }
-        r.state = State::kDone;  // absent, not lost: the chunk is durable on its primary
-        ++tiers_[t]->counters.secondaries_dropped;
-        dropped = true;
-      }
-    }
     const size_t before = jobs_.size();
-    if (dropped) MaybeFinish(job);
+    // Only once answered: the chunk is durable on its primary.
+    if (job->acknowledged && AbandonSecondaries(job)) MaybeFinish(job);
     if (jobs_.size() == before) ++j;
   }
 }
@@ -254,6 +257,10 @@ void Replicator::FinishReplica(Job* job, int t, absl::Status status) {
     // The primary is lost: the copies meant as secondaries are what the chunk's durability rests
     // on now, so they are written like any replica and never dropped.
     for (Replica& other : job->replicas) other.secondary = false;
+  } else if (job->adaptive && !r.secondary && (job->durable & (1u << t)) == 0) {
+    // The primary was superseded (a newer version of the key committed first): copies of this
+    // version are of no use, and the job is answered (tier_mask 0) once those in flight are done.
+    AbandonSecondaries(job);
   }
   r.error = std::move(status);
   MaybeFinish(job);

@@ -80,9 +80,11 @@ class Replicator {
   // Answers the job's persist once its copies promise what it needs (all of them, or the primary
   // under adaptive), and finishes the job once no replica is pending or in flight.
   void MaybeFinish(Job* job);
-  // Staging is under pressure: secondaries of answered jobs with no write in flight are dropped
-  // (a started one gives back its temporary and its reserved room).
+  // Staging is under pressure: secondaries of answered jobs with no write in flight are dropped.
   void DropSecondaries();
+  // Gives up the job's secondaries with no write in flight (a started one gives back its
+  // temporary and its reserved room); counted as dropped. True if any was.
+  bool AbandonSecondaries(Job* job);
 
   const StoreConfig& config_;
   const Tiers& tiers_;

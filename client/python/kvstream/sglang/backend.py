@@ -92,6 +92,7 @@ class KVStreamHiCache(HiCacheStorage):
         self._shm_base = 0
         self._shm_size = 0
         self._copy_lock = threading.Lock()  # one batch at a time through the arena
+        self._counts_lock = threading.Lock()  # SGLang gets and sets on different threads
         self._counts = {"pages_read": 0, "pages_missed": 0, "pages_written": 0, "pages_failed": 0}
         s = self.settings
         describe = f"kvstreamd on {s.socket_path} (SGLang {storage_config.model_name or 'model'} {self.prefix})"
@@ -138,8 +139,11 @@ class KVStreamHiCache(HiCacheStorage):
 
     def batch_exists(self, keys: List[str], extra_info: Any = None) -> int:
         """How many leading pages are stored (every piece of each). Ranks ask for their own keys."""
-        pieces = self._pieces_per_page()
-        return self._stored_prefix(keys, pieces)
+        try:
+            return self._stored_prefix(keys, self._pieces_per_page())
+        except Exception as e:  # noqa: BLE001 - never into SGLang
+            logger.error("kvstream: batch_exists: %s", e)
+            return 0
 
     def batch_get_v1(self, keys: List[str], host_indices: torch.Tensor, extra_info: Any = None) -> List[bool]:
         """Reads the pages into the host pool at `host_indices`; per page, whether it landed."""
@@ -150,8 +154,7 @@ class KVStreamHiCache(HiCacheStorage):
             return [False] * len(keys)
         ok = self._read(keys, pages)
         hits = sum(ok)
-        self._counts["pages_read"] += hits
-        self._counts["pages_missed"] += len(ok) - hits
+        self._count(pages_read=hits, pages_missed=len(ok) - hits)
         return ok
 
     def batch_set_v1(self, keys: List[str], host_indices: torch.Tensor, extra_info: Any = None) -> List[bool]:
@@ -172,9 +175,13 @@ class KVStreamHiCache(HiCacheStorage):
         return got[0] if got else None
 
     def batch_get(self, keys: List[str], target_locations: Any = None, target_sizes: Any = None) -> List[Any]:
-        if target_locations is None:
-            target_locations = [self.mem_pool_host.get_dummy_flat_data_page() for _ in keys]
-        pages = [[_tensor_piece(t)] for t in target_locations]
+        try:
+            if target_locations is None:
+                target_locations = [self.mem_pool_host.get_dummy_flat_data_page() for _ in keys]
+            pages = [[_tensor_piece(t)] for t in target_locations]
+        except Exception as e:  # noqa: BLE001 - never into SGLang
+            logger.error("kvstream: batch_get: %s", e)
+            return [None] * len(keys)
         ok = self._read(keys, pages, flat=True)
         return [t if hit else None for t, hit in zip(target_locations, ok)]
 
@@ -187,8 +194,13 @@ class KVStreamHiCache(HiCacheStorage):
             return False
         if not self.config.is_storage_writer:
             return True
-        values = [v.contiguous() for v in values]  # kept alive until staged
-        return all(self._write(keys, [[_tensor_piece(v)] for v in values], flat=True))
+        try:
+            values = [v.contiguous() for v in values]  # kept alive until staged
+            pages = [[_tensor_piece(v)] for v in values]
+        except Exception as e:  # noqa: BLE001 - never into SGLang
+            logger.error("kvstream: batch_set: %s", e)
+            return False
+        return all(self._write(keys, pages, flat=True))
 
     def exists(self, key: str) -> bool:
         return self.batch_exists([key]) == 1
@@ -199,8 +211,14 @@ class KVStreamHiCache(HiCacheStorage):
         """Nothing to do: the daemon owns eviction (its tiers' capacities); SGLang's clear only
         resets its own view."""
 
+    def _count(self, **counts: int) -> None:
+        with self._counts_lock:
+            for name, n in counts.items():
+                self._counts[name] += n
+
     def get_stats(self) -> Dict[str, Any]:
-        stats: Dict[str, Any] = dict(self._counts)
+        with self._counts_lock:
+            stats: Dict[str, Any] = dict(self._counts)
         stats["zero_copy"] = self.zero_copy
         return stats
 
@@ -279,7 +297,7 @@ class KVStreamHiCache(HiCacheStorage):
     def _write(self, keys: Sequence[str], pages: List[List[Piece]], flat: bool = False) -> List[bool]:
         session = self.link.session()
         if session is None:
-            self._counts["pages_failed"] += len(keys)
+            self._count(pages_failed=len(keys))
             return [False] * len(keys)
         stored = self._stored_prefix_set(session, keys, pages, flat)
         todo = [i for i in range(len(keys)) if i not in stored]
@@ -289,7 +307,8 @@ class KVStreamHiCache(HiCacheStorage):
                 chunks = [Chunk(n, addr - self._shm_base, size, session.region)
                           for i in todo for n, (addr, size) in zip(names[i], pages[i])]
                 if chunks:
-                    self._durable_later(session.client.persist_async(chunks, check=False))
+                    self._durable_later(session.client.persist_async(chunks, check=False,
+                                                                     timeout=self.settings.io_timeout))
             else:
                 self._write_through_arena(session, [names[i] for i in todo], [pages[i] for i in todo])
         except Exception as e:  # noqa: BLE001 - never into SGLang
@@ -297,9 +316,9 @@ class KVStreamHiCache(HiCacheStorage):
                 self.link.fail(session, e)
             else:
                 logger.error("kvstream: writing %d pages: %s", len(todo), e)
-            self._counts["pages_failed"] += len(todo)
+            self._count(pages_failed=len(todo))
             return [i in stored for i in range(len(keys))]
-        self._counts["pages_written"] += len(todo)
+        self._count(pages_written=len(todo))
         return [True] * len(keys)
 
     def _stored_prefix_set(self, session: Session, keys: Sequence[str], pages: List[List[Piece]],
@@ -327,7 +346,7 @@ class KVStreamHiCache(HiCacheStorage):
                 return
             failed = [r for r in results if not r.ok]
             if failed:
-                self._counts["pages_failed"] += len(failed)
+                self._count(pages_failed=len(failed))
                 logger.warning("kvstream: %d page pieces failed to become durable (first: %s)", len(failed),
                                failed[0].message)
         future.add_done_callback(done)
@@ -335,8 +354,10 @@ class KVStreamHiCache(HiCacheStorage):
     def _read_through_arena(self, session: Session, names: List[List[str]], pages: List[List[Piece]]) -> List[bool]:
         flat_names = [n for ns in names for n in ns]
         pieces = [x for p in pages for x in p]
-        arena = session.client.arena
-        base = ctypes.addressof(ctypes.c_char.from_buffer(arena))
+        # Held for the whole copy: the arena stays mapped while exported, even if the session is
+        # dropped meanwhile on another thread.
+        anchor = ctypes.c_char.from_buffer(session.client.arena)
+        base = ctypes.addressof(anchor)
         codes: List[bool] = []
         with self._copy_lock:
             for start, end in self._arena_runs(session, pieces):
@@ -348,13 +369,14 @@ class KVStreamHiCache(HiCacheStorage):
                         address, size = pieces[start + j]
                         ctypes.memmove(address, base + offsets[j], size)
                     codes.append(r.ok)
+        del anchor
         return codes
 
     def _write_through_arena(self, session: Session, names: List[List[str]], pages: List[List[Piece]]) -> None:
         flat_names = [n for ns in names for n in ns]
         pieces = [x for p in pages for x in p]
-        arena = session.client.arena
-        base = ctypes.addressof(ctypes.c_char.from_buffer(arena))
+        anchor = ctypes.c_char.from_buffer(session.client.arena)  # as in _read_through_arena
+        base = ctypes.addressof(anchor)
         with self._copy_lock:
             for start, end in self._arena_runs(session, pieces):
                 offsets = _offsets(pieces[start:end])
@@ -362,7 +384,9 @@ class KVStreamHiCache(HiCacheStorage):
                     address, size = pieces[start + j]
                     ctypes.memmove(base + off, address, size)
                 chunks = [Chunk(flat_names[start + j], off, pieces[start + j][1]) for j, off in enumerate(offsets)]
-                self._durable_later(session.client.persist_async(chunks, check=False))  # returns once staged
+                self._durable_later(session.client.persist_async(chunks, check=False,  # returns once staged
+                                                                 timeout=self.settings.io_timeout))
+        del anchor
 
     def _arena_runs(self, session: Session, pieces: List[Piece]) -> List[Tuple[int, int]]:
         """[start, end) runs of `pieces` that fit the arena together."""
