@@ -130,16 +130,27 @@ absl::Status Client::RemoveRegion(uint32_t region) {
   return AskDataSocket(impl_->data_socket, DataOp::kRemoveRegion, impl_->token, region).status();
 }
 
-absl::StatusOr<std::vector<LookupResult>> Client::Lookup(const std::vector<std::string>& keys, size_t* prefix_hits) {
+absl::StatusOr<std::vector<LookupResult>> Client::Lookup(const std::vector<std::string>& keys, size_t* prefix_hits,
+                                                         double lock_seconds) {
   v1::LookupRequest req;
   for (const std::string& k : keys) req.add_keys(k);
+  req.set_lock_seconds(lock_seconds);
   v1::LookupReply reply;
   grpc::ClientContext ctx;
   if (absl::Status s = FromGrpc(impl_->stub->Lookup(&ctx, req, &reply)); !s.ok()) return s;
   std::vector<LookupResult> out;
-  for (const auto& e : reply.entries()) out.push_back({e.present(), e.size(), e.tier_mask()});
+  for (const auto& e : reply.entries()) out.push_back({e.present(), e.size(), e.tier_mask(), e.locked()});
   if (prefix_hits) *prefix_hits = reply.prefix_hits();
   return out;
+}
+
+absl::StatusOr<size_t> Client::Unlock(const std::vector<std::string>& keys) {
+  v1::UnlockRequest req;
+  for (const std::string& k : keys) req.add_keys(k);
+  v1::UnlockReply reply;
+  grpc::ClientContext ctx;
+  if (absl::Status s = FromGrpc(impl_->stub->Unlock(&ctx, req, &reply)); !s.ok()) return s;
+  return static_cast<size_t>(reply.unlocked());
 }
 
 absl::StatusOr<StepRecord> Client::Retrieve(const std::vector<ArenaChunk>& chunks, std::vector<ChunkResult>* results,

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "admission.h"
 #include "event_stream.h"
 #include "kvstream/key.h"
@@ -34,17 +35,36 @@ grpc::ServerWriteReactor<v1::PersistEvent>* Service::Persist(grpc::CallbackServe
   return PersistCall::Start(store_, *std::move(admitted), *req, &staging_);
 }
 
+namespace {
+// The keys of a Lookup or Unlock, each valid, or InvalidArgument naming the first that is not.
+absl::StatusOr<std::vector<std::string>> ValidKeys(const google::protobuf::RepeatedPtrField<std::string>& given) {
+  std::vector<std::string> keys(given.begin(), given.end());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (absl::Status s = ValidateKey(keys[i]); !s.ok()) {
+      return absl::InvalidArgumentError("key " + std::to_string(i) + ": " + std::string(s.message()));
+    }
+  }
+  return keys;
+}
+
+constexpr double kMaxLockSeconds = 3600;
+}  // namespace
+
 grpc::ServerUnaryReactor* Service::Lookup(grpc::CallbackServerContext* ctx, const v1::LookupRequest* req,
                                           v1::LookupReply* reply) {
   auto* r = ctx->DefaultReactor();
-  std::vector<std::string> keys(req->keys().begin(), req->keys().end());
-  for (size_t i = 0; i < keys.size(); ++i) {
-    if (absl::Status s = ValidateKey(keys[i]); !s.ok()) {
-      r->Finish(ToGrpc(absl::InvalidArgumentError("key " + std::to_string(i) + ": " + std::string(s.message()))));
-      return r;
-    }
+  auto keys = ValidKeys(req->keys());
+  if (!keys.ok()) {
+    r->Finish(ToGrpc(keys.status()));
+    return r;
   }
-  const auto found = store_->Lookup(keys);
+  const double lock = req->lock_seconds();
+  if (!(lock >= 0 && lock <= kMaxLockSeconds)) {  // also refuses NaN
+    r->Finish(ToGrpc(absl::InvalidArgumentError(
+        absl::StrCat("lock_seconds must be between 0 and ", kMaxLockSeconds, ", got ", lock))));
+    return r;
+  }
+  const auto found = lock > 0 ? store_->LookupAndLock(*keys, lock) : store_->Lookup(*keys);
   uint32_t prefix = 0;
   bool leading = true;
   for (const LookupResult& l : found) {
@@ -52,10 +72,24 @@ grpc::ServerUnaryReactor* Service::Lookup(grpc::CallbackServerContext* ctx, cons
     e->set_present(l.present);
     e->set_size(l.size);
     e->set_tier_mask(l.tier_mask);
+    e->set_locked(l.locked);
     leading &= l.present;
     prefix += leading;
   }
   reply->set_prefix_hits(prefix);
+  r->Finish(grpc::Status::OK);
+  return r;
+}
+
+grpc::ServerUnaryReactor* Service::Unlock(grpc::CallbackServerContext* ctx, const v1::UnlockRequest* req,
+                                          v1::UnlockReply* reply) {
+  auto* r = ctx->DefaultReactor();
+  auto keys = ValidKeys(req->keys());
+  if (!keys.ok()) {
+    r->Finish(ToGrpc(keys.status()));
+    return r;
+  }
+  reply->set_unlocked(static_cast<uint32_t>(store_->Unlock(*keys)));
   r->Finish(grpc::Status::OK);
   return r;
 }

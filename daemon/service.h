@@ -26,6 +26,8 @@ class Service final : public v1::KVStream::CallbackService {
   grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionEvent>* Session(grpc::CallbackServerContext* ctx) override;
   grpc::ServerUnaryReactor* Lookup(grpc::CallbackServerContext* ctx, const v1::LookupRequest* req,
                                    v1::LookupReply* reply) override;
+  grpc::ServerUnaryReactor* Unlock(grpc::CallbackServerContext* ctx, const v1::UnlockRequest* req,
+                                   v1::UnlockReply* reply) override;
   grpc::ServerWriteReactor<v1::RetrieveEvent>* Retrieve(grpc::CallbackServerContext* ctx,
                                                         const v1::RetrieveRequest* req) override;
   grpc::ServerWriteReactor<v1::PersistEvent>* Persist(grpc::CallbackServerContext* ctx,

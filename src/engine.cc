@@ -2,6 +2,7 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <future>
 
@@ -38,7 +39,7 @@ Engine::Engine(StoreConfig config, Tiers tiers, std::shared_ptr<Reactor> reactor
       pool_(static_cast<int>(tiers_.size()), config_.routing, config_.batching),
       reader_(config_, tiers_, &index_, &pool_, &regions_, reactor_.get(), &counters_,
               [this](StepRecord* record) { StepFinished(record); }),
-      replicator_(config_, tiers_, &index_, &stager_, &counters_),
+      replicator_(config_, tiers_, &index_, &stager_, reactor_.get(), &counters_),
       policies_(PoliciesOf(config_)) {}
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(StoreConfig config,
@@ -155,6 +156,27 @@ std::vector<LookupResult> Engine::Lookup(const std::vector<std::string>& keys) c
     if (const IndexEntry* e = index_.get_shared().FindLive(keys[i])) out[i] = {true, e->meta->payload_size, e->tiers};
   }
   return out;
+}
+
+std::vector<LookupResult> Engine::LookupAndLock(const std::vector<std::string>& keys, double lease_seconds) {
+  std::vector<LookupResult> out(keys.size());
+  const int64_t until = reactor_->NowNs() + static_cast<int64_t>(std::max(lease_seconds, 0.0) * 1e9);
+  absl::MutexLock lock(&index_.mu());
+  Index& index = index_.get();
+  for (size_t i = 0; i < keys.size(); ++i) {
+    IndexEntry* e = index.Find(keys[i]);
+    if (e == nullptr || e->tiers == 0) continue;
+    index.Lock(e, until);
+    out[i] = {true, e->meta->payload_size, e->tiers, true};
+  }
+  return out;
+}
+
+size_t Engine::Unlock(const std::vector<std::string>& keys) {
+  absl::MutexLock lock(&index_.mu());
+  size_t n = 0;
+  for (const std::string& key : keys) n += index_.get().Unlock(key);
+  return n;
 }
 
 size_t Engine::PrefixHits(const std::vector<std::string>& keys) const {

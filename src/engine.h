@@ -61,6 +61,8 @@ class Engine final : public Store {
                                bool wait) override;
   void Flush() override;
   std::vector<LookupResult> Lookup(const std::vector<std::string>& keys) const override;
+  std::vector<LookupResult> LookupAndLock(const std::vector<std::string>& keys, double lease_seconds) override;
+  size_t Unlock(const std::vector<std::string>& keys) override;
   size_t PrefixHits(const std::vector<std::string>& keys) const override;
   absl::StatusOr<EvictResult> Evict(const EvictRequest& request) override;
   absl::Status RegisterMemory(void* base, size_t size, int fd = -1, uint64_t fd_offset = 0) override;

@@ -1,5 +1,7 @@
 #include "index.h"
 
+#include <algorithm>
+
 namespace kvstream {
 namespace {
 // Debian builds Abseil with its own string_view type.
@@ -31,6 +33,18 @@ void Index::Unpin(std::string_view key) {
   auto it = entries_.find(Key(key));
   if (it == entries_.end() || it->second.read_pins == 0) return;
   if (--it->second.read_pins == 0 && it->second.tiers == 0) entries_.erase(it);
+}
+
+void Index::Lock(IndexEntry* entry, int64_t until_ns) {
+  ++entry->locks;
+  entry->locked_until_ns = std::max(entry->locked_until_ns, until_ns);
+}
+
+bool Index::Unlock(std::string_view key) {
+  auto it = entries_.find(Key(key));
+  if (it == entries_.end() || it->second.locks == 0) return false;
+  --it->second.locks;
+  return true;
 }
 
 void Index::Unlink(IndexEntry* e, int tier) {
@@ -82,7 +96,7 @@ void Index::Touch(IndexEntry* e) {
   }
 }
 
-bool Index::MakeRoom(int tier, uint64_t bytes, std::vector<Victim>* victims) {
+bool Index::MakeRoom(int tier, uint64_t bytes, int64_t now_ns, std::vector<Victim>* victims) {
   const uint64_t cap = capacity_[tier];
   if (bytes > cap) return false;
   uint64_t freeable = 0;
@@ -91,7 +105,7 @@ bool Index::MakeRoom(int tier, uint64_t bytes, std::vector<Victim>* victims) {
   std::vector<IndexEntry*> chosen;
   for (IndexEntry* e : lru_[tier]) {
     if (need - freeable <= cap) break;
-    if (e->read_pins > 0) continue;
+    if (e->read_pins > 0 || Locked(*e, now_ns)) continue;
     chosen.push_back(e);
     freeable += e->meta->file_size();
   }

@@ -24,6 +24,8 @@ struct IndexEntry {
   std::string stem;
   uint32_t tiers = 0;       // bit k: tier k holds a durable replica
   uint32_t read_pins = 0;   // steps reading it; capacity eviction skips pinned entries
+  uint32_t locks = 0;       // clients' locks (Index::Lock); capacity eviction skips it while
+  int64_t locked_until_ns = 0;  // ... any is held and the latest lease has not ended
   std::array<std::list<IndexEntry*>::iterator, kMaxTiers> lru{};
 };
 
@@ -56,6 +58,15 @@ class Index {
   // removed while pinned stays (with tiers == 0, invisible to lookups) until unpinned.
   void Pin(IndexEntry* entry) { ++entry->read_pins; }
   void Unpin(std::string_view key);
+  // A client's lock (lookup-and-lock, LMCache's pin) until Unlock or `until_ns`, the lease's
+  // end on the store's clock, whichever comes first: a crashed client's locks end with their
+  // lease. Capacity eviction skips a locked entry; an explicit eviction still removes it.
+  void Lock(IndexEntry* entry, int64_t until_ns);
+  // Releases one lock of `key`; false if it held none.
+  bool Unlock(std::string_view key);
+  static bool Locked(const IndexEntry& entry, int64_t now_ns) {
+    return entry.locks > 0 && now_ns < entry.locked_until_ns;
+  }
   // Entry with at least one replica, or null.
   const IndexEntry* FindLive(std::string_view key) const;
 
@@ -63,9 +74,10 @@ class Index {
   void Reserve(int tier, uint64_t bytes) { reserved_[tier] += bytes; }
   void Release(int tier, uint64_t bytes) { reserved_[tier] -= bytes; }
 
-  // Evicts least recently used, unpinned replicas on `tier` until used + reserved + `bytes`
-  // fits the capacity. Returns false (evicting nothing) if it cannot fit.
-  bool MakeRoom(int tier, uint64_t bytes, std::vector<Victim>* victims);
+  // Evicts least recently used replicas on `tier` that are neither pinned nor locked at `now_ns`
+  // until used + reserved + `bytes` fits the capacity. Returns false (evicting nothing) if it
+  // cannot fit.
+  bool MakeRoom(int tier, uint64_t bytes, int64_t now_ns, std::vector<Victim>* victims);
   // Evicts least recently used replicas on `tier` until `bytes` were freed (all when bytes is
   // UINT64_MAX). Pinned entries are evicted too: their in-flight reads fail over or fail.
   void EvictLru(int tier, uint64_t bytes, std::vector<Victim>* victims);

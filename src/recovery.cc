@@ -45,7 +45,7 @@ absl::Status RecoverIndex(const Tiers& tiers, Index* index, std::vector<bool>* f
   }
   for (size_t t = 0; t < tiers.size(); ++t) {
     const size_t before = stale.size();
-    index->MakeRoom(static_cast<int>(t), 0, &stale);
+    index->MakeRoom(static_cast<int>(t), 0, /*now_ns=*/0, &stale);  // no locks yet
     tiers[t]->counters.evictions += stale.size() - before;
   }
   RemoveReplicaFiles(tiers, stale);

@@ -9,11 +9,12 @@
 namespace kvstream {
 
 Replicator::Replicator(const StoreConfig& config, const Tiers& tiers, GuardedIndex* index, WriteStager* stager,
-                       StoreCounters* counters)
+                       Reactor* reactor, StoreCounters* counters)
     : config_(config),
       tiers_(tiers),
       index_(index),
       stager_(stager),
+      reactor_(reactor),
       counters_(counters),
       replication_(config.replication),
       slots_(tiers.size()) {
@@ -123,10 +124,11 @@ bool Replicator::StartReplica(Job* job, int t) {
   }
   std::vector<Victim> victims;
   bool room;
+  const int64_t now_ns = reactor_->NowNs();
   {
     absl::MutexLock lock(&index_->mu());
     Index& index = index_->get();
-    room = index.MakeRoom(t, chunk.image_size, &victims);
+    room = index.MakeRoom(t, chunk.image_size, now_ns, &victims);
     if (room) index.Reserve(t, chunk.image_size);
   }
   tier.counters.evictions += victims.size();

@@ -22,6 +22,7 @@
 #include "absl/status/status.h"
 #include "index.h"
 #include "kvstream/config.h"
+#include "reactor.h"
 #include "tier.h"
 #include "write_stager.h"
 
@@ -29,8 +30,9 @@ namespace kvstream {
 
 class Replicator {
  public:
+  // `reactor` is the store's clock (for the locks' leases when room is made).
   Replicator(const StoreConfig& config, const Tiers& tiers, GuardedIndex* index, WriteStager* stager,
-             StoreCounters* counters);
+             Reactor* reactor, StoreCounters* counters);
 
   void Add(std::unique_ptr<StagedChunk> chunk);
   // The replication policy for chunks started from now on (StoreConfig::replication at first).
@@ -90,6 +92,7 @@ class Replicator {
   const Tiers& tiers_;
   GuardedIndex* index_;
   WriteStager* stager_;
+  Reactor* reactor_;
   StoreCounters* counters_;
   ReplicationPolicy replication_;
   std::vector<TierSlots> slots_;  // per tier

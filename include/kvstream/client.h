@@ -46,8 +46,13 @@ class Client {
   // The daemon forgets the region; retrievals and persists in flight into it finish first.
   absl::Status RemoveRegion(uint32_t region);
 
-  // Presence of each key and the number of leading keys present.
-  absl::StatusOr<std::vector<LookupResult>> Lookup(const std::vector<std::string>& keys, size_t* prefix_hits = nullptr);
+  // Presence of each key and the number of leading keys present. With `lock_seconds` > 0 (at
+  // most 3600), each key present is also locked against capacity eviction until Unlock or for
+  // that long (Store::LookupAndLock).
+  absl::StatusOr<std::vector<LookupResult>> Lookup(const std::vector<std::string>& keys, size_t* prefix_hits = nullptr,
+                                                   double lock_seconds = 0);
+  // Releases one lock of each key; returns how many held one.
+  absl::StatusOr<size_t> Unlock(const std::vector<std::string>& keys);
   // One step: `on_chunk` fires per chunk as it lands (on the calling thread). A bad request
   // (unknown session, range outside the arena, malformed key) fails as a whole.
   absl::StatusOr<StepRecord> Retrieve(const std::vector<ArenaChunk>& chunks, std::vector<ChunkResult>* results = nullptr,

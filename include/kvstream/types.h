@@ -75,6 +75,7 @@ struct LookupResult {
   bool present = false;
   uint64_t size = 0;
   uint32_t tier_mask = 0;  // tiers holding a durable replica
+  bool locked = false;     // LookupAndLock: this call locked it
 };
 
 struct EvictRequest {

@@ -93,6 +93,25 @@ def test_lookup_prefix_and_sizes(daemon):
         assert [e.size for e in entries] == [8192, 100, 0, 5000]
 
 
+def test_lookup_locks_present_keys_and_unlock_releases_them(daemon):
+    with kvstream.Client.attach(daemon.socket, arena_bytes=4 << 20) as c:
+        fill(c, 0, 8192, 2)
+        c.persist([("lk@0", 0, 8192)])
+        entries, prefix = c.lookup(["lk@0", "lk@1"], lock_seconds=30)
+        assert prefix == 1
+        assert [e.locked for e in entries] == [True, False]  # only keys present are locked
+        assert not c.lookup(["lk@0"])[0][0].locked  # a plain lookup locks nothing
+        c.lookup(["lk@0"], lock_seconds=5)
+        assert c.unlock(["lk@0", "lk@1"]) == 1
+        assert c.unlock(["lk@0"]) == 1  # locks count: the second is released too
+        assert c.unlock(["lk@0"]) == 0
+        for bad in (-1, 3601, float("nan")):
+            with pytest.raises(KVStreamError) as e:
+                c.lookup(["lk@0"], lock_seconds=bad)
+            assert e.value.code == Code.INVALID_ARGUMENT
+            assert "lock_seconds" in str(e.value)
+
+
 def test_bad_requests_raise_clear_errors(daemon):
     with kvstream.Client.attach(daemon.socket, arena_bytes=1 << 20) as c:
         with pytest.raises(KVStreamError) as e:

@@ -186,6 +186,22 @@ def test_scheduler_role_looks_up_without_a_session(daemon, manager):
         scheduler.close()
 
 
+def test_pins_lock_keys_in_the_daemon_until_unpinned(daemon, manager):
+    keys = [key(i) for i in range(20, 23)]
+    put(manager, keys, seed=8)
+    backend = backend_of(manager)
+    names = [k.to_string() for k in keys]
+    assert backend.pin(keys[0]) and not backend.pin(key(99))  # an absent key cannot be pinned
+    assert backend.unpin(keys[0]) and not backend.unpin(keys[0])
+    assert backend.batched_contains(keys, pin=True) == 3  # LMCache's lookup-and-pin
+    with kvstream.Client.connect(daemon.socket) as c:
+        assert c.unlock(names) == 3  # each was locked once, in the daemon
+        assert c.unlock(names) == 0
+    assert backend.batched_contains(keys) == 3
+    with kvstream.Client.connect(daemon.socket) as c:
+        assert c.unlock(names) == 0  # a plain lookup locks nothing
+
+
 def test_async_lookup_and_load_pair(daemon, manager):
     keys = [key(i) for i in range(4)]
     tensors = put(manager, keys, seed=7)

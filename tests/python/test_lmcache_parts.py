@@ -30,7 +30,7 @@ class FakeClient:
         self.calls: list[list[str]] = []
         self.error: Exception | None = None
 
-    def lookup(self, names):
+    def lookup(self, names, lock_seconds=0):
         self.calls.append(list(names))
         if self.error is not None:
             raise self.error

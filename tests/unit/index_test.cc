@@ -40,7 +40,7 @@ TEST_CASE("MakeRoom evicts the least recently used unpinned replicas of that tie
   idx.Touch(idx.Find("a"));   // LRU order now b, c, a
   idx.Pin(idx.Find("b"));     // b is being read
   std::vector<Victim> victims;
-  REQUIRE(idx.MakeRoom(0, file, &victims));
+  REQUIRE(idx.MakeRoom(0, file, 0, &victims));
   REQUIRE(victims.size() == 1);
   CHECK(victims[0].key == "c");
   CHECK(victims[0].tier == 0);
@@ -48,9 +48,39 @@ TEST_CASE("MakeRoom evicts the least recently used unpinned replicas of that tie
   CHECK(idx.used(0) == 2 * file);
   victims.clear();
   idx.Reserve(0, file);
-  CHECK_FALSE(idx.MakeRoom(0, 2 * file, &victims));  // only "a" is evictable: not enough
+  CHECK_FALSE(idx.MakeRoom(0, 2 * file, 0, &victims));  // only "a" is evictable: not enough
   CHECK(victims.empty());
-  CHECK_FALSE(idx.MakeRoom(0, 4 * file, &victims));  // larger than the tier
+  CHECK_FALSE(idx.MakeRoom(0, 4 * file, 0, &victims));  // larger than the tier
+}
+
+TEST_CASE("a locked entry is kept from capacity eviction until unlocked or its lease ends") {
+  const uint64_t file = 4096 + 8192;
+  Index idx({2 * file});
+  idx.AddReplica(0, Meta("a", 8192));
+  idx.AddReplica(0, Meta("b", 8192));  // LRU order a, b
+  idx.Lock(idx.Find("a"), 1000);       // until t = 1000 ns
+  idx.Lock(idx.Find("a"), 500);        // a second lock; the latest lease holds
+  std::vector<Victim> victims;
+  REQUIRE(idx.MakeRoom(0, file, 100, &victims));
+  REQUIRE(victims.size() == 1);
+  CHECK(victims[0].key == "b");  // a is locked: the next least recently used goes
+  idx.AddReplica(0, Meta("b", 8192));
+  victims.clear();
+  CHECK_FALSE(idx.MakeRoom(0, 2 * file, 999, &victims));  // a still locked: no room
+  CHECK(victims.empty());
+  SECTION("unlocked by every holder") {
+    CHECK(idx.Unlock("a"));
+    CHECK(idx.Unlock("a"));
+    CHECK_FALSE(idx.Unlock("a"));  // none left
+    REQUIRE(idx.MakeRoom(0, 2 * file, 999, &victims));
+    CHECK(victims.size() == 2);
+  }
+  SECTION("the lease ends (a holder crashed)") {
+    CHECK(idx.Unlock("a"));  // one of two released
+    REQUIRE(idx.MakeRoom(0, 2 * file, 1000, &victims));
+    CHECK(victims.size() == 2);
+  }
+  CHECK_FALSE(idx.Unlock("missing"));
 }
 
 TEST_CASE("a new version of a key replaces the old replicas") {

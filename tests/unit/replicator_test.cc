@@ -134,6 +134,38 @@ TEST_CASE("a full tier: ENOSPC on write or no room to evict fails its replica, t
   }
 }
 
+TEST_CASE("a locked chunk is kept when room is made, until unlocked or its lease ends") {
+  StoreConfig c = SimConfig(2);
+  for (TierConfig& t : c.tiers) t.capacity_bytes = 2 * kBlock + kBlock / 2;  // two chunks of a block
+  SimRig rig({300 * MBps, 100 * MBps}, c);
+  const auto a = Payload(kBlock, 61), b = Payload(kBlock, 62);
+  REQUIRE(PersistAndWait(rig, "a", a).tier_mask == 3u);
+  REQUIRE(PersistAndWait(rig, "b", b).tier_mask == 3u);  // "a" is the least recently used
+  const auto locked = rig.engine->LookupAndLock({"a", "missing"}, 30);
+  CHECK(locked[0].present);
+  CHECK(locked[0].locked);
+  CHECK_FALSE(locked[1].locked);
+  REQUIRE(PersistAndWait(rig, "c", Payload(kBlock, 63)).tier_mask == 3u);
+  CHECK(rig.engine->Lookup({"a"})[0].tier_mask == 3u);  // kept: "b" made room instead
+  CHECK_FALSE(rig.engine->Lookup({"b"})[0].present);
+  CHECK(ReadBack(rig, "a", a).ok());  // reading it does not end the lock
+  SECTION("unlocked") {
+    CHECK(rig.engine->Unlock({"a", "c"}) == 1u);
+  }
+  SECTION("the lease ends: a client that never unlocks does not pin it forever") {
+    // 31 virtual seconds pass: one write that the device delays that long.
+    rig.devices[1]->SetFaultHook([](const SimOpInfo& op) {
+      return op.op == SimOp::kWrite ? SimFault::Delay(31'000'000'000) : SimFault::None();
+    });
+    REQUIRE(PersistAndWait(rig, "late", Payload(kBlock / 2, 64)).status.ok());
+    rig.devices[1]->SetFaultHook(nullptr);
+  }
+  // No longer locked: a chunk that needs the whole tier makes room by evicting it too.
+  REQUIRE(PersistAndWait(rig, "d", Payload(2 * kBlock, 65)).tier_mask == 3u);
+  CHECK_FALSE(rig.engine->Lookup({"a"})[0].present);
+  RequireNoTemporaries(rig);
+}
+
 TEST_CASE("replication that fails on every tier reports the error and indexes nothing") {
   SimRig rig({300 * MBps, 100 * MBps});
   for (SimDevice* d : rig.devices) d->SetFaultHook(FailOn(SimOp::kWrite, ENOSPC));

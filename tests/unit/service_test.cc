@@ -139,6 +139,10 @@ class FakeStore final : public Store {
   void Flush() override {}
   std::vector<LookupResult> Lookup(const std::vector<std::string>& keys) const override { return {}; }
   size_t PrefixHits(const std::vector<std::string>& keys) const override { return 0; }
+  std::vector<LookupResult> LookupAndLock(const std::vector<std::string>& keys, double) override {
+    return std::vector<LookupResult>(keys.size());
+  }
+  size_t Unlock(const std::vector<std::string>&) override { return 0; }
   absl::StatusOr<EvictResult> Evict(const EvictRequest&) override { return absl::UnimplementedError("fake"); }
   absl::Status RegisterMemory(void*, size_t, int, uint64_t) override { return absl::UnimplementedError("fake"); }
   void UnregisterMemory(void*) override {}

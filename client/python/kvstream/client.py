@@ -263,11 +263,20 @@ class Client:
 
     # -- data path ----------------------------------------------------------------------------
 
-    def lookup(self, keys: Sequence[str]) -> Tuple[List[LookupEntry], int]:
-        """Presence of each key (request order) and the prefix hit count (leading keys present)."""
-        reply = self._unary(self._stub.Lookup, pb.LookupRequest(keys=[_convert.key_bytes(k) for k in keys]), "lookup")
-        entries = [LookupEntry(e.present, e.size, e.tier_mask) for e in reply.entries]
+    def lookup(self, keys: Sequence[str], lock_seconds: float = 0) -> Tuple[List[LookupEntry], int]:
+        """Presence of each key (request order) and the prefix hit count (leading keys present).
+
+        With `lock_seconds` > 0 (at most 3600), each key present is also locked against capacity
+        eviction until `unlock` or for that long, whichever ends first; locks count."""
+        request = pb.LookupRequest(keys=[_convert.key_bytes(k) for k in keys], lock_seconds=lock_seconds)
+        reply = self._unary(self._stub.Lookup, request, "lookup")
+        entries = [LookupEntry(e.present, e.size, e.tier_mask, e.locked) for e in reply.entries]
         return entries, reply.prefix_hits
+
+    def unlock(self, keys: Sequence[str]) -> int:
+        """Releases one lock of each key (see lookup); returns how many held one."""
+        reply = self._unary(self._stub.Unlock, pb.UnlockRequest(keys=[_convert.key_bytes(k) for k in keys]), "unlock")
+        return reply.unlocked
 
     def retrieve(
         self,

@@ -12,6 +12,7 @@ from typing import Any, Dict, Optional
 from .client import CONNECT_TIMEOUT_S
 
 DEFAULT_SOCKET = "/run/kvstream/kvstreamd.sock"
+MAX_PIN_LEASE = 3600.0  # kvstreamd's longest lock (LookupRequest.lock_seconds)
 
 
 class Settings:
@@ -24,6 +25,7 @@ class Settings:
         "kvstream.lookup_timeout": ("lookup_timeout", float, 5.0),  # seconds for a lookup / evict
         "kvstream.connect_timeout": ("connect_timeout", float, CONNECT_TIMEOUT_S),
         "kvstream.retry_interval": ("retry_interval", float, 1.0),  # between reconnect attempts
+        "kvstream.pin_lease": ("pin_lease", float, 60.0),  # seconds a pin (lookup lock) lasts at most
     }
 
     def __init__(self, extra_config: Optional[Dict[str, Any]]) -> None:
@@ -37,3 +39,6 @@ class Settings:
             if cast is not str and value <= 0:
                 raise ValueError(f"extra_config {key} must be positive, got {raw!r}")
             setattr(self, attr, value)
+        if self.pin_lease > MAX_PIN_LEASE:
+            raise ValueError(f"extra_config kvstream.pin_lease must be at most {MAX_PIN_LEASE:g} seconds "
+                             f"(kvstreamd's longest lock), got {self.pin_lease!r}")

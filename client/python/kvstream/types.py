@@ -21,11 +21,13 @@ class Chunk(NamedTuple):
 
 
 class LookupEntry(NamedTuple):
-    """Presence of one key: its payload size and the tiers holding it (bit i = tier i)."""
+    """Presence of one key: its payload size, the tiers holding it (bit i = tier i) and whether
+    the lookup locked it (lookup with lock_seconds)."""
 
     present: bool
     size: int
     tier_mask: int
+    locked: bool = False
 
 
 @dataclass(frozen=True)

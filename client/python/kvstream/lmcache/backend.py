@@ -91,8 +91,9 @@ class KVStreamBackend(StoragePluginInterface):
         return self.batched_contains([key], pin) == 1
 
     def batched_contains(self, keys: List[CacheEngineKey], pin: bool = False) -> int:
-        """Leading keys present, from ONE daemon lookup."""
-        return self.lookups.prefix_hits(keys)
+        """Leading keys present, from ONE daemon lookup; with `pin`, the daemon locks those
+        present against eviction (for kvstream.pin_lease seconds at most)."""
+        return self.lookups.prefix_hits(keys, self.settings.pin_lease if pin else 0)
 
     async def batched_async_contains(self, lookup_id: str, keys: List[CacheEngineKey], pin: bool = False) -> int:
         return await asyncio.get_running_loop().run_in_executor(None, self.batched_contains, keys, pin)
@@ -161,13 +162,25 @@ class KVStreamBackend(StoragePluginInterface):
     # -- pins, removal, lifecycle ------------------------------------------------------------
 
     def pin(self, key: CacheEngineKey) -> bool:
-        """Accepted and not recorded: the daemon has no pins (its LRU eviction skips only chunks a
-        pending read uses), and LMCache's async lookups pin keys they never unpin. A key evicted
-        under capacity pressure before its get is a miss."""
-        return True
+        """Locks the key in the daemon against capacity eviction until unpin, or for
+        kvstream.pin_lease seconds: LMCache's async lookups pin keys they never unpin, and a
+        crashed worker's pins must end. False if the key is absent or the daemon unavailable."""
+        session = self.link.session()
+        if session is None:
+            return False
+        found = self.lookups.lookup(session, [key.to_string()], self.settings.pin_lease)
+        return found is not None and found[0][0].locked
 
     def unpin(self, key: CacheEngineKey) -> bool:
-        return True
+        """Releases one pin of the key; False if it held none (or its lease had ended)."""
+        session = self.link.session()
+        if session is None:
+            return False
+        try:
+            return session.client.unlock([key.to_string()]) > 0
+        except Exception as e:  # noqa: BLE001 - never into LMCache
+            self.link.fail(session, e)
+            return False
 
     def remove(self, key: CacheEngineKey, force: bool = True) -> bool:
         """Evicts the key from every tier of the daemon."""

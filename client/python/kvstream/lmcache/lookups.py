@@ -15,7 +15,7 @@ from typing import List, Optional, Sequence, Tuple
 from lmcache.utils import CacheEngineKey
 
 from ..types import LookupEntry
-from .daemon_link import DaemonLink, Session
+from ..daemon_link import DaemonLink, Session
 
 SIZE_CACHE_ENTRIES = 1 << 16
 
@@ -28,19 +28,21 @@ class Lookups:
         self._lock = threading.Lock()
         self._sizes: "collections.OrderedDict[str, int]" = collections.OrderedDict()  # payload sizes seen in lookups
 
-    def prefix_hits(self, keys: Sequence[CacheEngineKey]) -> int:
-        """Leading keys present, from ONE daemon lookup (0 while the daemon is unavailable)."""
+    def prefix_hits(self, keys: Sequence[CacheEngineKey], lock_seconds: float = 0) -> int:
+        """Leading keys present, from ONE daemon lookup (0 while the daemon is unavailable). With
+        `lock_seconds`, the keys present are also locked against eviction (LMCache's pin)."""
         session = self._link.session() if keys else None
         if session is None:
             return 0
-        found = self.lookup(session, [k.to_string() for k in keys])
+        found = self.lookup(session, [k.to_string() for k in keys], lock_seconds)
         return found[1] if found is not None else 0
 
-    def lookup(self, session: Session, names: List[str]) -> Optional[Tuple[List[LookupEntry], int]]:
+    def lookup(self, session: Session, names: List[str],
+               lock_seconds: float = 0) -> Optional[Tuple[List[LookupEntry], int]]:
         """One daemon lookup (entries, prefix hits), remembering the sizes of the keys present.
         None when the call failed: the session is then dropped (a miss, never an exception)."""
         try:
-            entries, prefix = session.client.lookup(names)
+            entries, prefix = session.client.lookup(names, lock_seconds=lock_seconds)
         except Exception as e:  # noqa: BLE001 - the daemon went away
             self._link.fail(session, e)
             return None
