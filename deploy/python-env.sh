@@ -5,10 +5,12 @@
 #             $KVSTREAM_VENV or /var/tmp/kvstream-venv (about 3 minutes and 9 GiB the first time);
 #   --sglang  tests/sglang/requirements.txt, then sglang itself without its GPU dependencies
 #             (tests/sglang/requirements-nodeps.txt), in $KVSTREAM_SGLANG_VENV or
-#             /var/tmp/kvstream-venv-sglang (about 3 minutes and 6 GiB).
+#             /var/tmp/kvstream-venv-sglang (about 3 minutes and 6 GiB);
+#   --sglang-gpu  the full sglang with its GPU kernels (tests/sglang/requirements-gpu.txt), for
+#             tools/gpu-check.sh, in /var/tmp/kvstream-venv-sglang-gpu.
 # The requirements install once per environment (a stamp records what was installed); the kvstream
 # package from client/python is reinstalled on every call.
-# Usage: deploy/python-env.sh [--sglang] [VENV]
+# Usage: deploy/python-env.sh [--sglang | --sglang-gpu] [VENV]
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 if [ "${1:-}" = --sglang ]; then
@@ -16,6 +18,11 @@ if [ "${1:-}" = --sglang ]; then
   venv="${1:-${KVSTREAM_SGLANG_VENV:-/var/tmp/kvstream-venv-sglang}}"
   requirements="$root/tests/sglang/requirements.txt"
   nodeps="$root/tests/sglang/requirements-nodeps.txt"
+elif [ "${1:-}" = --sglang-gpu ]; then
+  shift
+  venv="${1:-/var/tmp/kvstream-venv-sglang-gpu}"
+  requirements="$root/tests/sglang/requirements-gpu.txt"
+  nodeps=""
 else
   venv="${1:-${KVSTREAM_VENV:-/var/tmp/kvstream-venv}}"
   requirements="$root/tests/python/requirements.txt"
