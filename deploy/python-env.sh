@@ -13,6 +13,12 @@
 # Usage: deploy/python-env.sh [--sglang | --sglang-gpu] [VENV]
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+case "${1:-}" in
+  -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+  --sglang|--sglang-gpu|"") ;;
+  -*) echo "python-env: unknown option '$1' (usage: deploy/python-env.sh [--sglang | --sglang-gpu] [VENV])" >&2; exit 2 ;;
+esac
+case "${2:-}" in -*) echo "python-env: VENV must be a path, got '$2'" >&2; exit 2 ;; esac
 if [ "${1:-}" = --sglang ]; then
   shift
   venv="${1:-${KVSTREAM_SGLANG_VENV:-/var/tmp/kvstream-venv-sglang}}"
