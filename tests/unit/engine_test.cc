@@ -112,7 +112,7 @@ TEST_CASE("a tier whose directory was deleted is made again, empty, and its chun
   CHECK(result.tier_mask == 3u);
 }
 
-TEST_CASE("a read-only tier gets no replicas but is read; a tier out of reach is neither") {
+TEST_CASE("a read-only tier gets no replicas but is read, a tier out of reach is neither") {
   SimRig rig({300 * kMBps, 100 * kMBps});
   auto data = rig.Populate("k", 4, kBlock);
   rig.devices[1]->SetCondition(absl::FailedPreconditionError("the file system of /sim/t1 is read-only"));

@@ -493,7 +493,7 @@ TEST_CASE("a replica truncated under a running store gives a short read that fai
 namespace kvstream::testing {
 namespace {
 
-TEST_CASE("a clean restart takes the index saved at shutdown; a crash restart reads every header") {
+TEST_CASE("a clean restart takes the index saved at shutdown, a crash restart reads every header") {
   TempDir dir;
   auto chunks = Chunks(20, 64 << 10);
   {

@@ -256,7 +256,7 @@ TEST_CASE("replication primary writes the first tier only") {
   CHECK(rig.devices[1]->files().empty());
 }
 
-TEST_CASE("replication adaptive answers once the primary is durable; the secondary follows when idle") {
+TEST_CASE("replication adaptive answers once the primary is durable, the secondary follows when idle") {
   SimRig rig({0, 10 * MBps}, Adaptive());  // the first tier takes no time
   const auto data = Payload(3 * kBlock, 21);
   rig.clock->Pause();  // time stands still: the primary is written, the secondary is not
@@ -274,7 +274,7 @@ TEST_CASE("replication adaptive answers once the primary is durable; the seconda
   RequireNoTemporaries(rig);
 }
 
-TEST_CASE("replication adaptive drops secondaries under staging pressure; every chunk stays on its primary") {
+TEST_CASE("replication adaptive drops secondaries under staging pressure, every chunk stays on its primary") {
   // Staging for 4 chunks, a second tier that writes 100x slower: under `all` every producer would
   // wait for it; here its copies give their room back instead.
   SimRig rig({300 * MBps, 3 * MBps}, Adaptive(4 * (kBlock + 8192)));

@@ -138,7 +138,7 @@ TEST_CASE("client regions count against the arena budget and a session's limit, 
   CHECK(sessions.arena_bytes() == 0);
 }
 
-TEST_CASE("a sealed memfd is a sealed region; a write-sealed one is refused") {
+TEST_CASE("a sealed memfd is a sealed region, a write-sealed one is refused") {
   const int fd = memfd_create("sealed", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   REQUIRE(ftruncate(fd, 1 << 20) == 0);
   auto plain = ClientRegion::Adopt(dup(fd), 1 << 20);

@@ -45,7 +45,7 @@ TEST_CASE("a short transfer continues from where it stopped until the request is
   CHECK(c.request == &r);
 }
 
-TEST_CASE("EAGAIN and EINTR resubmit without progress; errors and end of file finish the request") {
+TEST_CASE("EAGAIN and EINTR resubmit without progress, errors and end of file finish the request") {
   IoRequest r = Request(IoKind::kRead, 8192);
   IoCompletion c;
   CHECK(AdvanceTransfer(&r, -EAGAIN, &c) == TransferStep::kResubmit);

@@ -94,7 +94,7 @@ TEST_CASE("flush returns only after the callbacks of the chunks staged before it
   CHECK(stager.empty());
 }
 
-TEST_CASE("deferred writes may run during reads only under pressure; stop refuses and drains") {
+TEST_CASE("deferred writes may run during reads only under pressure, stop refuses and drains") {
   CountingReactor reactor;
   const uint64_t image = ImageBytes(kBlock);
   WriteStager stager(4 * image, 0.5, kBlock, &reactor);
