@@ -68,6 +68,9 @@ void ToProto(const StoreStats& in, v1::StatsReply* out) {
     p->set_write_errors(t.write_errors);
     p->set_evictions(t.evictions);
     p->set_secondaries_dropped(t.secondaries_dropped);
+    p->set_shared(t.shared);
+    p->set_foreign_chunks(t.foreign_chunks);
+    p->set_discovered(t.discovered);
     p->set_bounce_reads(t.bounce_reads);
     p->set_resubmits(t.resubmits);
     p->set_fixed_ops(t.fixed_ops);
@@ -94,6 +97,8 @@ void ToProto(const StoreStats& in, v1::StatsReply* out) {
   out->set_persists(in.persists);
   out->set_persist_failures(in.persist_failures);
   out->set_writes_under_pressure(in.writes_under_pressure);
+  out->set_shared_copies(in.shared_copies);
+  out->set_shared_copies_skipped(in.shared_copies_skipped);
   out->set_process_cpu_seconds(in.process_cpu_seconds);
   out->set_verify_threads(in.verify_threads);
   out->set_write_stall_seconds(in.write_stall_seconds);
@@ -123,6 +128,9 @@ StoreStats FromProto(const v1::StatsReply& in) {
     t.write_errors = p.write_errors();
     t.evictions = p.evictions();
     t.secondaries_dropped = p.secondaries_dropped();
+    t.shared = p.shared();
+    t.foreign_chunks = p.foreign_chunks();
+    t.discovered = p.discovered();
     t.bounce_reads = p.bounce_reads();
     t.resubmits = p.resubmits();
     t.fixed_ops = p.fixed_ops();
@@ -150,6 +158,8 @@ StoreStats FromProto(const v1::StatsReply& in) {
   s.persists = in.persists();
   s.persist_failures = in.persist_failures();
   s.writes_under_pressure = in.writes_under_pressure();
+  s.shared_copies = in.shared_copies();
+  s.shared_copies_skipped = in.shared_copies_skipped();
   s.process_cpu_seconds = in.process_cpu_seconds();
   s.verify_threads = in.verify_threads();
   s.write_stall_seconds = in.write_stall_seconds();

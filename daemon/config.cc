@@ -98,7 +98,7 @@ T Policy(const YAML::Node& node, const std::string& key, absl::StatusOr<T> (*par
 DaemonConfig Parse(const YAML::Node& root) {
   DaemonConfig c;
   RequireMap(root, "", {"socket", "sessions", "block_size", "staging", "verify_checksums", "reads", "policies", "logging",
-                        "metrics", "tiers"});
+                        "metrics", "tiers", "node"});
   if (const auto s = root["socket"]) {
     RequireMap(s, "socket", {"path", "mode", "group"});
     if (s["path"]) c.socket_path = Str(s["path"], "socket.path");
@@ -163,12 +163,14 @@ DaemonConfig Parse(const YAML::Node& root) {
     RequireMap(m, "metrics", {"listen"});
     if (m["listen"]) c.metrics_listen = Str(m["listen"], "metrics.listen");
   }
+  if (root["node"]) c.store.node = Str(root["node"], "node");
   const auto tiers = root["tiers"];
   if (!tiers || !tiers.IsSequence() || tiers.size() == 0) throw ConfigError{"'tiers' must list at least one tier"};
   for (size_t i = 0; i < tiers.size(); ++i) {
     const std::string key = "tiers[" + std::to_string(i) + "]";
     const YAML::Node t = tiers[i];
-    RequireMap(t, key, {"name", "path", "capacity", "queue_depth", "write_queue_depth", "allow_buffered"});
+    RequireMap(t, key, {"name", "path", "capacity", "queue_depth", "write_queue_depth", "allow_buffered", "shared",
+                       "miss_ttl"});
     for (const char* required : {"name", "path", "capacity"}) {
       if (!t[required]) throw ConfigError{Where(t, key) + " needs '" + required + "'"};
     }
@@ -179,6 +181,11 @@ DaemonConfig Parse(const YAML::Node& root) {
     if (t["queue_depth"]) tc.queue_depth = Uint(t["queue_depth"], key + ".queue_depth");
     if (t["write_queue_depth"]) tc.write_queue_depth = Uint(t["write_queue_depth"], key + ".write_queue_depth");
     if (t["allow_buffered"]) tc.allow_buffered_fallback = Bool(t["allow_buffered"], key + ".allow_buffered");
+    if (t["shared"]) tc.shared = Bool(t["shared"], key + ".shared");
+    if (t["miss_ttl"]) {
+      if (!tc.shared) throw ConfigError{Where(t["miss_ttl"], key + ".miss_ttl") + " applies to shared tiers only"};
+      tc.miss_ttl_seconds = Seconds(t["miss_ttl"], key + ".miss_ttl");
+    }
     c.store.tiers.push_back(tc);
   }
   return c;

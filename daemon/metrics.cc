@@ -96,6 +96,12 @@ std::string RenderMetrics(const StoreStats& s, const DaemonGauges& d, bool healt
   PerTier(&out, s, "kvstream_tier_secondaries_dropped_total", "counter",
           "Copies for the tier given up under staging pressure (replication: adaptive).",
           [](const TierStats& t) { return t.secondaries_dropped; });
+  PerTier(&out, s, "kvstream_tier_foreign_chunks", "gauge",
+          "Indexed chunks other nodes published on a shared tier (not counted against this node's capacity).",
+          [](const TierStats& t) { return t.foreign_chunks; });
+  PerTier(&out, s, "kvstream_tier_discovered_total", "counter",
+          "Keys the index lacked that were found on a shared tier's file system (published by another node).",
+          [](const TierStats& t) { return t.discovered; });
   PerTier(&out, s, "kvstream_tier_evictions_total", "counter", "Replicas evicted per tier (LRU or by request).",
           [](const TierStats& t) { return t.evictions; });
   PerTier(&out, s, "kvstream_tier_hedged_reads_total", "counter", "Reads abandoned and served by another tier.",
@@ -141,6 +147,9 @@ std::string RenderMetrics(const StoreStats& s, const DaemonGauges& d, bool healt
       .Sample("", s.write_stall_seconds);
   Family(&out, "kvstream_writes_under_pressure_total", "counter", "Writes issued while reads were pending.")
       .Sample("", static_cast<double>(s.writes_under_pressure));
+  Family(&out, "kvstream_shared_copies_total", "counter",
+         "Chunks read from another node's file on a shared tier and staged for this node's other tiers.")
+      .Sample("", static_cast<double>(s.shared_copies));
   Family(&out, "kvstream_loop_lag_seconds", "gauge", "Since the I/O loop last went round.").Sample("", s.loop_lag_seconds);
   Family(&out, "process_cpu_seconds_total", "counter", "User and system CPU time of kvstreamd.")
       .Sample("", s.process_cpu_seconds);

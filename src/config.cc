@@ -4,6 +4,8 @@
 #include <cctype>
 #include <set>
 
+#include <unistd.h>
+
 #include "absl/strings/str_cat.h"
 #include "chunk_format.h"
 #include "kvstream/types.h"  // kMaxTiers
@@ -44,6 +46,7 @@ absl::StatusOr<StoreConfig> ValidateConfig(StoreConfig c) {
   if (c.verify_threads < -1 || c.verify_threads > 64) {
     return absl::InvalidArgumentError(absl::StrCat("verify_threads must be -1 (auto) to 64, not ", c.verify_threads));
   }
+  bool any_shared = false;
   std::set<std::string> names, paths;
   for (TierConfig& t : c.tiers) {
     if (t.name.empty() || t.name.size() > 32 ||
@@ -61,6 +64,24 @@ absl::StatusOr<StoreConfig> ValidateConfig(StoreConfig c) {
     if (t.write_queue_depth == 0 || t.write_queue_depth > 256) {
       return absl::InvalidArgumentError(absl::StrCat("tier '", t.name, "' write_queue_depth must be 1-256"));
     }
+    if (!(t.miss_ttl_seconds >= 0 && t.miss_ttl_seconds <= 3600)) {
+      return absl::InvalidArgumentError(absl::StrCat("tier '", t.name, "' miss_ttl must be 0 to 3600 seconds"));
+    }
+    any_shared |= t.shared;
+  }
+  if (any_shared && c.node.empty()) {
+    char host[256] = {};
+    if (gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0') {
+      return absl::InvalidArgumentError("a shared tier needs a node name and the host name is unknown: set 'node'");
+    }
+    c.node = host;
+  }
+  if (!c.node.empty() &&
+      (c.node.size() > 64 || c.node == "." || c.node == ".." ||
+       !std::all_of(c.node.begin(), c.node.end(), [](char ch) {
+         return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-' || ch == '.';
+       }))) {
+    return absl::InvalidArgumentError(absl::StrCat("node name '", c.node, "' must be 1-64 of [A-Za-z0-9_.-]"));
   }
   return c;
 }

@@ -40,7 +40,18 @@ Engine::Engine(StoreConfig config, Tiers tiers, std::shared_ptr<Reactor> reactor
       reader_(config_, tiers_, &index_, &pool_, &regions_, reactor_.get(), &counters_,
               [this](StepRecord* record) { StepFinished(record); }),
       replicator_(config_, tiers_, &index_, &stager_, reactor_.get(), &counters_),
-      policies_(PoliciesOf(config_)) {}
+      shared_lookup_(config_, tiers_, &index_, reactor_.get()),
+      policies_(PoliciesOf(config_)) {
+  reader_.set_on_foreign_read([this](const ChunkRead& read, size_t size) { StageForeignRead(read, size); });
+}
+
+void Engine::StageForeignRead(const ChunkRead& read, size_t size) {
+  // Never waits (the loop must not): with staging full, the copy is skipped.
+  const absl::Status s = read.dst_fd >= 0
+                             ? stager_.StageFromFile(read.key, {read.dst_fd, read.dst_fd_offset, size}, nullptr, false)
+                             : stager_.Stage(read.key, read.dst, size, nullptr, false);
+  ++(s.ok() ? counters_.shared_copies : counters_.shared_copies_skipped);
+}
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(StoreConfig config,
                                                        std::vector<std::unique_ptr<TierDevice>> devices,
@@ -112,6 +123,12 @@ void Engine::Shutdown() {
 
 void Engine::RetrieveAsync(std::vector<ChunkRead> reads, ChunkCallback on_chunk,
                            std::function<void(StepRecord)> on_done) {
+  if (shared_lookup_.active()) {
+    std::vector<std::string> keys;
+    keys.reserve(reads.size());
+    for (const ChunkRead& r : reads) keys.push_back(r.key);
+    shared_lookup_.Discover(keys);
+  }
   auto step = std::make_unique<ReadStep>();
   step->reads = std::move(reads);
   step->on_chunk = std::move(on_chunk);
@@ -150,6 +167,7 @@ absl::Status Engine::PersistFromFile(std::string_view key, const FileRange& sour
 void Engine::Flush() { stager_.Flush(); }
 
 std::vector<LookupResult> Engine::Lookup(const std::vector<std::string>& keys) const {
+  shared_lookup_.Discover(keys);
   std::vector<LookupResult> out(keys.size());
   absl::ReaderMutexLock lock(&index_.mu());
   for (size_t i = 0; i < keys.size(); ++i) {
@@ -159,6 +177,7 @@ std::vector<LookupResult> Engine::Lookup(const std::vector<std::string>& keys) c
 }
 
 std::vector<LookupResult> Engine::LookupAndLock(const std::vector<std::string>& keys, double lease_seconds) {
+  shared_lookup_.Discover(keys);
   std::vector<LookupResult> out(keys.size());
   const int64_t until = reactor_->NowNs() + static_cast<int64_t>(std::max(lease_seconds, 0.0) * 1e9);
   absl::MutexLock lock(&index_.mu());
@@ -180,6 +199,7 @@ size_t Engine::Unlock(const std::vector<std::string>& keys) {
 }
 
 size_t Engine::PrefixHits(const std::vector<std::string>& keys) const {
+  shared_lookup_.Discover(keys, /*prefix_only=*/true);
   absl::ReaderMutexLock lock(&index_.mu());
   size_t n = 0;
   while (n < keys.size() && index_.get_shared().FindLive(keys[n]) != nullptr) ++n;
@@ -297,6 +317,8 @@ StoreStats Engine::Stats() const {
   s.retrieve_misses = counters_.retrieve_misses;
   s.retrieve_failures = counters_.retrieve_failures;
   s.writes_under_pressure = counters_.writes_under_pressure;
+  s.shared_copies = counters_.shared_copies;
+  s.shared_copies_skipped = counters_.shared_copies_skipped;
   s.write_stall_seconds = stager_.stall_seconds();
   {
     const int64_t ran = loop_ran_ns_.load(std::memory_order_relaxed);
@@ -353,6 +375,9 @@ StoreStats Engine::Stats() const {
     ts.media_errors = c.media_errors;
     ts.dropped_replicas = c.dropped_replicas;
     ts.secondaries_dropped = c.secondaries_dropped;
+    ts.shared = p.shared;
+    ts.foreign_chunks = index.foreign_replicas(static_cast<int>(t));
+    ts.discovered = shared_lookup_.discovered(static_cast<int>(t));
     ts.read_seconds = c.read_seconds.Snapshot();
     ts.write_seconds = c.write_seconds.Snapshot();
     ts.readable = tier.readable;

@@ -34,6 +34,7 @@
 #include "memory_regions.h"
 #include "reactor.h"
 #include "replicator.h"
+#include "shared_lookup.h"
 #include "step_pool.h"
 #include "step_reader.h"
 #include "step_record.h"
@@ -86,6 +87,9 @@ class Engine final : public Store {
   // Loop: records a finished step and applies policies waiting for the pool to drain.
   void StepFinished(StepRecord* record);
   void MaybeApplyPolicies();
+  // Loop: stages a chunk just read from another node's file on a shared tier for this node's own
+  // tiers (cross-node reuse), unless staging is full.
+  void StageForeignRead(const ChunkRead& read, size_t size);
   // Loop: whether everything taken in is done (no step, no write, nothing staged).
   bool Idle() const;
   // Loop, about once a second: each tier's Condition; a tier whose directory was deleted is made
@@ -109,6 +113,8 @@ class Engine final : public Store {
   StepPool pool_;
   StepReader reader_;
   Replicator replicator_;
+  // Keys other nodes published on shared tiers, found for lookups and steps (their threads).
+  mutable SharedLookup shared_lookup_;
   std::optional<Policies> requested_policies_;  // applied once the pool is empty
   int64_t next_tier_check_ns_ = 0;
 

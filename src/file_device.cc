@@ -27,10 +27,26 @@ namespace fs = std::filesystem;
 
 constexpr char kLockName[] = ".kvstream.lock";
 constexpr char kProbeName[] = ".kvstream-probe";
+constexpr char kNodesDir[] = ".nodes";  // shared tiers: each node's own directory below it
 constexpr size_t kScanThreads = 8;  // header reads in flight while scanning a tier without a checkpoint
 
 absl::Status Errno(const char* what, const std::string& path, int err = errno) {
   return ErrnoStatus(err, absl::StrCat(what, " ", path));
+}
+
+// fsyncs the directory `name` below `base` (whose path is `base_path`, for messages).
+absl::Status SyncDirectory(int base, const std::string& base_path, const std::string& name) {
+  const int dfd = openat(base, name.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  absl::Status status;
+  if (dfd < 0 || fsync(dfd) != 0) status = Errno("fsync", absl::StrCat(base_path, "/", name));
+  if (dfd >= 0) close(dfd);
+  return status;
+}
+
+int64_t MonotonicNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
 }
 
 bool IsHexStem(std::string_view s, size_t length) {
@@ -108,6 +124,7 @@ absl::Status FileDevice::Init() {
   if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot create tier directory ", root, ": ", ec.message()));
   if (!fs::is_directory(root, ec)) return absl::InvalidArgumentError(absl::StrCat(root, " is not a directory"));
 
+  props_.shared = shared();
   if (absl::Status s = OpenDirectory(); !s.ok()) return s;
   if (absl::Status s = ProbeDirectIo(); !s.ok()) return s;
   if (absl::Status s = read_queue_.Init(options_.read_depth, options_.event_fd); !s.ok()) return s;
@@ -132,21 +149,44 @@ absl::Status FileDevice::OpenDirectory() {
     close(dir);
     return s;
   }
-  const std::string lock_path = absl::StrCat(root, "/", kLockName);
-  const int lock = openat(dir, kLockName, O_RDWR | O_CREAT | O_CLOEXEC, 0640);
+  int own = dir;
+  std::string own_path = root;
+  if (shared()) {  // this node's own directory below the shared one
+    own_path = absl::StrCat(root, "/", kNodesDir, "/", options_.node);
+    const std::string rel = absl::StrCat(kNodesDir, "/", options_.node);
+    if ((mkdirat(dir, kNodesDir, 0750) != 0 && errno != EEXIST) || (mkdirat(dir, rel.c_str(), 0750) != 0 && errno != EEXIST) ||
+        (own = openat(dir, rel.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+      const absl::Status s = Errno("shared tier directory is not writable: cannot make", own_path);
+      close(dir);
+      return s;
+    }
+  }
+  const auto close_both = [&] {
+    if (own != dir) close(own);
+    close(dir);
+  };
+  const std::string lock_path = absl::StrCat(own_path, "/", kLockName);
+  const int lock = openat(own, kLockName, O_RDWR | O_CREAT | O_CLOEXEC, 0640);
   if (lock < 0) {
     const absl::Status s = Errno("tier directory is not writable: cannot create", lock_path);
-    close(dir);
+    close_both();
     return s;
   }
   if (flock(lock, LOCK_EX | LOCK_NB) != 0) {
     close(lock);
-    close(dir);
+    close_both();
+    if (shared()) {
+      return absl::FailedPreconditionError(absl::StrCat("node '", options_.node, "' of the shared tier directory ", root,
+                                                        " is in use by another kvstream process (each node needs its own name)"));
+    }
     return absl::FailedPreconditionError(absl::StrCat("tier directory ", root, " is in use by another kvstream process"));
   }
+  if (own_fd_ >= 0 && own_fd_ != dir_fd_) close(own_fd_);
   if (dir_fd_ >= 0) close(dir_fd_);
   if (lock_fd_ >= 0) close(lock_fd_);
   dir_fd_ = dir;
+  own_fd_ = own;
+  own_path_ = std::move(own_path);
   lock_fd_ = lock;
   dir_dev_ = st.st_dev;
   dir_ino_ = st.st_ino;
@@ -202,8 +242,8 @@ absl::Status FileDevice::Recreate() {
 // back to buffered I/O (when allowed) with the reason recorded.
 absl::Status FileDevice::ProbeDirectIo() {
   const std::string& root = options_.path;
-  const std::string probe = absl::StrCat(root, "/", kProbeName);
-  int fd = openat(dir_fd_, kProbeName, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, 0640);
+  const std::string probe = absl::StrCat(own_path_, "/", kProbeName);
+  int fd = openat(own_fd_, kProbeName, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, 0640);
   if (fd < 0 && errno != EINVAL) return Errno("tier directory is not writable: cannot create", probe);
   if (fd < 0) {
     buffered_reason_ = "the filesystem does not support O_DIRECT";
@@ -235,7 +275,7 @@ absl::Status FileDevice::ProbeDirectIo() {
     }
     close(fd);
   }
-  unlinkat(dir_fd_, kProbeName, 0);
+  unlinkat(own_fd_, kProbeName, 0);
   if (!props_.direct_io) {
     if (!options_.allow_buffered_fallback) {
       return absl::FailedPreconditionError(absl::StrCat(root, ": ", buffered_reason_,
@@ -285,9 +325,10 @@ FileDevice::~FileDevice() {
   for (auto& [fd, n] : doomed_) close(fd);
   for (auto& [fd, path] : temps_) {
     close(fd);
-    unlinkat(dir_fd_, path.c_str(), 0);
+    unlinkat(own_fd_, path.c_str(), 0);
   }
   if (lock_fd_ >= 0) close(lock_fd_);
+  if (own_fd_ >= 0 && own_fd_ != dir_fd_) close(own_fd_);
   if (dir_fd_ >= 0) close(dir_fd_);
 }
 
@@ -297,7 +338,7 @@ std::string FileDevice::ChunkPath(const std::string& stem) const {
 
 absl::StatusOr<ScanReport> FileDevice::Scan() {
   ScanReport report;
-  absl::StatusOr<std::vector<ChunkMeta>> saved = TakeCheckpoint(options_.path);
+  absl::StatusOr<std::vector<ChunkMeta>> saved = TakeCheckpoint(own_path_);
   if (saved.ok()) {
     report.from_checkpoint = true;
     for (ChunkMeta& m : *saved) {
@@ -313,7 +354,7 @@ absl::StatusOr<ScanReport> FileDevice::Scan() {
   // Every chunk file's header, read by a few threads (a cold scan waits on the device).
   std::vector<std::pair<std::string, std::string>> files;  // path, stem
   const std::error_code ec = ForEachChunkFile(
-      options_.path, [&](const fs::directory_entry& file, const std::string& stem) { files.emplace_back(file.path().string(), stem); },
+      own_path_, [&](const fs::directory_entry& file, const std::string& stem) { files.emplace_back(file.path().string(), stem); },
       [&](const fs::directory_entry& temp) {
         unlink(temp.path().c_str());
         ++report.removed_temporaries;
@@ -336,6 +377,13 @@ absl::StatusOr<ScanReport> FileDevice::Scan() {
       ++report.removed_invalid;
       continue;
     }
+    // Shared: a crash between the node's link and the publish left a chunk unpublished; one whose
+    // name another node published meanwhile is not this node's any more.
+    if (shared()) {
+      struct stat own;
+      if (fstatat(own_fd_, RelativeChunkPath(files[i].second).c_str(), &own, 0) != 0) continue;
+      if (!Publish(files[i].second, &own).ok()) continue;
+    }
     report.chunks.push_back(*std::move(headers[i]));
   }
   return report;
@@ -344,7 +392,7 @@ absl::StatusOr<ScanReport> FileDevice::Scan() {
 absl::StatusOr<std::vector<ListedChunk>> FileDevice::ListChunks() {
   std::vector<ListedChunk> out;
   const std::error_code ec = ForEachChunkFile(
-      options_.path,
+      own_path_,
       [&](const fs::directory_entry& file, const std::string& stem) {
         std::error_code size_ec;
         const uint64_t size = file.file_size(size_ec);
@@ -365,9 +413,21 @@ absl::StatusOr<uint64_t> FileDevice::ChunkFileSize(const std::string& stem) {
   return static_cast<uint64_t>(st.st_size);
 }
 
-absl::Status FileDevice::SaveIndex(const std::vector<ChunkMeta>& chunks) { return WriteCheckpoint(options_.path, chunks); }
+absl::Status FileDevice::SaveIndex(const std::vector<ChunkMeta>& chunks) { return WriteCheckpoint(own_path_, chunks); }
 
 absl::StatusOr<FileHandle> FileDevice::OpenChunk(const std::string& stem) {
+  const int64_t now = shared() ? MonotonicNs() : 0;
+  if (auto it = files_.find(stem); it != files_.end()) {
+    CachedFile& f = it->second;
+    if (shared() && now - f.checked_ns > static_cast<int64_t>(options_.revalidate_seconds * 1e9)) {
+      // Another node may have removed or replaced its file: the handle must still be the name's.
+      struct stat named, held;
+      const bool same = fstatat(dir_fd_, RelativeChunkPath(stem).c_str(), &named, 0) == 0 && fstat(f.fd, &held) == 0 &&
+                        named.st_dev == held.st_dev && named.st_ino == held.st_ino;
+      if (same) f.checked_ns = now;
+      if (!same) DropCached(stem);
+    }
+  }
   if (auto it = files_.find(stem); it != files_.end()) {
     if (it->second.in_flight == 0) idle_lru_.splice(idle_lru_.end(), idle_lru_, it->second.lru);
     return it->second.fd;
@@ -376,6 +436,7 @@ absl::StatusOr<FileHandle> FileDevice::OpenChunk(const std::string& stem) {
   if (fd < 0) return Errno("open", ChunkPath(stem));
   CachedFile& f = files_[stem];
   f.fd = fd;
+  f.checked_ns = now;
   f.lru = idle_lru_.insert(idle_lru_.end(), stem);
   fd_stems_[fd] = stem;
   TrimCache();
@@ -425,13 +486,13 @@ void FileDevice::ReleaseFile(int fd) {
 
 absl::StatusOr<FileHandle> FileDevice::CreateTemp(const std::string& stem) {
   const std::string dir = stem.substr(0, 2);
-  if (mkdirat(dir_fd_, dir.c_str(), 0750) != 0 && errno != EEXIST) {
-    return Errno("mkdir", absl::StrCat(options_.path, "/", dir));
+  if (mkdirat(own_fd_, dir.c_str(), 0750) != 0 && errno != EEXIST) {
+    return Errno("mkdir", absl::StrCat(own_path_, "/", dir));
   }
   const std::string path = absl::StrCat(dir, "/", stem, kChunkSuffix, kTempMarker, getpid(), ".", ++temp_counter_);
   const int fd =
-      openat(dir_fd_, path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | (props_.direct_io ? O_DIRECT : 0), 0640);
-  if (fd < 0) return Errno("create", absl::StrCat(options_.path, "/", path));
+      openat(own_fd_, path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | (props_.direct_io ? O_DIRECT : 0), 0640);
+  if (fd < 0) return Errno("create", absl::StrCat(own_path_, "/", path));
   temps_[fd] = path;
   return fd;
 }
@@ -439,34 +500,86 @@ absl::StatusOr<FileHandle> FileDevice::CreateTemp(const std::string& stem) {
 absl::Status FileDevice::CommitTemp(FileHandle temp, const std::string& stem, bool sync_directory) {
   auto it = temps_.find(temp);
   if (it == temps_.end()) return absl::InternalError("unknown temporary handle");
+  const std::string rel = RelativeChunkPath(stem);
+  struct stat previous;
+  const bool had_previous = shared() && fstatat(own_fd_, rel.c_str(), &previous, 0) == 0;
   absl::Status status;
-  if (renameat(dir_fd_, it->second.c_str(), dir_fd_, RelativeChunkPath(stem).c_str()) != 0) {
-    status = Errno("rename", absl::StrCat(options_.path, "/", it->second));
-    unlinkat(dir_fd_, it->second.c_str(), 0);
+  if (renameat(own_fd_, it->second.c_str(), own_fd_, rel.c_str()) != 0) {
+    status = Errno("rename", absl::StrCat(own_path_, "/", it->second));
+    unlinkat(own_fd_, it->second.c_str(), 0);
   }
   close(temp);
   temps_.erase(it);
   DropCached(stem);
-  if (status.ok() && sync_directory) {
+  if (status.ok() && shared()) status = Publish(stem, had_previous ? &previous : nullptr);
+  if (status.ok() && sync_directory) {  // the rename (and the published link) survive power loss
     const std::string dir = stem.substr(0, 2);
-    const int dfd = openat(dir_fd_, dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0 || fsync(dfd) != 0) status = Errno("fsync", absl::StrCat(options_.path, "/", dir));
-    if (dfd >= 0) close(dfd);
+    status = SyncDirectory(own_fd_, own_path_, dir);
+    if (status.ok() && shared()) status = SyncDirectory(dir_fd_, options_.path, dir);
   }
   return status;
+}
+
+absl::Status FileDevice::Publish(const std::string& stem, const struct stat* previous) {
+  const std::string rel = RelativeChunkPath(stem);
+  const std::string dir = stem.substr(0, 2);
+  if (mkdirat(dir_fd_, dir.c_str(), 0750) != 0 && errno != EEXIST) return Errno("mkdir", absl::StrCat(options_.path, "/", dir));
+  struct stat own, published;
+  if (fstatat(own_fd_, rel.c_str(), &own, 0) != 0) return Errno("stat", absl::StrCat(own_path_, "/", rel));
+  const auto same_file = [](const struct stat& a, const struct stat& b) { return a.st_dev == b.st_dev && a.st_ino == b.st_ino; };
+  const auto foreign = [&] {
+    unlinkat(own_fd_, rel.c_str(), 0);
+    return absl::AlreadyExistsError(absl::StrCat("another node published ", ChunkPath(stem), " first"));
+  };
+  if (fstatat(dir_fd_, rel.c_str(), &published, 0) == 0) {
+    if (same_file(published, own)) return absl::OkStatus();  // published already (a restart's scan)
+    if (previous == nullptr || !same_file(published, *previous)) return foreign();
+    // The node's own older version is published: replace it atomically with a second link of the
+    // new file renamed over it (a temporary name in the node's directory, removed by a scan if a
+    // crash leaves it).
+    const std::string link = absl::StrCat(rel, kTempMarker, "publish.", getpid(), ".", ++temp_counter_);
+    if (linkat(own_fd_, rel.c_str(), own_fd_, link.c_str(), 0) != 0) return Errno("link", absl::StrCat(own_path_, "/", link));
+    if (renameat(own_fd_, link.c_str(), dir_fd_, rel.c_str()) != 0) {
+      const absl::Status s = Errno("rename", ChunkPath(stem));
+      unlinkat(own_fd_, link.c_str(), 0);
+      return s;
+    }
+    return absl::OkStatus();
+  }
+  if (errno != ENOENT) return Errno("stat", ChunkPath(stem));
+  if (linkat(own_fd_, rel.c_str(), dir_fd_, rel.c_str(), 0) == 0) return absl::OkStatus();
+  if (errno == EEXIST) return foreign();  // another node won the race for the name
+  const absl::Status s = Errno("link", ChunkPath(stem));
+  unlinkat(own_fd_, rel.c_str(), 0);
+  return s;
 }
 
 void FileDevice::AbortTemp(FileHandle temp) {
   auto it = temps_.find(temp);
   if (it == temps_.end()) return;
   close(temp);
-  unlinkat(dir_fd_, it->second.c_str(), 0);
+  unlinkat(own_fd_, it->second.c_str(), 0);
   temps_.erase(it);
 }
 
 absl::Status FileDevice::RemoveChunk(const std::string& stem) {
   DropCached(stem);
-  if (unlinkat(dir_fd_, RelativeChunkPath(stem).c_str(), 0) != 0) return Errno("unlink", ChunkPath(stem));
+  const std::string rel = RelativeChunkPath(stem);
+  if (shared()) {
+    // Only the node's own file: the published name goes first (no new reader finds it), then the
+    // node's link. Readers that opened it keep their file.
+    struct stat own, published;
+    if (fstatat(own_fd_, rel.c_str(), &own, 0) != 0) {
+      return errno == ENOENT ? absl::OkStatus() : Errno("stat", absl::StrCat(own_path_, "/", rel));
+    }
+    if (fstatat(dir_fd_, rel.c_str(), &published, 0) == 0 && published.st_dev == own.st_dev &&
+        published.st_ino == own.st_ino && unlinkat(dir_fd_, rel.c_str(), 0) != 0 && errno != ENOENT) {
+      return Errno("unlink", ChunkPath(stem));
+    }
+    if (unlinkat(own_fd_, rel.c_str(), 0) != 0) return Errno("unlink", absl::StrCat(own_path_, "/", rel));
+    return absl::OkStatus();
+  }
+  if (unlinkat(dir_fd_, rel.c_str(), 0) != 0) return Errno("unlink", ChunkPath(stem));
   return absl::OkStatus();
 }
 

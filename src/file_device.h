@@ -3,8 +3,19 @@
 // buffered I/O where it does not (tmpfs). The directory is opened once and every read, write,
 // rename and removal resolves relative to that descriptor, so reads and writes always mean the
 // same directory; Condition says when its path no longer leads there.
+//
+// A shared directory (FileDeviceOptions::node set) is used by several nodes at once, one daemon
+// each. Published chunks are `<path>/<2 hex>/<stem>.kvc` as on a private tier; each node keeps
+// its own state below `<path>/.nodes/<node>/`: its lock, temporaries, saved index, and a hard
+// link to every chunk it published (`.nodes/<node>/<2 hex>/<stem>.kvc`), which is what makes it
+// that chunk's owner. A chunk is written as a temporary there, renamed to the node's link and
+// published with link(2), which fails if another node published the key first (the first
+// publisher wins, atomically, on any POSIX file system). Scan, ListChunks and the saved index
+// cover the node's own chunks only; RemoveChunk unlinks the published name only while it is the
+// node's own file. Readers that opened a file keep reading it after its owner removed it.
 #pragma once
 
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <list>
@@ -27,6 +38,10 @@ struct FileDeviceOptions {
   bool allow_buffered_fallback = true;
   int event_fd = -1;            // registered with both rings when >= 0
   size_t max_cached_files = 1024;  // idle read handles kept open
+  std::string node;  // non-empty: the directory is shared by several nodes, and this is this one
+  // Shared: a cached read handle is checked against the published name again after this long
+  // (its owner may have removed or replaced the file; an open handle would still read it).
+  double revalidate_seconds = 1.0;
 };
 
 class FileDevice final : public TierDevice {
@@ -70,6 +85,7 @@ class FileDevice final : public TierDevice {
   struct CachedFile {
     int fd = -1;
     uint32_t in_flight = 0;
+    int64_t checked_ns = 0;  // shared: when the published name last led to this file
     std::list<std::string>::iterator lru;
   };
 
@@ -82,12 +98,20 @@ class FileDevice final : public TierDevice {
   void DropCached(const std::string& stem);
   void TrimCache();
   std::string ChunkPath(const std::string& stem) const;
+  bool shared() const { return !options_.node.empty(); }
+  // Shared: links this node's committed file of `stem` into the published name. `previous`: the
+  // inode of the node's file before this commit (a published name still at it is the node's own
+  // older version, replaced). AlreadyExists, and the node's file removed, when another node's
+  // file is published under the name.
+  absl::Status Publish(const std::string& stem, const struct stat* previous);
 
   FileDeviceOptions options_;
   DeviceProperties props_;
   std::string buffered_reason_;
   int lock_fd_ = -1;
-  int dir_fd_ = -1;  // the tier directory: every path below resolves from here
+  int dir_fd_ = -1;  // the tier directory: every published chunk path resolves from here
+  int own_fd_ = -1;  // this node's directory (== dir_fd_ on a private tier): lock, temporaries, links
+  std::string own_path_;
   dev_t dir_dev_ = 0;
   ino_t dir_ino_ = 0;
   // Reads and writes on rings of their own, so neither waits behind the other.

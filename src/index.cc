@@ -12,7 +12,8 @@ Index::Index(std::vector<uint64_t> capacities)
     : capacity_(std::move(capacities)),
       used_(capacity_.size(), 0),
       reserved_(capacity_.size(), 0),
-      lru_(capacity_.size()) {}
+      lru_(capacity_.size()),
+      foreign_(capacity_.size(), 0) {}
 
 IndexEntry* Index::Find(std::string_view key) {
   auto it = entries_.find(Key(key));
@@ -48,13 +49,19 @@ bool Index::Unlock(std::string_view key) {
 }
 
 void Index::Unlink(IndexEntry* e, int tier) {
-  lru_[tier].erase(e->lru[tier]);
-  e->tiers &= ~(1u << tier);
-  used_[tier] -= e->meta->file_size();
+  const uint32_t bit = 1u << tier;
+  if (e->foreign & bit) {
+    e->foreign &= ~bit;
+    --foreign_[tier];
+  } else {
+    lru_[tier].erase(e->lru[tier]);
+    used_[tier] -= e->meta->file_size();
+  }
+  e->tiers &= ~bit;
   if (e->tiers == 0) --live_;
 }
 
-std::vector<Victim> Index::AddReplica(int tier, std::shared_ptr<const ChunkMeta> meta) {
+std::vector<Victim> Index::AddReplica(int tier, std::shared_ptr<const ChunkMeta> meta, bool foreign) {
   std::vector<Victim> stale;
   auto [it, inserted] = entries_.try_emplace(meta->key);
   IndexEntry& e = it->second;
@@ -68,15 +75,22 @@ std::vector<Victim> Index::AddReplica(int tier, std::shared_ptr<const ChunkMeta>
       Unlink(&e, k);  // the new file replaced the old one on `tier` itself
     }
   }
-  if (e.tiers & (1u << tier)) {  // same version again
+  const uint32_t bit = 1u << tier;
+  if ((e.tiers & bit) && (foreign || !(e.foreign & bit))) {  // same version again
     Touch(&e);
     return stale;
   }
+  if (e.tiers & bit) Unlink(&e, tier);  // another node's file of it is now this node's own
   e.meta = std::move(meta);
   if (e.tiers == 0) ++live_;
-  e.tiers |= 1u << tier;
-  e.lru[tier] = lru_[tier].insert(lru_[tier].end(), &e);
-  used_[tier] += e.meta->file_size();
+  e.tiers |= bit;
+  if (foreign) {
+    e.foreign |= bit;
+    ++foreign_[tier];
+  } else {
+    e.lru[tier] = lru_[tier].insert(lru_[tier].end(), &e);
+    used_[tier] += e.meta->file_size();
+  }
   return stale;
 }
 
@@ -92,7 +106,7 @@ bool Index::RemoveReplica(std::string_view key, int tier, Victim* victim) {
 
 void Index::Touch(IndexEntry* e) {
   for (int k = 0; k < tier_count(); ++k) {
-    if (e->tiers & (1u << k)) lru_[k].splice(lru_[k].end(), lru_[k], e->lru[k]);
+    if ((e->tiers & ~e->foreign) & (1u << k)) lru_[k].splice(lru_[k].end(), lru_[k], e->lru[k]);
   }
 }
 
@@ -132,7 +146,16 @@ void Index::EvictLru(int tier, uint64_t bytes, std::vector<Victim>* victims) {
 uint64_t Index::DropTier(int tier) {
   std::vector<Victim> dropped;
   EvictLru(tier, UINT64_MAX, &dropped);
-  return dropped.size();
+  uint64_t n = dropped.size();
+  for (auto it = entries_.begin(); foreign_[tier] > 0 && it != entries_.end();) {
+    auto next = std::next(it);
+    if (it->second.foreign & (1u << tier)) {
+      RemoveReplica(std::string(it->first), tier);
+      ++n;
+    }
+    it = next;
+  }
+  return n;
 }
 
 std::vector<ChunkMeta> Index::Replicas(int tier) const {

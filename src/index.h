@@ -23,6 +23,9 @@ struct IndexEntry {
   std::shared_ptr<const ChunkMeta> meta;  // replaced, never mutated: readers keep their version
   std::string stem;
   uint32_t tiers = 0;       // bit k: tier k holds a durable replica
+  // Bit k: tier k's replica is another node's file on a shared tier. It is read like any replica
+  // but never evicted here nor counted against this node's capacity of the tier (its owner does).
+  uint32_t foreign = 0;
   uint32_t read_pins = 0;   // steps reading it; capacity eviction skips pinned entries
   uint32_t locks = 0;       // clients' locks (Index::Lock); capacity eviction skips it while
   int64_t locked_until_ns = 0;  // ... any is held and the latest lease has not ended
@@ -44,10 +47,11 @@ class Index {
   IndexEntry* Find(std::string_view key);
   const IndexEntry* Find(std::string_view key) const;
 
-  // Records a durable replica on `tier`. If the entry held a different version (another
-  // checksum or size), that version's replicas on other tiers are removed and returned: their
-  // files are stale.
-  std::vector<Victim> AddReplica(int tier, std::shared_ptr<const ChunkMeta> meta);
+  // Records a durable replica on `tier` (`foreign`: another node's file on a shared tier). If the
+  // entry held a different version (another checksum or size), that version's replicas on other
+  // tiers are removed and returned: their files are stale. A foreign replica of a version this
+  // node then publishes itself becomes its own.
+  std::vector<Victim> AddReplica(int tier, std::shared_ptr<const ChunkMeta> meta, bool foreign = false);
   // Removes `tier` from the entry (and the entry once no tier holds it). Returns false if absent.
   bool RemoveReplica(std::string_view key, int tier, Victim* victim = nullptr);
 
@@ -84,11 +88,12 @@ class Index {
 
   // Forgets every replica of `tier` (its files are gone or out of reach); returns how many.
   uint64_t DropTier(int tier);
-  // The versions `tier` holds, least recently used first.
+  // The versions of this node's own files `tier` holds, least recently used first.
   std::vector<ChunkMeta> Replicas(int tier) const;
   uint64_t used(int tier) const { return used_[tier]; }
   uint64_t capacity(int tier) const { return capacity_[tier]; }
-  uint64_t replicas(int tier) const { return lru_[tier].size(); }
+  uint64_t replicas(int tier) const { return lru_[tier].size(); }  // this node's own
+  uint64_t foreign_replicas(int tier) const { return foreign_[tier]; }
   uint64_t size() const { return live_; }  // keys with at least one replica
   int tier_count() const { return static_cast<int>(capacity_.size()); }
 
@@ -97,7 +102,8 @@ class Index {
   std::vector<uint64_t> capacity_;
   std::vector<uint64_t> used_;
   std::vector<uint64_t> reserved_;
-  std::vector<std::list<IndexEntry*>> lru_;  // front = least recently used
+  std::vector<std::list<IndexEntry*>> lru_;  // this node's own replicas; front = least recently used
+  std::vector<uint64_t> foreign_;            // foreign replicas per tier
   absl::node_hash_map<std::string, IndexEntry> entries_;
   uint64_t live_ = 0;
 };

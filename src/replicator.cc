@@ -224,6 +224,10 @@ void Replicator::Commit(Job* job, int t) {
     return;
   }
   absl::Status committed = tier.device->CommitTemp(r.temp, chunk.stem, config_.fsync == FsyncPolicy::kChunk);
+  if (absl::IsAlreadyExists(committed)) {
+    PublishedElsewhere(job, t);
+    return;
+  }
   std::vector<Victim> stale;
   {
     absl::MutexLock lock(&index_->mu());
@@ -239,6 +243,23 @@ void Replicator::Commit(Job* job, int t) {
     WriteFailed(t, committed);
   }
   FinishReplica(job, t, committed);
+}
+
+void Replicator::PublishedElsewhere(Job* job, int t) {
+  const StagedChunk& chunk = *job->chunk;
+  absl::StatusOr<ScannedChunk> theirs = tiers_[t]->device->ReadChunkHeader(chunk.stem);
+  const bool same = theirs.ok() && theirs->meta.key == chunk.meta->key &&
+                    theirs->meta.payload_checksum == chunk.meta->payload_checksum &&
+                    theirs->meta.payload_size == chunk.meta->payload_size;
+  {
+    absl::MutexLock lock(&index_->mu());
+    index_->get().Release(t, chunk.image_size);
+    if (same) index_->get().AddReplica(t, chunk.meta, /*foreign=*/true);
+  }
+  // The same bytes: the tier holds the chunk (another node's file). Another version: the key is
+  // served from this node's other copies of its own version; the tier keeps the other node's.
+  if (same) job->durable |= 1u << t;
+  FinishReplica(job, t, absl::OkStatus());
 }
 
 void Replicator::WriteFailed(int t, const absl::Status& why) {

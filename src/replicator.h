@@ -76,6 +76,9 @@ class Replicator {
   bool StartReplica(Job* job, int tier);
   void IssueWrites(Job* job, int tier, bool during_reads);
   void Commit(Job* job, int tier);
+  // A shared tier's commit found the key published by another node first: its file stands, and
+  // holds the chunk for this node too when it has the same bytes.
+  void PublishedElsewhere(Job* job, int tier);
   // Counts and logs (rate-limited) a failed write, temporary or commit on `tier`.
   void WriteFailed(int tier, const absl::Status& why);
   void FinishReplica(Job* job, int tier, absl::Status status);

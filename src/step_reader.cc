@@ -68,6 +68,7 @@ void StepReader::Place(std::unique_ptr<ReadStep> owned, const Policies& policies
   step->placements.assign(n, 1);
   step->stems.resize(n);
   step->errors.resize(n);
+  step->removed_by_owner.assign(n, 0);
   step->use.resize(tiers_.size());
   std::vector<uint32_t> finished;  // delivered after the index lock is released
   {
@@ -307,11 +308,20 @@ void StepReader::ReadFailed(int t, ReadStep* step, BlockRef ref, std::string why
   const uint32_t chunk = step->blocks[ref.block].chunk;
   if (PlaceAgainIfRewritten(step, chunk)) return;  // not the tier's fault
   Tier& tier = *tiers_[t];
-  ++(checksum ? tier.counters.checksum_failures : tier.counters.read_errors);
+  bool owner_removed = false;  // another node's file, gone: its owner evicted it (no fault here)
+  if (kind == IoStatus::kGone) {
+    absl::MutexLock lock(&index_->mu());
+    const IndexEntry* e = index_->get().Find(step->reads[chunk].key);
+    owner_removed = e != nullptr && (e->foreign & (1u << t)) != 0;
+  }
+  step->removed_by_owner[chunk] = owner_removed;
+  if (!owner_removed) ++(checksum ? tier.counters.checksum_failures : tier.counters.read_errors);
   tier.counters.CountError(kind);
   const bool bad_copy = may_drop && (checksum || IsBadCopy(kind));
   uint64_t left_out;
-  if (tier.read_log.Allow(&left_out)) {
+  if (owner_removed) {
+    spdlog::debug("tier {}: '{}' was removed by the node that published it", tier.name, step->reads[chunk].key);
+  } else if (tier.read_log.Allow(&left_out)) {
     spdlog::warn("tier {}: '{}': {}{}", tier.name, step->reads[chunk].key, why,
                  left_out ? absl::StrCat(" (", left_out, " more read failures not logged)") : "");
   }
@@ -379,6 +389,11 @@ void StepReader::Settle(ReadStep* step, uint32_t chunk) {
       Deliver(step, chunk, absl::OkStatus());
       break;
     case StepPool::Outcome::kFailed:
+      if (step->removed_by_owner[chunk]) {
+        Deliver(step, chunk, absl::NotFoundError(absl::StrCat("'", step->reads[chunk].key,
+                                                              "' was removed by the node that published it")));
+        break;
+      }
       Deliver(step, chunk, absl::DataLossError(absl::StrCat("no intact replica of '", step->reads[chunk].key, "' (",
                                                             step->errors[chunk], ")")));
       break;
@@ -391,10 +406,22 @@ void StepReader::Deliver(ReadStep* step, uint32_t chunk, absl::Status status) {
   result.status = std::move(status);
   if (!result.status.ok()) result.size = 0;
   pool_->Finish(step, chunk);
+  bool copy = false;
   if (step->metas[chunk]) {
     absl::MutexLock lock(&index_->mu());
+    const IndexEntry* e = index_->get().Find(step->reads[chunk].key);
+    if (result.status.ok() && on_foreign_read_ && e != nullptr && e->meta == step->metas[chunk] && e->foreign != 0 &&
+        (e->tiers & ~e->foreign) == 0) {
+      // Cross-node reuse: the chunk is only in other nodes' files; copy it where the replication
+      // policy would have put this node's own write of it.
+      const uint32_t targets = step->policies.replication == ReplicationPolicy::kPrimary
+                                   ? 1u
+                                   : (1u << tiers_.size()) - 1;
+      copy = (targets & ~e->tiers) != 0;
+    }
     index_->get().Unpin(step->reads[chunk].key);
   }
+  if (copy) on_foreign_read_(step->reads[chunk], result.size);
   if (result.status.ok()) {
     ++counters_->retrieve_hits;
   } else if (absl::IsNotFound(result.status)) {

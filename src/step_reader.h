@@ -49,6 +49,9 @@ struct ReadStep : Step {
   std::vector<uint32_t> placements;  // per chunk: versions placed (a rewrite places the chunk again)
   std::vector<std::string> stems;
   std::vector<std::string> errors;  // last block error per chunk, for the failure message
+  // Per chunk: its last failure was another node's file gone from a shared tier (removed by its
+  // owner): with no replica left, the chunk is a miss (NotFound), not lost data.
+  std::vector<uint8_t> removed_by_owner;
   ChunkCallback on_chunk;
   std::function<void(StepRecord)> on_done;
   int64_t start_ns = 0;
@@ -90,6 +93,12 @@ class StepReader {
   bool TakeVerified();
   // Frees the steps that are finished and have no read in flight.
   void Sweep();
+
+  // Called (loop thread) for each chunk delivered from another node's file on a shared tier while
+  // this node holds no copy of its own that the step's replication policy wants: its bytes are
+  // in the destination until the step's on_done, so they can be staged for the node's tiers.
+  using ForeignRead = std::function<void(const ChunkRead& read, size_t size)>;
+  void set_on_foreign_read(ForeignRead fn) { on_foreign_read_ = std::move(fn); }
 
   bool idle() const { return steps_.empty(); }
   int verify_threads() const { return verifier_->threads(); }
@@ -173,6 +182,7 @@ class StepReader {
   Reactor* reactor_;
   StoreCounters* counters_;
   StepFinished on_step_finished_;
+  ForeignRead on_foreign_read_;
   std::vector<std::string> tier_names_;
   std::vector<TierReads> slots_;  // per tier
   std::vector<std::unique_ptr<ReadStep>> steps_;

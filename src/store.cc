@@ -23,6 +23,10 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StoreConfig& raw) {
     options.write_depth = t.write_queue_depth + 1;  // + the fsync of a finished replica
     options.allow_buffered_fallback = t.allow_buffered_fallback;
     options.event_fd = (*reactor)->event_fd();
+    if (t.shared) {
+      options.node = config->node;
+      options.revalidate_seconds = t.miss_ttl_seconds;
+    }
     absl::StatusOr<std::unique_ptr<FileDevice>> device = FileDevice::Open(options);
     if (!device.ok()) {
       return absl::Status(device.status().code(), absl::StrCat("tier '", t.name, "': ", device.status().message()));

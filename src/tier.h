@@ -82,6 +82,7 @@ using Tiers = std::vector<std::unique_ptr<Tier>>;
 struct StoreCounters {
   std::atomic<uint64_t> retrieve_hits{0}, retrieve_misses{0}, retrieve_failures{0};
   std::atomic<uint64_t> writes_under_pressure{0};
+  std::atomic<uint64_t> shared_copies{0}, shared_copies_skipped{0};
 };
 
 // Removes the files of replicas already taken out of the index (evicted, stale or bad); a file

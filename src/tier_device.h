@@ -76,6 +76,9 @@ struct DeviceProperties {
   uint32_t mem_alignment = 1;     // required alignment of buffers for reads/writes
   uint32_t offset_alignment = 1;  // required alignment of file offsets and lengths
   bool fixed_buffers = false;
+  // Other nodes use the same directory (a shared tier): a committed chunk may be theirs (CommitTemp
+  // says AlreadyExists), RemoveChunk removes only this node's, and ReadChunkHeader finds any node's.
+  bool shared = false;
 };
 
 struct ScannedChunk {
@@ -125,11 +128,14 @@ class TierDevice {
   virtual absl::StatusOr<FileHandle> CreateTemp(const std::string& stem) = 0;
   // Renames the temporary into place (atomically replacing an older file) and closes it. With
   // `sync_directory`, the directory is synced too so the rename survives power loss. On failure
-  // the temporary is removed.
+  // the temporary is removed. On a shared device, AlreadyExists: another node published the key
+  // first (its file stays, this one is removed; ReadChunkHeader says which version it is).
   virtual absl::Status CommitTemp(FileHandle temp, const std::string& stem, bool sync_directory) = 0;
   // Closes and unlinks a temporary.
   virtual void AbortTemp(FileHandle temp) = 0;
 
+  // Removes the chunk file of `stem`. On a shared device only a file this node published is
+  // removed; another node's is left alone (OK: it is not this node's to remove).
   virtual absl::Status RemoveChunk(const std::string& stem) = 0;
 
   // OK while the tier is usable. NotFound: its directory was deleted (Recreate may make an empty

@@ -32,7 +32,8 @@ nlohmann::json TierJson(const TierStats& t) {
           {"reference_bandwidth_bps", t.reference_bandwidth_bps}, {"stalled", t.stalled}, {"stalls", t.stalls},
           {"late_reads", t.late_reads}, {"hedged_reads", t.hedged_reads}, {"no_space_errors", t.no_space_errors},
           {"gone_errors", t.gone_errors}, {"media_errors", t.media_errors}, {"readable", t.readable},
-          {"writable", t.writable}, {"condition", t.condition}, {"secondaries_dropped", t.secondaries_dropped}};
+          {"writable", t.writable}, {"condition", t.condition}, {"secondaries_dropped", t.secondaries_dropped},
+          {"shared", t.shared}, {"foreign_chunks", t.foreign_chunks}, {"discovered", t.discovered}};
 }
 
 nlohmann::json StepJson(const StepRecord& s) {
@@ -183,6 +184,7 @@ int Main(int argc, char** argv) {
                             {"retrieve_misses", s->retrieve_misses}, {"retrieve_failures", s->retrieve_failures},
                             {"persists", s->persists}, {"persist_failures", s->persist_failures},
                             {"writes_under_pressure", s->writes_under_pressure},
+                            {"shared_copies", s->shared_copies}, {"shared_copies_skipped", s->shared_copies_skipped},
                             {"policies", PoliciesJson(s->policies)}};
         std::cout << j.dump(2) << "\n";
       } else {

@@ -18,10 +18,19 @@ struct TierConfig {
   uint32_t queue_depth = 0;         // reads in flight; 0 = auto (see DefaultQueueDepth)
   uint32_t write_queue_depth = 2;   // writes in flight, on their own ring
   bool allow_buffered_fallback = true;  // use buffered I/O where O_DIRECT is unsupported (tmpfs)
+  // A tier whose directory several nodes' daemons use at once (a parallel file system every node
+  // mounts): every node reads every node's chunks; each node writes, evicts and counts against
+  // `capacity_bytes` only the chunks it published (docs/design.md, "Shared tiers").
+  bool shared = false;
+  // Shared tiers: a key looked up in vain on the file system is not looked up there again for
+  // this long (another node may publish it meanwhile).
+  double miss_ttl_seconds = 1.0;
 };
 
 struct StoreConfig {
   std::vector<TierConfig> tiers;          // in read-preference order (first = primary)
+  // This node's name on shared tiers ([A-Za-z0-9_.-]{1,64}, unique per node); "" = the host name.
+  std::string node;
   uint32_t block_size = 1 << 20;          // bytes per read block and per checksummed segment
   uint64_t staging_limit_bytes = 256ull << 20;  // staged, not yet durable chunk images
   double staging_high_water = 0.75;       // fraction of the limit above which writes run during reads

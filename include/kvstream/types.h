@@ -130,6 +130,9 @@ struct TierStats {
   uint64_t media_errors = 0;    // bad bytes (EIO, a short file, a checksum mismatch)
   uint64_t dropped_replicas = 0;  // replicas dropped because their bytes were bad or gone
   uint64_t secondaries_dropped = 0;  // replication adaptive: copies for this tier given up under staging pressure
+  bool shared = false;          // other nodes publish chunks into the same directory
+  uint64_t foreign_chunks = 0;  // shared: indexed chunks other nodes published (not in chunks/used_bytes)
+  uint64_t discovered = 0;      // shared: keys this node's index lacked, found on the file system
   Histogram read_seconds;       // a block read's time, issue to completion
   Histogram write_seconds;      // a replica write's time, issue to completion
   bool readable = true;         // false: the tier is out of reach (unmounted, replaced)
@@ -161,6 +164,10 @@ struct StoreStats {
   uint64_t persists = 0;
   uint64_t persist_failures = 0;
   uint64_t writes_under_pressure = 0;  // write ops issued while reads were pending
+  // Chunks read from another node's file on a shared tier and staged for this node's other tiers
+  // (cross-node reuse), and those not staged because staging was full.
+  uint64_t shared_copies = 0;
+  uint64_t shared_copies_skipped = 0;
   double write_stall_seconds = 0;      // time persists spent waiting for staging space
   double loop_lag_seconds = 0;         // since the I/O loop last went round (health: it is stuck)
   double process_cpu_seconds = 0;      // user + system CPU time of the process the store runs in

@@ -90,6 +90,78 @@ TEST_CASE("two sessions persist and retrieve across both tiers byte for byte") {
   }
 }
 
+TEST_CASE("daemons of two nodes share a tier, one killed with -9 leaves the other serving and its next start cleans up") {
+  TempDir a_dir, b_dir, shared_dir;
+  const std::string shared = shared_dir.sub("pfs");
+  auto shared_tier = [&] { return "  - {name: pfs, path: " + shared + ", capacity: 1GiB, shared: true, miss_ttl: 0s}\n"; };
+  DaemonProcess a(a_dir, "node: node-a\n", shared_tier());
+  DaemonProcess b(b_dir, "node: node-b\n", shared_tier());
+  REQUIRE(a.Start());
+  REQUIRE(b.Start());
+  auto ca = AttachOrFail(a);
+  auto cb = AttachOrFail(b);
+  const size_t chunk = 1 << 20;
+  std::vector<std::vector<uint8_t>> data;
+  std::vector<ArenaChunk> put;
+  for (int i = 0; i < 6; ++i) {
+    data.push_back(Payload(chunk, 300 + i));
+    std::memcpy(ca->arena() + i * chunk, data[i].data(), chunk);
+    put.push_back({"from-a-" + std::to_string(i), i * chunk, chunk});
+  }
+  std::vector<PersistResult> pr;
+  REQUIRE(ca->Persist(put, &pr).ok());
+  for (const auto& r : pr) CHECK(r.tier_mask == 7u);
+  // Node b finds a's chunks on the shared tier and reads them byte for byte.
+  auto read_from_b = [&](std::vector<ChunkResult>* results) {
+    std::vector<ArenaChunk> chunks;
+    for (int i = 0; i < 6; ++i) chunks.push_back({"from-a-" + std::to_string(i), 16 * chunk + i * chunk, chunk});
+    std::memset(cb->arena() + 16 * chunk, 0, 6 * chunk);
+    auto rec = cb->Retrieve(chunks, results);
+    REQUIRE(rec.ok());
+    return *rec;
+  };
+  std::vector<ChunkResult> results;
+  StepRecord rec = read_from_b(&results);
+  CHECK(rec.hits == 6);
+  for (int i = 0; i < 6; ++i) {
+    REQUIRE(results[i].status.ok());
+    REQUIRE(std::memcmp(cb->arena() + 16 * chunk + i * chunk, data[i].data(), chunk) == 0);
+  }
+  // a dies mid-write: a persist of many chunks is in flight when it is killed.
+  std::vector<ArenaChunk> more;
+  for (int i = 0; i < 24; ++i) more.push_back({"late-" + std::to_string(i), (i % 8) * chunk, chunk});
+  std::thread writer([&] { (void)ca->Persist(more); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  a.Kill();
+  writer.join();
+  ca.reset();
+  // b keeps serving a's published chunks (from the shared tier and the copies it made).
+  rec = read_from_b(&results);
+  CHECK(rec.hits == 6);
+  for (int i = 0; i < 6; ++i) REQUIRE(std::memcmp(cb->arena() + 16 * chunk + i * chunk, data[i].data(), chunk) == 0);
+  // a's next start removes its temporaries (if the kill left any) and serves again.
+  DaemonProcess again(a_dir, "node: node-a\n", shared_tier());
+  REQUIRE(again.Start());
+  size_t temporaries = 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(shared + "/.nodes/node-a")) {
+    temporaries += e.path().filename().string().find(".tmp.") != std::string::npos;
+  }
+  CHECK(temporaries == 0);
+  auto ca2 = AttachOrFail(again);
+  std::vector<ChunkResult> mine;
+  std::vector<ArenaChunk> chunks;
+  for (int i = 0; i < 6; ++i) chunks.push_back({"from-a-" + std::to_string(i), i * chunk, chunk});
+  auto rec2 = ca2->Retrieve(chunks, &mine);
+  REQUIRE(rec2.ok());
+  CHECK(rec2->hits == 6);
+  for (int i = 0; i < 6; ++i) REQUIRE(std::memcmp(ca2->arena() + i * chunk, data[i].data(), chunk) == 0);
+  auto stats = cb->Stats();
+  REQUIRE(stats.ok());
+  CHECK(stats->shared_copies == 6);
+  CHECK(stats->tiers[2].shared);
+  CHECK(stats->tiers[2].foreign_chunks >= 6);
+}
+
 TEST_CASE("persisted chunks survive a daemon restart") {
   TempDir dir;
   const auto data = Payload(3 << 20, 5);

@@ -21,7 +21,8 @@ namespace kvstream::testing {
 
 class DaemonProcess {
  public:
-  explicit DaemonProcess(const TempDir& dir, const std::string& extra_yaml = "")
+  // `extra_tiers`: YAML list items appended after the two tiers (e.g. a shared one).
+  explicit DaemonProcess(const TempDir& dir, const std::string& extra_yaml = "", const std::string& extra_tiers = "")
       : socket_(dir.sub("kvstreamd.sock")), config_(dir.sub("kvstreamd.yaml")) {
     std::ofstream(config_) << "socket: {path: " << socket_ << ", mode: \"0600\"}\n"
                            << "sessions: {max_arena: 256MiB}\n"
@@ -30,7 +31,8 @@ class DaemonProcess {
                            << extra_yaml
                            << "tiers:\n"
                            << "  - {name: fast, path: " << dir.sub("t0") << ", capacity: 1GiB}\n"
-                           << "  - {name: slow, path: " << dir.sub("t1") << ", capacity: 1GiB}\n";
+                           << "  - {name: slow, path: " << dir.sub("t1") << ", capacity: 1GiB}\n"
+                           << extra_tiers;
   }
   ~DaemonProcess() { Stop(); }
 
@@ -52,6 +54,13 @@ class DaemonProcess {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     return false;
+  }
+  // SIGKILL (a crash: nothing is flushed or saved) and reap.
+  void Kill() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    pid_ = -1;
   }
   // SIGTERM and wait; returns the exit status (or -1 if not running).
   int Stop() {

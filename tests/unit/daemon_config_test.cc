@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include <unistd.h>
+
 namespace kvstream {
 namespace {
 
@@ -80,6 +82,39 @@ TEST_CASE("a key given twice and an arena limit of zero are refused") {
   CHECK(ErrorOf("tiers:\n  - {name: a, path: /x, capacity: 1G, capacity: 2G}\n").find("tiers[0].capacity") !=
         std::string::npos);
   CHECK(ErrorOf(std::string(kMinimal) + "sessions: {max_arena: 0}\n").find("sessions.max_arena") != std::string::npos);
+}
+
+TEST_CASE("a shared tier takes the node name, defaulting to the host name, bad names and keys are refused") {
+  auto c = ParseDaemonConfig(R"(
+node: gpu-node-07
+tiers:
+  - {name: nvme, path: /x, capacity: 1GiB}
+  - {name: pfs, path: /mnt/pfs/kvstream, capacity: 10TiB, shared: true, miss_ttl: 250ms}
+)", "test.yaml");
+  REQUIRE(c.ok());
+  CHECK(c->store.node == "gpu-node-07");
+  CHECK_FALSE(c->store.tiers[0].shared);
+  CHECK(c->store.tiers[1].shared);
+  CHECK(c->store.tiers[1].miss_ttl_seconds == Approx(0.25));
+  auto validated = ValidateConfig(c->store);
+  REQUIRE(validated.ok());
+  CHECK(validated->node == "gpu-node-07");
+
+  auto unnamed = ParseDaemonConfig("tiers:\n  - {name: pfs, path: /p, capacity: 1GiB, shared: true}\n", "test.yaml");
+  REQUIRE(unnamed.ok());
+  auto host = ValidateConfig(unnamed->store);
+  REQUIRE(host.ok());
+  char name[256] = {};
+  REQUIRE(gethostname(name, sizeof(name) - 1) == 0);
+  CHECK(host->node == name);
+
+  CHECK(ErrorOf("tiers:\n  - {name: a, path: /x, capacity: 1GiB, miss_ttl: 1s}\n").find("shared tiers only") !=
+        std::string::npos);
+  StoreConfig bad = c->store;
+  bad.node = "../escape";
+  auto refused = ValidateConfig(bad);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(std::string(refused.status().message()).find("node name") != std::string::npos);
 }
 
 }  // namespace

@@ -138,6 +138,9 @@ class TierStats:
     writable: bool = True
     condition: str = ""
     secondaries_dropped: int = 0  # replication adaptive: copies for this tier given up under pressure
+    shared: bool = False  # other nodes publish chunks into the same directory
+    foreign_chunks: int = 0  # shared: indexed chunks other nodes published (not in chunks/used_bytes)
+    discovered: int = 0  # shared: keys this node's index lacked, found on the file system
 
 
 @dataclass(frozen=True)
@@ -159,6 +162,8 @@ class Stats:
     process_cpu_seconds: float = 0.0  # the daemon's user + system CPU time
     verify_threads: int = 0           # threads verifying blocks off the I/O loop
     write_stall_seconds: float = 0.0  # time persists spent waiting for staging space
+    shared_copies: int = 0  # chunks read from another node's file on a shared tier, staged for local tiers
+    shared_copies_skipped: int = 0  # ... not staged: staging was full
 
     def as_dict(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)

@@ -1,0 +1,87 @@
+#include "shared_lookup.h"
+
+#include "chunk_format.h"
+
+namespace kvstream {
+namespace {
+constexpr size_t kMaxRememberedMisses = 1 << 16;  // per tier; beyond it, expired ones are forgotten
+}  // namespace
+
+SharedLookup::SharedLookup(const StoreConfig& config, const Tiers& tiers, GuardedIndex* index, Reactor* reactor)
+    : tiers_(tiers), index_(index), reactor_(reactor) {
+  for (size_t t = 0; t < config.tiers.size(); ++t) {
+    if (!config.tiers[t].shared) continue;
+    auto s = std::make_unique<SharedTier>();
+    s->tier = static_cast<int>(t);
+    s->miss_ttl_ns = static_cast<int64_t>(config.tiers[t].miss_ttl_seconds * 1e9);
+    shared_.push_back(std::move(s));
+  }
+}
+
+void SharedLookup::Discover(const std::vector<std::string>& keys, bool prefix_only) {
+  if (shared_.empty()) return;
+  std::vector<const std::string*> missing;
+  {
+    absl::ReaderMutexLock lock(&index_->mu());
+    for (const std::string& key : keys) {
+      if (index_->get_shared().FindLive(key) == nullptr) {
+        missing.push_back(&key);
+      } else if (prefix_only && !missing.empty()) {
+        break;
+      }
+    }
+  }
+  for (const std::string* key : missing) {
+    const std::string stem = FileStem(*key);
+    bool found = false;
+    for (auto& s : shared_) found = Find(*s, *key, stem) || found;
+    if (prefix_only && !found) return;
+  }
+}
+
+bool SharedLookup::Find(SharedTier& s, const std::string& key, const std::string& stem) {
+  Tier& tier = *tiers_[s.tier];
+  if (!tier.readable) return false;
+  const int64_t now = reactor_->NowNs();
+  {
+    absl::MutexLock lock(&s.mu);
+    auto it = s.misses.find(stem);
+    if (it != s.misses.end()) {
+      if (now < it->second) return false;
+      s.misses.erase(it);
+    }
+  }
+  // The device's header read resolves the published name from the tier's path alone (no state
+  // the loop changes), so it is safe here, off the loop.
+  absl::StatusOr<ScannedChunk> header = tier.device->ReadChunkHeader(stem);
+  if (header.ok() && header->meta.key == key) {
+    absl::MutexLock lock(&index_->mu());
+    Index& index = index_->get();
+    const IndexEntry* e = index.Find(key);
+    // Indexed meanwhile (a write of this node, another lookup): that entry stands.
+    if (e == nullptr || e->tiers == 0) {
+      index.AddReplica(s.tier, std::make_shared<const ChunkMeta>(std::move(header->meta)), /*foreign=*/true);
+    }
+    absl::MutexLock count(&s.mu);
+    ++s.discovered;
+    return true;
+  }
+  absl::MutexLock lock(&s.mu);
+  if (s.misses.size() >= kMaxRememberedMisses) {
+    absl::erase_if(s.misses, [now](const auto& m) { return m.second <= now; });
+    if (s.misses.size() >= kMaxRememberedMisses) s.misses.clear();
+  }
+  s.misses[stem] = now + s.miss_ttl_ns;
+  return false;
+}
+
+uint64_t SharedLookup::discovered(int tier) const {
+  for (const auto& s : shared_) {
+    if (s->tier != tier) continue;
+    absl::MutexLock lock(&s->mu);
+    return s->discovered;
+  }
+  return 0;
+}
+
+}  // namespace kvstream

@@ -1,0 +1,53 @@
+// SharedLookup: on a shared tier (a directory several nodes publish chunks into, file_device.h)
+// a key this node's index lacks may still be there, published by another node. Before a lookup
+// or a step is placed, each key the index lacks is looked for on the shared tiers' file systems
+// (one header read per tier: the header's key and size must match the file, so a torn, truncated
+// or misnamed file is a miss) and found chunks enter the index as foreign replicas. A key not
+// found is not looked for again on that tier for the tier's miss TTL. Thread-safe; runs on the
+// caller's thread (a lookup's or a retrieve's), never on the I/O loop.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "index.h"
+#include "kvstream/config.h"
+#include "reactor.h"
+#include "tier.h"
+
+namespace kvstream {
+
+class SharedLookup {
+ public:
+  SharedLookup(const StoreConfig& config, const Tiers& tiers, GuardedIndex* index, Reactor* reactor);
+
+  // Whether any tier is shared (Discover does nothing otherwise).
+  bool active() const { return !shared_.empty(); }
+  // Indexes the keys among `keys` that the index lacks and a shared tier holds. With
+  // `prefix_only`, stops at the first key found nowhere (a prefix lookup needs no more).
+  void Discover(const std::vector<std::string>& keys, bool prefix_only = false);
+  // Keys found on a shared tier by Discover, per tier (Stats).
+  uint64_t discovered(int tier) const;
+
+ private:
+  struct SharedTier {
+    int tier;
+    int64_t miss_ttl_ns;
+    absl::flat_hash_map<std::string, int64_t> misses ABSL_GUARDED_BY(mu);  // stem -> looked for until
+    uint64_t discovered ABSL_GUARDED_BY(mu) = 0;
+    mutable absl::Mutex mu;
+  };
+  // Looks `key` up on shared tier `s`; true when it was found and indexed.
+  bool Find(SharedTier& s, const std::string& key, const std::string& stem);
+
+  const Tiers& tiers_;
+  GuardedIndex* index_;
+  Reactor* reactor_;
+  std::vector<std::unique_ptr<SharedTier>> shared_;
+};
+
+}  // namespace kvstream

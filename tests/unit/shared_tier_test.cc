@@ -1,0 +1,346 @@
+// Shared tiers on real files: several stores ("nodes"), each with a private tier of its own, use
+// one shared directory at once: they read each other's chunks, race to publish the same key,
+// evict only their own files under their own quota, and never serve a torn or foreign file.
+#include <catch2/catch.hpp>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include "chunk_format.h"
+#include "kvstream/store.h"
+#include "test_util.h"
+
+namespace kvstream::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Node `name`: a private tier "nvme" below `dir`/<name>, and the shared tier "pfs" at `shared`.
+StoreConfig Node(const TempDir& dir, const std::string& name, const std::string& shared,
+                 uint64_t pfs_quota = 1ull << 30, ReplicationPolicy replication = ReplicationPolicy::kAll) {
+  StoreConfig c;
+  c.node = name;
+  c.block_size = 256 << 10;
+  c.replication = replication;
+  c.tiers.push_back({"nvme", dir.sub(name + "-nvme"), 1ull << 30});
+  TierConfig pfs{"pfs", shared, pfs_quota};
+  pfs.shared = true;
+  pfs.miss_ttl_seconds = 0;  // the tests look again at once
+  c.tiers.push_back(pfs);
+  return c;
+}
+
+std::unique_ptr<Store> Open(const StoreConfig& c) {
+  auto store = Store::Open(c);
+  if (absl::IsUnavailable(store.status())) {
+    std::cerr << "SKIPPED: " << store.status() << " (io_uring is unavailable on this kernel)\n";
+    std::exit(kSkipExitCode);
+  }
+  if (!store.ok()) FAIL(store.status().ToString());
+  return *std::move(store);
+}
+
+std::vector<uint8_t> Data(const std::string& key, size_t size = 600 << 10) {
+  return Payload(size, std::hash<std::string>{}(key));
+}
+
+// Reads `keys` in one step; returns each chunk's result and checks the bytes of those read.
+std::vector<ChunkResult> ReadKeys(Store& store, const std::vector<std::string>& keys,
+                                  const std::function<std::vector<uint8_t>(const std::string&)>& expect = nullptr) {
+  std::vector<std::vector<uint8_t>> buffers(keys.size(), std::vector<uint8_t>(1 << 20));
+  std::vector<ChunkRead> reads;
+  for (size_t i = 0; i < keys.size(); ++i) reads.push_back({keys[i], buffers[i].data(), buffers[i].size()});
+  std::vector<ChunkResult> results;
+  store.Retrieve(reads, &results);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!results[i].status.ok()) continue;
+    const std::vector<uint8_t> want = expect ? expect(keys[i]) : Data(keys[i]);
+    REQUIRE(results[i].size == want.size());
+    REQUIRE(std::memcmp(buffers[i].data(), want.data(), want.size()) == 0);  // never other bytes
+  }
+  return results;
+}
+
+size_t OkCount(const std::vector<ChunkResult>& results) {
+  size_t n = 0;
+  for (const ChunkResult& r : results) n += r.status.ok();
+  return n;
+}
+
+std::string Published(const std::string& shared, const std::string& key) {
+  return shared + "/" + RelativeChunkPath(FileStem(key));
+}
+std::string Owned(const std::string& shared, const std::string& node, const std::string& key) {
+  return shared + "/.nodes/" + node + "/" + RelativeChunkPath(FileStem(key));
+}
+
+const TierStats& TierNamed(const StoreStats& s, const std::string& name) {
+  for (const TierStats& t : s.tiers) {
+    if (t.name == name) return t;
+  }
+  FAIL("no tier " << name);
+  return s.tiers[0];
+}
+
+TEST_CASE("two and four nodes on one shared directory read each other's chunks byte-identical") {
+  const int nodes = GENERATE(2, 4);
+  TempDir dir;
+  const std::string shared = dir.sub("pfs");
+  std::vector<std::unique_ptr<Store>> stores;
+  std::vector<std::vector<std::string>> keys(nodes);
+  for (int n = 0; n < nodes; ++n) stores.push_back(Open(Node(dir, "node" + std::to_string(n), shared)));
+  for (int n = 0; n < nodes; ++n) {
+    for (int i = 0; i < 6; ++i) {
+      keys[n].push_back("n" + std::to_string(n) + "-chunk-" + std::to_string(i));
+      const auto data = Data(keys[n].back());
+      REQUIRE(stores[n]->Persist(keys[n].back(), data.data(), data.size()).ok());
+    }
+    stores[n]->Flush();
+  }
+  for (int n = 0; n < nodes; ++n) {
+    const StoreStats s = stores[n]->Stats();
+    CHECK(TierNamed(s, "pfs").shared);
+    CHECK(TierNamed(s, "pfs").chunks == 6);  // its own, counted against its quota
+    CHECK(TierNamed(s, "nvme").chunks == 6);
+  }
+  for (int reader = 0; reader < nodes; ++reader) {
+    const int writer = (reader + 1) % nodes;
+    // A lookup finds the other node's chunks on the shared tier alone.
+    const std::vector<LookupResult> found = stores[reader]->Lookup(keys[writer]);
+    for (const LookupResult& l : found) {
+      CHECK(l.present);
+      CHECK(l.tier_mask == 2u);
+    }
+    CHECK(stores[reader]->PrefixHits(keys[writer]) == keys[writer].size());
+    const auto results = ReadKeys(*stores[reader], keys[writer]);
+    CHECK(OkCount(results) == keys[writer].size());
+    stores[reader]->Flush();
+    // Cross-node reuse: what it read only from the shared tier is now on its own NVMe too.
+    const StoreStats s = stores[reader]->Stats();
+    CHECK(s.shared_copies == keys[writer].size());
+    CHECK(TierNamed(s, "pfs").discovered >= keys[writer].size());
+    CHECK(TierNamed(s, "pfs").foreign_chunks == keys[writer].size());
+    CHECK(TierNamed(s, "pfs").chunks == 6);  // the foreign ones are not its own
+    for (const LookupResult& l : stores[reader]->Lookup(keys[writer])) CHECK(l.tier_mask == 3u);
+  }
+  // Every published file is owned by exactly the node that wrote it.
+  for (int n = 0; n < nodes; ++n) {
+    for (const std::string& key : keys[n]) {
+      CHECK(fs::hard_link_count(Published(shared, key)) == 2);
+      for (int m = 0; m < nodes; ++m) CHECK(fs::exists(Owned(shared, "node" + std::to_string(m), key)) == (m == n));
+    }
+  }
+}
+
+TEST_CASE("a node name is served by one process at a time, nodes keep their chunks across a restart") {
+  TempDir dir;
+  const std::string shared = dir.sub("pfs");
+  auto a = Open(Node(dir, "a", shared));
+  StoreConfig again = Node(dir, "a", shared);
+  again.tiers[0].path = dir.sub("a2-nvme");
+  auto refused = Store::Open(again);
+  REQUIRE(absl::IsFailedPrecondition(refused.status()));
+  CHECK(std::string(refused.status().message()).find("node 'a'") != std::string::npos);
+  const auto data = Data("kept");
+  REQUIRE(a->Persist("kept", data.data(), data.size()).ok());
+  a->Flush();
+  a.reset();
+  auto b = Open(Node(dir, "b", shared));
+  a = Open(Node(dir, "a", shared));
+  CHECK(TierNamed(a->Stats(), "pfs").chunks == 1);  // its own again, from its saved index
+  CHECK(TierNamed(b->Stats(), "pfs").chunks == 0);  // b owns nothing there
+  CHECK(OkCount(ReadKeys(*b, {"kept"})) == 1);
+}
+
+TEST_CASE("two nodes publishing the same keys at once: one file per key, one owner, every read intact") {
+  TempDir dir;
+  const std::string shared = dir.sub("pfs");
+  // Only the shared tier, so every persist races for the published name.
+  auto only_shared = [&](const std::string& name) {
+    StoreConfig c = Node(dir, name, shared);
+    c.tiers.erase(c.tiers.begin());
+    return c;
+  };
+  auto a = Open(only_shared("a"));
+  auto b = Open(only_shared("b"));
+  const bool same_bytes = GENERATE(true, false);
+  std::vector<std::string> keys;
+  for (int i = 0; i < 24; ++i) keys.push_back("raced-" + std::to_string(i));
+  auto bytes_of = [&](const std::string& node, const std::string& key) {
+    return same_bytes ? Data(key) : Data(node + key);
+  };
+  std::atomic<bool> go{false};
+  std::vector<std::thread> writers;
+  for (Store* s : {a.get(), b.get()}) {
+    const std::string node = s == a.get() ? "a" : "b";
+    writers.emplace_back([&, s, node] {
+      while (!go) std::this_thread::yield();
+      for (const std::string& key : keys) {
+        const auto data = bytes_of(node, key);
+        REQUIRE(s->Persist(key, data.data(), data.size()).ok());
+      }
+      s->Flush();
+    });
+  }
+  go = true;
+  for (auto& w : writers) w.join();
+  for (const std::string& key : keys) {
+    const bool by_a = fs::exists(Owned(shared, "a", key)), by_b = fs::exists(Owned(shared, "b", key));
+    CHECK(by_a != by_b);  // exactly one owner
+    CHECK(fs::hard_link_count(Published(shared, key)) == 2);
+  }
+  // Each node reads every key, and gets the version the file holds: never a mix, never bad bytes.
+  for (Store* s : {a.get(), b.get()}) {
+    std::vector<std::vector<uint8_t>> buffers(keys.size(), std::vector<uint8_t>(1 << 20));
+    std::vector<ChunkRead> reads;
+    for (size_t i = 0; i < keys.size(); ++i) reads.push_back({keys[i], buffers[i].data(), buffers[i].size()});
+    std::vector<ChunkResult> results;
+    s->Retrieve(reads, &results);
+    size_t ok = 0;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (!results[i].status.ok()) {
+        // Only where the other version won the name: this node's own version is nowhere
+        // (this configuration has no other tier), so it is a miss, never the wrong bytes.
+        CHECK(!same_bytes);
+        CHECK(absl::IsNotFound(results[i].status));
+        continue;
+      }
+      ++ok;
+      const std::string owner = fs::exists(Owned(shared, "a", keys[i])) ? "a" : "b";
+      const auto want = bytes_of(owner, keys[i]);
+      REQUIRE(results[i].size == want.size());
+      CHECK(std::memcmp(buffers[i].data(), want.data(), want.size()) == 0);
+    }
+    if (same_bytes) CHECK(ok == keys.size());
+  }
+}
+
+TEST_CASE("eviction under a node's quota while another node reads: the reader gets its bytes or a miss") {
+  TempDir dir;
+  const std::string shared = dir.sub("pfs");
+  const uint64_t chunk_file = 600 * 1024 + 8192;  // about a chunk's file: header and padding
+  // Node a holds at most 4 chunks on the shared tier; b reads them (and, with the shared tier
+  // alone, keeps no copies of its own).
+  StoreConfig ca = Node(dir, "a", shared, 4 * chunk_file + 4096);
+  ca.tiers.erase(ca.tiers.begin());
+  auto a = Open(ca);
+  StoreConfig cb = Node(dir, "b", shared);
+  cb.tiers.erase(cb.tiers.begin());
+  auto b = Open(cb);
+  std::vector<std::string> written;
+  std::atomic<bool> done{false};
+  std::thread writer([&] {
+    for (int i = 0; i < 24; ++i) {
+      const std::string key = "evicted-" + std::to_string(i);
+      const auto data = Data(key);
+      REQUIRE(a->Persist(key, data.data(), data.size()).ok());
+      a->Flush();
+    }
+    done = true;
+  });
+  size_t ok = 0, missed = 0;
+  std::vector<std::string> keys;
+  for (int i = 0; i < 24; ++i) keys.push_back("evicted-" + std::to_string(i));
+  while (!done) {
+    for (const ChunkResult& r : ReadKeys(*b, keys)) {  // every byte read is checked
+      if (r.status.ok()) {
+        ++ok;
+      } else {
+        REQUIRE(absl::IsNotFound(r.status));  // gone or never there: a miss, not a failure
+        ++missed;
+      }
+    }
+  }
+  writer.join();
+  CHECK(ok > 0);
+  CHECK(missed > 0);
+  const StoreStats sa = a->Stats();
+  CHECK(TierNamed(sa, "pfs").chunks <= 4);
+  CHECK(TierNamed(sa, "pfs").evictions >= 20);
+  // After a's evictions, b finds exactly what is still there: the four newest.
+  const auto results = ReadKeys(*b, keys);
+  for (int i = 0; i < 24; ++i) CHECK(results[i].status.ok() == (i >= 20));
+  CHECK(b->Stats().retrieve_failures == 0);
+}
+
+TEST_CASE("a torn, misnamed or corrupt file planted in the shared tier is a miss and is left alone") {
+  TempDir dir;
+  const std::string shared = dir.sub("pfs");
+  auto a = Open(Node(dir, "a", shared));
+  for (const std::string key : {"good", "source", "torn"}) {
+    const auto data = Data(key);
+    REQUIRE(a->Persist(key, data.data(), data.size()).ok());
+  }
+  a->Flush();
+  auto b = Open(Node(dir, "b", shared));
+  // A torn file: a's published chunk cut short (a write another node's crash left half done).
+  const std::string torn = Published(shared, "torn");
+  fs::resize_file(torn, 300 << 10);
+  // A whole, valid chunk file of another key under this key's name.
+  const std::string misnamed = Published(shared, "misnamed");
+  fs::create_directories(fs::path(misnamed).parent_path());
+  fs::copy_file(Published(shared, "source"), misnamed);
+  for (const std::string key : {"torn", "misnamed"}) {
+    const auto l = b->Lookup({key});
+    CHECK_FALSE(l[0].present);
+    const auto r = ReadKeys(*b, {key});
+    CHECK(absl::IsNotFound(r[0].status));
+  }
+  // A bit flipped in the payload of a published chunk (the header is intact): found, never
+  // served; the read is a failure of that replica, not bad bytes.
+  {
+    const int fd = open(Published(shared, "good").c_str(), O_RDWR);
+    REQUIRE(fd >= 0);
+    uint8_t byte = 0;
+    REQUIRE(pread(fd, &byte, 1, 8192 + 1000) == 1);
+    byte ^= 0x10;
+    REQUIRE(pwrite(fd, &byte, 1, 8192 + 1000) == 1);
+    close(fd);
+  }
+  const auto r = ReadKeys(*b, {"good"});  // the checked read fails over or fails; never serves it
+  CHECK_FALSE(r[0].status.ok());
+  CHECK(TierNamed(b->Stats(), "pfs").checksum_failures >= 1);
+  // b removed none of those files: they are not its own.
+  CHECK(fs::exists(torn));
+  CHECK(fs::exists(misnamed));
+  CHECK(fs::exists(Published(shared, "good")));
+  // a still serves its good chunk from its NVMe copy.
+  CHECK(OkCount(ReadKeys(*a, {"good"})) == 1);
+}
+
+TEST_CASE("a crashed node's temporaries and half-published chunks are settled by its next start") {
+  TempDir dir;
+  const std::string shared = dir.sub("pfs");
+  {
+    auto a = Open(Node(dir, "a", shared));
+    for (const std::string key : {"one", "two"}) {
+      const auto data = Data(key);
+      REQUIRE(a->Persist(key, data.data(), data.size()).ok());
+    }
+    a->Flush();
+  }
+  // What a kill -9 can leave: a temporary, and a chunk linked into the node's directory but not
+  // yet published (the crash fell between the rename and the link). No saved index either.
+  fs::remove(shared + "/.nodes/a/.kvstream.index");
+  const std::string temp = Owned(shared, "a", "three") + ".tmp.999.1";
+  fs::create_directories(fs::path(temp).parent_path());
+  std::ofstream(temp) << "partial";
+  fs::remove(Published(shared, "two"));
+  auto b = Open(Node(dir, "b", shared));
+  CHECK(fs::exists(temp));  // b never touches a's directory
+  CHECK_FALSE(b->Lookup({"two"})[0].present);
+  auto a = Open(Node(dir, "a", shared));
+  CHECK_FALSE(fs::exists(temp));
+  CHECK(fs::exists(Published(shared, "two")));  // published now
+  CHECK(OkCount(ReadKeys(*b, {"one", "two"})) == 2);
+}
+
+}  // namespace
+}  // namespace kvstream::testing
