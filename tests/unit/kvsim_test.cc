@@ -112,7 +112,7 @@ TEST_CASE("kvsim: raising the arrival rate raises the TTFT gain of faster retrie
   CHECK(heavy > light);
 }
 
-TEST_CASE("kvsim: slower writes stall a saturated node; primary replication writes and reads tier 0 only") {
+TEST_CASE("kvsim: slower writes stall a saturated node, and primary replication writes and reads tier 0 only") {
   NodeConfig node;
   node.profile = *FindProfile("32B");
   node.memory_bytes = 0;
@@ -260,6 +260,249 @@ TEST_CASE("kvsim: arrival order and rate rearrange requests but keep the arrival
   std::vector<uint32_t> s1;
   for (const Request& r : random) if (r.session == 1) s1.push_back(r.input_tokens);
   CHECK(s1 == std::vector<uint32_t>{100, 101, 102});  // each session keeps its own order
+}
+
+}  // namespace
+}  // namespace kvsim
+
+#include "nodes.h"
+#include "nodes_input.h"
+
+namespace kvsim {
+namespace {
+
+constexpr double kMiB = 1 << 20;
+
+// n equal nodes at the given loads (one per node), NVMe b, PFS B, steps of d bytes.
+Cluster Nodes(const std::vector<double>& loads, double b, double pfs, double d) {
+  Cluster c;
+  c.pfs_bps = pfs;
+  for (size_t i = 0; i < loads.size(); ++i) c.nodes.push_back({b, d, 0});
+  for (size_t i = 0; i < loads.size(); ++i) c.nodes[i].gap_s = GapForLoad(c, i, loads[i]);
+  return c;
+}
+
+// The PFS share of a step alone at these bandwidths, from the two-tier completion model.
+double CompletionShare(const Cluster& c, double b, double pfs, double d) {
+  std::vector<double> split;
+  CompletionTime(d, c.block_bytes, c.queue_depth, {b, pfs}, {}, &split);
+  return split[1] / d;
+}
+
+TEST_CASE("kvsim nodes: one node is the two-tier completion model") {
+  struct Case {
+    double b, pfs, d;
+  };
+  for (const Case& k : {Case{300e6, 150e6, 256 * kMiB}, Case{300e6, 300e6, 256 * kMiB}, Case{12e9, 6e9, 4096 * kMiB},
+                        Case{300e6, 50e6, 100.5 * kMiB}}) {
+    for (bool takeover : {false, true}) {
+      INFO("nvme " << k.b << " pfs " << k.pfs << " step " << k.d << " takeover " << takeover);
+      Cluster c = Nodes({1}, k.b, k.pfs, k.d);
+      c.takeover = takeover;
+      std::vector<double> split;
+      const double t = CompletionTime(k.d, c.block_bytes, c.queue_depth, {k.b, k.pfs}, {}, &split);
+      c.window_s = 100 * t;
+      const NodeResult r = SimulateCluster(c).nodes[0];
+      CHECK(r.steps >= 99);
+      CHECK(r.step_s == Approx(t).epsilon(0.01));
+      CHECK(r.pfs_share == Approx(split[1] / k.d).epsilon(0.01));
+      CHECK(r.bound_s == Approx(BoundTime(k.d, {k.b, k.pfs})).epsilon(1e-6));
+      CHECK(r.solo_s == Approx(t));
+      CHECK(r.takeovers == 0);  // alone, a PFS block lands well within 50 ms
+    }
+  }
+  // A load sets the gap: the node reads that fraction of the time; the step stays the same.
+  for (GapDistribution gaps : {GapDistribution::kFixed, GapDistribution::kExponential}) {
+    Cluster c = Nodes({0.4}, 300e6, 150e6, 256 * kMiB);
+    c.gaps = gaps;
+    const NodeResult r = SimulateCluster(c).nodes[0];
+    CHECK(r.busy == Approx(0.4).margin(gaps == GapDistribution::kFixed ? 0.005 : 0.03));
+    CHECK(r.step_s == Approx(r.solo_s).epsilon(1e-9));
+  }
+  // A per-node cap is a slower PFS for a node alone.
+  Cluster capped = Nodes({1}, 300e6, 600e6, 256 * kMiB);
+  capped.pfs_node_cap_bps = 150e6;
+  const NodeResult r = SimulateCluster(capped).nodes[0];
+  CHECK(r.pfs_share == Approx(CompletionShare(capped, 300e6, 150e6, 256 * kMiB)).epsilon(0.01));
+  CHECK(r.pfs_bps_reading <= 150e6 * (1 + 1e-9));
+}
+
+TEST_CASE("kvsim nodes: nodes reading back to back share the PFS equally, B/N each") {
+  const double b = 300e6, pfs = 300e6, d = 256 * kMiB;
+  const Cluster c = Nodes({1, 1, 1, 1}, b, pfs, d);
+  const ClusterResult r = SimulateCluster(c);
+  const double quarter = CompletionShare(c, b, pfs / 4, d);
+  std::vector<double> split;
+  const double step = CompletionTime(d, c.block_bytes, c.queue_depth, {b, pfs / 4}, {}, &split);
+  for (const NodeResult& n : r.nodes) {
+    CHECK(n.pfs_share == Approx(r.nodes[0].pfs_share).margin(0.001));
+    // A little above B/4: a node between its PFS blocks leaves the others a third each.
+    CHECK(n.pfs_share == Approx(quarter).margin(0.01));
+    CHECK(n.pfs_share >= quarter - 0.002);
+    CHECK(n.step_s == Approx(step).epsilon(0.02));
+  }
+  CHECK(r.pfs_bytes_per_s <= pfs * (1 + 1e-9));
+  CHECK(r.pfs_bytes_per_s >= 0.99 * pfs);  // back to back, the PFS never rests
+  // Equal loads below 1: equal shares (up to the seeded gaps), between all-busy and alone.
+  const ClusterResult half = SimulateCluster(Nodes({0.5, 0.5, 0.5, 0.5}, b, pfs, d));
+  const double alone = CompletionShare(c, b, pfs, d);
+  for (const NodeResult& n : half.nodes) {
+    CHECK(n.pfs_share == Approx(half.nodes[0].pfs_share).margin(0.01));
+    CHECK(n.pfs_share > r.nodes[0].pfs_share + 0.02);
+    CHECK(n.pfs_share < alone - 0.02);
+  }
+}
+
+TEST_CASE("kvsim nodes: a light node reads beside the busy ones, so it gets a smaller PFS share than they do") {
+  // Within one cluster the busy node reads alone whenever the light one is idle, and the light one
+  // always reads beside the busy one: it gets exactly half the PFS (the inspection paradox).
+  const double b = 300e6, pfs = 300e6, d = 256 * kMiB;
+  const Cluster c = Nodes({1, 0.25}, b, pfs, d);
+  const ClusterResult r = SimulateCluster(c);
+  const NodeResult &busy = r.nodes[0], &light = r.nodes[1];
+  CHECK(light.pfs_bps_reading == Approx(pfs / 2).epsilon(0.02));
+  CHECK(light.pfs_share == Approx(CompletionShare(c, b, pfs / 2, d)).margin(0.01));
+  CHECK(busy.pfs_share > light.pfs_share + 0.05);
+  CHECK(busy.pfs_share < CompletionShare(c, b, pfs, d));
+  CHECK(busy.step_s < light.step_s);
+  // The same in a larger mix: shares fall with the node's load.
+  const ClusterResult mix = SimulateCluster(Nodes({1, 0.5, 0.25}, b, pfs, d));
+  CHECK(mix.nodes[0].pfs_share > mix.nodes[1].pfs_share);
+  CHECK(mix.nodes[1].pfs_share > mix.nodes[2].pfs_share);
+}
+
+TEST_CASE("kvsim nodes: a node's PFS share rises as the other nodes' load falls") {
+  // Busy clusters give every node a lower PFS share, light ones a higher one, up to the share it
+  // gets alone.
+  const double b = 300e6, pfs = 300e6, d = 256 * kMiB;
+  double prev = 0;
+  for (double others : {1.0, 0.5, 0.25, 0.05}) {
+    INFO("the other three at load " << others);
+    const ClusterResult r = SimulateCluster(Nodes({0.5, others, others, others}, b, pfs, d));
+    CHECK(r.nodes[0].pfs_share > prev + 0.05);
+    prev = r.nodes[0].pfs_share;
+  }
+  const Cluster c = Nodes({1}, b, pfs, d);
+  CHECK(prev == Approx(CompletionShare(c, b, pfs, d)).margin(0.04));
+  prev = 0;
+  for (double load : {1.0, 0.5, 0.25, 0.1}) {
+    INFO("every node at load " << load);
+    const ClusterResult r = SimulateCluster(Nodes({load, load, load, load}, b, pfs, d));
+    double lowest = 1;
+    for (const NodeResult& n : r.nodes) lowest = std::min(lowest, n.pfs_share);
+    CHECK(lowest > prev + 0.03);
+    prev = lowest;
+  }
+}
+
+TEST_CASE("kvsim nodes: the aggregate with a shared PFS beats every node reading its NVMe alone") {
+  const double b = 300e6, d = 256 * kMiB;
+  for (size_t n : {1, 2, 4, 8}) {
+    for (double pfs : {b / 2, b, 2 * b}) {
+      std::vector<double> loads;
+      for (size_t i = 0; i < n; ++i) loads.push_back(std::vector<double>{1, 0.5, 0.25}[i % 3]);
+      INFO(n << " nodes, PFS " << pfs);
+      const ClusterResult r = SimulateCluster(Nodes(loads, b, pfs, d));
+      CHECK(r.ratio > 1);
+      CHECK(r.bytes_per_s > r.nvme_only_bytes_per_s);
+      for (const NodeResult& x : r.nodes) CHECK(x.step_s < x.nvme_only_s);
+      CHECK(r.pfs_bytes_per_s <= pfs * (1 + 1e-9));
+    }
+  }
+  // Many nodes on a thin share: a PFS block takes longer than the NVMe's whole tail, so without
+  // the NVMe taking over stragglers a node reads slower than from its NVMe alone.
+  Cluster thin = Nodes({1, 1, 1, 1, 1, 1, 1, 1}, b, b / 4, d);
+  const ClusterResult with = SimulateCluster(thin);
+  thin.takeover = false;
+  const ClusterResult without = SimulateCluster(thin);
+  CHECK(without.ratio < 0.95);
+  CHECK(with.ratio > 0.99);
+  CHECK(with.nodes[0].takeovers > 0);
+}
+
+TEST_CASE("kvsim nodes: shares stay between 0 and 1, the PFS is never oversubscribed, and a seed fixes the result") {
+  uint64_t x = 7;
+  for (int round = 0; round < 40; ++round) {
+    Cluster c;
+    const size_t n = 1 + round % 6;
+    c.pfs_bps = std::vector<double>{0, 50e6, 300e6, 2e9}[round % 4];
+    c.pfs_node_cap_bps = round % 5 == 0 ? 100e6 : 0;
+    c.queue_depth = 1 + round % 4;
+    c.gaps = round % 2 ? GapDistribution::kFixed : GapDistribution::kExponential;
+    c.seed = round;
+    for (size_t i = 0; i < n; ++i) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      const double d = std::vector<double>{0.5, 1.5, 7, 64}[(x >> 33) % 4] * kMiB;
+      c.nodes.push_back({std::vector<double>{100e6, 300e6, 1e9}[(x >> 40) % 3], d, ((x >> 50) % 4) * 0.05});
+    }
+    INFO("round " << round);
+    const ClusterResult r = SimulateCluster(c);
+    CHECK(r.pfs_bytes_per_s <= c.pfs_bps * (1 + 1e-9));
+    for (size_t i = 0; i < n; ++i) {
+      const NodeResult& y = r.nodes[i];
+      CHECK(y.steps > 0);
+      CHECK(y.pfs_share >= 0);
+      CHECK(y.pfs_share <= 1);
+      if (c.pfs_bps == 0) CHECK(y.pfs_share == 0);
+      CHECK(y.busy >= 0);
+      CHECK(y.busy <= 1 + 1e-9);
+      CHECK(y.step_s >= y.bound_s * (1 - 1e-9));
+      CHECK(y.bound_s >= BoundTime(c.nodes[i].step_bytes, {c.nodes[i].nvme_bps, c.pfs_bps}) * (1 - 1e-9));
+    }
+  }
+  Cluster c = Nodes({1, 0.5, 0.3}, 300e6, 300e6, 64 * kMiB);
+  const ClusterResult a = SimulateCluster(c), b = SimulateCluster(c);
+  c.seed = 2;
+  const ClusterResult other = SimulateCluster(c);
+  for (size_t i = 0; i < 3; ++i) {
+    CHECK(a.nodes[i].step_s == b.nodes[i].step_s);
+    CHECK(a.nodes[i].pfs_share == b.nodes[i].pfs_share);
+    CHECK(other.nodes[i].pfs_share == Approx(a.nodes[i].pfs_share).margin(0.02));
+  }
+  CHECK(other.nodes[2].step_s != a.nodes[2].step_s);
+}
+
+TEST_CASE("kvsim nodes: bandwidths take decimal B and binary iB units, and the --validate-nodes file loads") {
+  CHECK(*ParseRate("3e8") == 3e8);
+  CHECK(*ParseRate("300MB") == 3e8);
+  CHECK(*ParseRate("300 mb/s") == 3e8);
+  CHECK(*ParseRate("2.5G") == 2.5e9);
+  CHECK(*ParseRate("300MiB") == 300 * kMiB);
+  CHECK(*ParseRate("1TiB/s") == 1024.0 * 1024 * 1024 * 1024);
+  for (const char* bad : {"", "fast", "300XB", "-1", "0", "300MBs", "1e"}) {
+    INFO(bad);
+    CHECK(!ParseRate(bad).ok());
+  }
+  auto list = ParseRates("300MB,1e9");
+  REQUIRE(list.ok());
+  CHECK(*list == std::vector<double>{3e8, 1e9});
+  CHECK(!ParseRates("300MB,").ok());
+
+  kvstream::testing::TempDir dir;
+  const std::string path = dir.sub("nodes.json");
+  std::ofstream(path) << R"({"pfs_bps": 3e8, "queue_depth": 3,
+    "nodes": [{"node": "a", "nvme_bps": 3e8, "step_bytes": 268435456, "gap_s": 0.5, "pfs_share": 0.31, "step_s": 0.6},
+              {"nvme_bps": 1e8, "step_bytes": 1e6, "pfs_share": 0.5}]})";
+  Cluster defaults;
+  defaults.seed = 9;
+  defaults.block_bytes = 4096;
+  auto f = LoadNodesFile(path, defaults);
+  REQUIRE(f.ok());
+  CHECK(f->cluster.pfs_bps == 3e8);
+  CHECK(f->cluster.queue_depth == 3);
+  CHECK(f->cluster.seed == 9);            // not in the file: the default
+  CHECK(f->cluster.block_bytes == 4096);
+  REQUIRE(f->cluster.nodes.size() == 2);
+  CHECK(f->cluster.nodes[0].gap_s == 0.5);
+  CHECK(f->cluster.nodes[1].gap_s == 0);  // back to back when not given
+  CHECK(f->measured[0].name == "a");
+  CHECK(f->measured[1].name == "n1");
+  CHECK(f->measured[0].step_s == 0.6);
+  CHECK(std::isnan(f->measured[1].step_s));
+  std::ofstream(path) << R"({"pfs_bps": 3e8, "nodes": [{"nvme_bps": 3e8, "step_bytes": 1e6, "pfs_share": 1.5}]})";
+  CHECK(!LoadNodesFile(path, defaults).ok());
+  std::ofstream(path) << R"({"nodes": [{"nvme_bps": 3e8, "step_bytes": 1e6, "pfs_share": 0.5}]})";
+  CHECK(!LoadNodesFile(path, defaults).ok());  // no pfs_bps
 }
 
 }  // namespace

@@ -12,6 +12,8 @@
 
 #include "kvstream/config.h"
 #include "model.h"
+#include "nodes.h"
+#include "nodes_input.h"
 #include "schedule.h"
 #include "reuse.h"
 #include "serving.h"
@@ -155,6 +157,207 @@ void Plot(const std::string& dir, const std::vector<PolicyResult>& results, cons
   if (std::system(cmd.c_str()) != 0) std::cerr << "kvsim: gnuplot failed; data and script are in " << dir << "\n";
 }
 
+// Options of the multi-node mode (--nodes, --validate-nodes; docs/design.md section 10).
+struct NodesOptions {
+  uint32_t nodes = 0;
+  std::string nvme_bw = "12e9", pfs_bw = "6e9", pfs_node_cap, step_bytes = "256MiB", load, gap;
+  std::string gaps = "exponential";
+  double window_s = 0;
+  bool no_takeover = false;
+  std::string validate_path;
+};
+
+// One value for every node, or one per node.
+template <typename T>
+bool PerNode(const std::vector<T>& values, size_t n, const char* option, std::vector<T>* out) {
+  if (values.size() == 1) {
+    out->assign(n, values[0]);
+    return true;
+  }
+  if (values.size() == n) {
+    *out = values;
+    return true;
+  }
+  std::cerr << "kvsim: " << option << " takes one value, or one per node (" << n << ")\n";
+  return false;
+}
+
+void PrintNodesHeader(const Cluster& c, const ClusterResult& r) {
+  char cap[64] = "no per-node cap";
+  if (c.pfs_node_cap_bps > 0) std::snprintf(cap, sizeof(cap), "at most %.1f MB/s per node", c.pfs_node_cap_bps / 1e6);
+  std::printf("PFS %.1f MB/s shared by %zu nodes (%s), block %.0f KiB, depth %u, %s gaps", c.pfs_bps / 1e6,
+              c.nodes.size(), cap, c.block_bytes / 1024, c.queue_depth,
+              c.gaps == GapDistribution::kFixed ? "fixed" : "exponential");
+  if (c.gaps == GapDistribution::kExponential) std::printf(" (seed %llu)", static_cast<unsigned long long>(c.seed));
+  std::printf(", window %.1f s%s\n", r.window_s, c.takeover ? "" : ", no takeover");
+}
+
+// The duty cycle a node's gap gives with the PFS to itself (what --node-load sets).
+double LoadOf(const Cluster& c, size_t i) {
+  const double solo = SoloStepTime(c, i);
+  return solo / (solo + c.nodes[i].gap_s);
+}
+
+nlohmann::json NodesJson(const Cluster& c, const ClusterResult& r, const std::vector<std::string>& names) {
+  nlohmann::json j = {{"pfs_bps", c.pfs_bps}, {"pfs_node_cap_bps", c.pfs_node_cap_bps}, {"block_bytes", c.block_bytes},
+                      {"queue_depth", c.queue_depth}, {"takeover", c.takeover},
+                      {"gaps", c.gaps == GapDistribution::kFixed ? "fixed" : "exponential"}, {"seed", c.seed},
+                      {"window_s", r.window_s}};
+  for (size_t i = 0; i < c.nodes.size(); ++i) {
+    const NodeResult& n = r.nodes[i];
+    j["nodes"].push_back({{"node", names[i]}, {"load", LoadOf(c, i)}, {"nvme_bps", c.nodes[i].nvme_bps},
+                          {"step_bytes", c.nodes[i].step_bytes}, {"gap_s", c.nodes[i].gap_s}, {"steps", n.steps},
+                          {"step_s", n.step_s}, {"bound_s", n.bound_s}, {"gap_to_bound", n.gap},
+                          {"pfs_share", n.pfs_share}, {"takeovers", n.takeovers}, {"pfs_bps_reading", n.pfs_bps_reading}, {"busy", n.busy}, {"solo_s", n.solo_s},
+                          {"nvme_only_s", n.nvme_only_s}, {"bytes_per_s", n.bytes_per_s},
+                          {"nvme_only_bytes_per_s", n.nvme_only_bytes_per_s}});
+  }
+  j["aggregate"] = {{"bytes_per_s", r.bytes_per_s}, {"nvme_only_bytes_per_s", r.nvme_only_bytes_per_s},
+                    {"ratio", r.ratio}, {"pfs_bytes_per_s", r.pfs_bytes_per_s}, {"pfs_busy", r.pfs_busy}};
+  return j;
+}
+
+// --nodes: one row per node and the aggregate against every node reading its NVMe alone.
+int RunNodes(const NodesOptions& o, uint32_t depth, uint64_t seed, const std::string& json_path) {
+  const size_t n = o.nodes;
+  if (depth == 0) {
+    std::cerr << "kvsim: --queue-depth must be positive\n";
+    return 2;
+  }
+  Cluster c;
+  c.queue_depth = depth;
+  c.seed = seed;
+  c.window_s = o.window_s;
+  c.takeover = !o.no_takeover;
+  c.gaps = o.gaps == "fixed" ? GapDistribution::kFixed : GapDistribution::kExponential;
+  auto nvme = ParseRates(o.nvme_bw);
+  auto pfs = ParseRate(o.pfs_bw);
+  for (const absl::Status& s : {nvme.status(), pfs.status()}) {
+    if (!s.ok()) {
+      std::cerr << "kvsim: " << s.message() << "\n";
+      return 2;
+    }
+  }
+  if (!o.pfs_node_cap.empty()) {
+    auto cap = ParseRate(o.pfs_node_cap);
+    if (!cap.ok()) {
+      std::cerr << "kvsim: " << cap.status().message() << "\n";
+      return 2;
+    }
+    c.pfs_node_cap_bps = *cap;
+  }
+  c.pfs_bps = *pfs;
+  std::vector<double> sizes, nvme_bps, step_bytes, loads, gaps;
+  std::stringstream ss(o.step_bytes);
+  for (std::string item; std::getline(ss, item, ',');) {
+    auto b = kvstream::ParseBytes(item);
+    if (!b.ok() || *b == 0) {
+      std::cerr << "kvsim: --step-bytes: '" << item << "' is not a positive byte size\n";
+      return 2;
+    }
+    sizes.push_back(static_cast<double>(*b));
+  }
+  try {
+    if (!o.load.empty()) loads = ParseList(o.load);
+    if (!o.gap.empty()) gaps = ParseList(o.gap);
+  } catch (const std::exception&) {
+    std::cerr << "kvsim: --node-load and --node-gap take comma-separated numbers\n";
+    return 2;
+  }
+  if (loads.empty() && gaps.empty()) loads = {1.0};
+  if (!PerNode(*nvme, n, "--nvme-bw", &nvme_bps) || !PerNode(sizes, n, "--step-bytes", &step_bytes) ||
+      (!loads.empty() && !PerNode(loads, n, "--node-load", &loads)) ||
+      (!gaps.empty() && !PerNode(gaps, n, "--node-gap", &gaps))) {
+    return 2;
+  }
+  if (std::any_of(loads.begin(), loads.end(), [](double l) { return !(l > 0 && l <= 1); }) ||
+      std::any_of(gaps.begin(), gaps.end(), [](double g) { return !(g >= 0); })) {
+    std::cerr << "kvsim: --node-load is in (0, 1], --node-gap >= 0\n";
+    return 2;
+  }
+  for (size_t i = 0; i < n; ++i) c.nodes.push_back({nvme_bps[i], step_bytes[i], 0});
+  for (size_t i = 0; i < n; ++i) c.nodes[i].gap_s = gaps.empty() ? GapForLoad(c, i, loads[i]) : gaps[i];
+  const ClusterResult r = SimulateCluster(c);
+  std::vector<std::string> names;
+  for (size_t i = 0; i < n; ++i) names.push_back("n" + std::to_string(i));
+
+  std::printf("kvsim nodes: ");
+  PrintNodesHeader(c, r);
+  std::printf("%-5s %5s %9s %9s %7s %7s %8s %8s %8s %9s %9s %6s %8s %8s %8s\n", "node", "load", "nvme_MB/s",
+              "step_MiB", "gap_s", "steps", "step_s", "bound_s", "to_bound", "pfs_share", "pfs_MB/s", "busy", "solo_s",
+              "nvme_s", "tko/step");
+  for (size_t i = 0; i < n; ++i) {
+    const NodeResult& x = r.nodes[i];
+    std::printf("%-5s %5.2f %9.1f %9.1f %7.3f %7llu %8.4f %8.4f %+7.1f%% %8.1f%% %9.1f %5.1f%% %8.4f %8.4f %8.2f\n",
+                names[i].c_str(), LoadOf(c, i), c.nodes[i].nvme_bps / 1e6, c.nodes[i].step_bytes / (1 << 20),
+                c.nodes[i].gap_s, static_cast<unsigned long long>(x.steps), x.step_s, x.bound_s, 100 * x.gap,
+                100 * x.pfs_share, x.pfs_bps_reading / 1e6, 100 * x.busy, x.solo_s, x.nvme_only_s,
+                x.steps ? static_cast<double>(x.takeovers) / x.steps : 0.0);
+  }
+  std::printf("aggregate: %.1f MB/s read (PFS %.1f MB/s of %.1f, in use %.1f%% of the time); every node from its NVMe "
+              "alone: %.1f MB/s; %.3fx\n",
+              r.bytes_per_s / 1e6, r.pfs_bytes_per_s / 1e6, c.pfs_bps / 1e6, 100 * r.pfs_busy,
+              r.nvme_only_bytes_per_s / 1e6, r.ratio);
+  std::printf("(load: share of time reading with the PFS to itself; gap_s: mean idle time between steps; to_bound: "
+              "step over D/(nvme + the PFS share it would get); pfs_MB/s: its PFS bytes per second of reading; busy: "
+              "time reading; solo_s: step with the PFS to itself; nvme_s: from its NVMe alone; tko/step: PFS blocks "
+              "the NVMe took over)\n");
+  if (!json_path.empty()) std::ofstream(json_path) << NodesJson(c, r, names).dump(2) << "\n";
+  return 0;
+}
+
+// --validate-nodes: the model's PFS share per node against the measured one (LoadNodesFile's
+// format, nodes_input.h). Exit 0 when every node is within 5 points, 1 when one is not, 2 on a bad file.
+int ValidateNodes(const NodesOptions& o, uint32_t depth, uint64_t seed, const std::string& json_path) {
+  Cluster defaults;
+  defaults.queue_depth = depth;
+  defaults.seed = seed;
+  defaults.window_s = o.window_s;
+  defaults.takeover = !o.no_takeover;
+  defaults.gaps = o.gaps == "fixed" ? GapDistribution::kFixed : GapDistribution::kExponential;
+  auto f = LoadNodesFile(o.validate_path, defaults);
+  if (!f.ok()) {
+    std::cerr << "kvsim: " << f.status().message() << "\n";
+    return 2;
+  }
+  const Cluster& c = f->cluster;
+  const ClusterResult r = SimulateCluster(c);
+  constexpr double kPoints = 5;
+  std::printf("kvsim validate-nodes %s: ", o.validate_path.c_str());
+  PrintNodesHeader(c, r);
+  std::printf("%-12s %9s %9s %7s %9s %9s %8s %6s %10s %8s %7s\n", "node", "nvme_MB/s", "step_MiB", "gap_s",
+              "measured", "model", "diff", "within", "measured_s", "model_s", "error");
+  size_t off = 0;
+  std::vector<std::string> names;
+  for (size_t i = 0; i < c.nodes.size(); ++i) {
+    const MeasuredNode& m = f->measured[i];
+    names.push_back(m.name);
+    const double diff = 100 * (r.nodes[i].pfs_share - m.pfs_share);
+    const bool within = std::fabs(diff) <= kPoints;
+    off += !within;
+    std::printf("%-12s %9.1f %9.1f %7.3f %8.1f%% %8.1f%% %+5.1f pt %6s", m.name.c_str(), c.nodes[i].nvme_bps / 1e6,
+                c.nodes[i].step_bytes / (1 << 20), c.nodes[i].gap_s, 100 * m.pfs_share, 100 * r.nodes[i].pfs_share,
+                diff, within ? "yes" : "NO");
+    if (std::isnan(m.step_s)) {
+      std::printf(" %10s %8.4f %7s\n", "-", r.nodes[i].step_s, "-");
+    } else {
+      std::printf(" %10.4f %8.4f %+6.1f%%\n", m.step_s, r.nodes[i].step_s, 100 * (r.nodes[i].step_s / m.step_s - 1));
+    }
+  }
+  std::printf("%zu of %zu nodes within %.0f points of the measured PFS share\n", c.nodes.size() - off, c.nodes.size(),
+              kPoints);
+  if (!json_path.empty()) {
+    nlohmann::json j = NodesJson(c, r, names);
+    for (size_t i = 0; i < c.nodes.size(); ++i) {
+      j["nodes"][i]["measured_pfs_share"] = f->measured[i].pfs_share;
+      if (!std::isnan(f->measured[i].step_s)) j["nodes"][i]["measured_step_s"] = f->measured[i].step_s;
+      j["nodes"][i]["within"] = std::fabs(r.nodes[i].pfs_share - f->measured[i].pfs_share) * 100 <= kPoints;
+    }
+    std::ofstream(json_path) << j.dump(2) << "\n";
+  }
+  return off == 0 ? 0 : 1;
+}
+
 int Main(int argc, char** argv) {
   CLI::App app{"kvsim: trace-driven simulator of a serving node whose prefix KV beyond GPU+host memory "
                "comes back from storage tiers; prints per-policy throughput, TTFT and retrieval gap"};
@@ -183,19 +386,56 @@ int Main(int argc, char** argv) {
   app.add_option("--schedule", schedule, "bandwidth over time: constant | periodic:<period_s>:<amplitude> (swings the last tier) | replay:<file> (step records as JSON, e.g. kvcore_bench --json, or one line of bytes/s per tier per step)");
   app.add_option("--rate", rate, "arrival-rate scale (2 = twice as fast)")->capture_default_str();
   app.add_option("--order", order_text, "arrival order: recorded | round-robin | random (sessions interleaved)")->capture_default_str();
-  app.add_option("--seed", seed, "seed for --order random")->capture_default_str();
+  app.add_option("--seed", seed, "seed for --order random and --nodes gaps")->capture_default_str();
   app.add_option("--policies", policies_text, "comma-separated: recompute, serial, fastest, static:<g>, completion")->capture_default_str();
   app.add_option("--staging", staging_text, "staging memory for deferred writes; beyond it a step waits for writes")->capture_default_str();
   app.add_option("--token-budget", node.token_budget, "tokens per step")->capture_default_str();
   app.add_option("--max-running", node.max_running, "requests admitted at once")->capture_default_str();
   app.add_option("--queue-depth", node.queue_depth, "blocks in flight per tier (completion)")->capture_default_str();
   app.add_option("--slo", slo_text, "TTFT deadlines in seconds, comma-separated")->capture_default_str();
-  app.add_option("--json", json_path, "write the full results as JSON here");
+  app.add_option("--json", json_path, "write the full results as JSON here (--nodes: per node and aggregate)");
   app.add_option("--plot-dir", plot_dir, "write TTFT CDF and gap-vs-g PNG plots (gnuplot) into this directory");
+  // Multi-node mode (nodes.h): bandwidths are bytes/s or a number with a unit, decimal for B
+  // (300MB = 3e8 B/s) and binary for iB (300MiB); sizes take binary units as --memory does.
+  NodesOptions nodes;
+  auto* nodes_group = app.add_option_group(
+      "Many nodes, one PFS",
+      "Instead of a trace: N nodes, each reading its steps by completion routing from its own NVMe and one parallel "
+      "file system that all share (fairly among the nodes reading it at that instant), with no coordination. "
+      "Prints per node its step time, the bound D/(nvme + its PFS share), the PFS share of its bytes, and the "
+      "aggregate against every node reading its NVMe alone. Bandwidths: bytes/s (3e8) or with a unit, decimal for B "
+      "(300MB = 3e8) and binary for iB (300MiB); a list takes one value for all nodes or one per node. "
+      "--json, --queue-depth and --seed apply.");
+  nodes_group->add_option("--nodes", nodes.nodes, "number of nodes sharing the PFS (runs the multi-node model)");
+  nodes_group->add_option("--nvme-bw", nodes.nvme_bw, "each node's NVMe read bandwidth (list)")->capture_default_str();
+  nodes_group->add_option("--pfs-bw", nodes.pfs_bw, "the PFS's total read bandwidth, shared by all nodes")->capture_default_str();
+  nodes_group->add_option("--pfs-node-cap", nodes.pfs_node_cap, "most one node takes from the PFS (its link; default: no cap)");
+  nodes_group->add_option("--step-bytes", nodes.step_bytes, "bytes each step reads (list; e.g. 256MiB)")->capture_default_str();
+  nodes_group->add_option("--node-load", nodes.load,
+                          "per node, the fraction of time in (0,1] it reads with the PFS to itself: its gap between "
+                          "steps is solo step time x (1/load - 1); 1 = back to back (list; default 1)");
+  nodes_group->add_option("--node-gap", nodes.gap, "instead of --node-load: mean seconds between a step's end and the next step (list)")
+      ->excludes("--node-load");
+  nodes_group->add_option("--gaps", nodes.gaps, "gap distribution: exponential (independent nodes, --seed) | fixed")
+      ->check(CLI::IsMember({"exponential", "fixed"}))
+      ->capture_default_str();
+  nodes_group->add_option("--window", nodes.window_s, "simulated seconds (default: 200 solo cycles of the slowest node)");
+  nodes_group->add_flag("--no-takeover", nodes.no_takeover,
+                        "the NVMe tier never takes over a PFS straggler at the end of a step (one node is then exactly "
+                        "the two-tier completion model; the daemon does take over)");
+  nodes_group->add_option("--validate-nodes", nodes.validate_path,
+                          "predict the per-node PFS shares measured in this JSON and say whether each is within 5 "
+                          "points (exit 1 if not): {\"pfs_bps\": B, \"nodes\": [{\"node\": \"n0\", \"nvme_bps\": b, "
+                          "\"step_bytes\": D, \"gap_s\": g, \"pfs_share\": 0.31, \"step_s\": t (optional)}, ...]}, "
+                          "optional \"pfs_node_cap_bps\", \"block_bytes\", \"queue_depth\", \"gaps\", \"seed\", "
+                          "\"window_s\", \"takeover\" (else the command line's); kvsim --nodes --json writes this format")
+      ->check(CLI::ExistingFile);
   CLI11_PARSE(app, argc, argv);
   if (!validate_path.empty()) return Validate(validate_path, node.chunk_latency_s);
+  if (!nodes.validate_path.empty()) return ValidateNodes(nodes, node.queue_depth, seed, json_path);
+  if (nodes.nodes > 0) return RunNodes(nodes, node.queue_depth, seed, json_path);
   if (trace_path.empty()) {
-    std::cerr << "kvsim: --trace is required (or --validate)\n";
+    std::cerr << "kvsim: --trace is required (or --validate, --nodes, --validate-nodes)\n";
     return 2;
   }
 
