@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/str_cat.h"
 #include "kvstream/client.h"
 
 namespace kvstream {
@@ -206,12 +207,15 @@ int Main(int argc, char** argv) {
     } else {
       for (const TierStats& t : s->tiers) {
         std::printf("%-8s %-36s %-8s %6llu chunks %12s / %-12s read %12s written %12s errors r%llu/c%llu/w%llu "
-                    "hedged %llu%s%s\n",
+                    "hedged %llu%s%s%s\n",
                     t.name.c_str(), t.path.c_str(), t.direct_io ? "O_DIRECT" : "buffered",
                     static_cast<unsigned long long>(t.chunks), Mib(t.used_bytes).c_str(), Mib(t.capacity_bytes).c_str(),
                     Mib(t.bytes_read).c_str(), Mib(t.bytes_written).c_str(),
                     static_cast<unsigned long long>(t.read_errors), static_cast<unsigned long long>(t.checksum_failures),
                     static_cast<unsigned long long>(t.write_errors), static_cast<unsigned long long>(t.hedged_reads),
+                    t.shared ? absl::StrCat("  shared: ", t.foreign_chunks, " other nodes' chunks indexed, ", t.discovered,
+                                            " found").c_str()
+                             : "",
                     t.stalled ? "  STALLED" : "", t.condition.empty() ? "" : ("  " + t.condition).c_str());
       }
     }
