@@ -143,6 +143,14 @@ absl::StatusOr<uint32_t> ChunkHeaderSize(const void* bytes, size_t size) {
   return h->header_size;
 }
 
+ChunkVersion VersionOf(const ChunkMeta& meta) { return {meta.payload_size, meta.payload_checksum, meta.segment_size}; }
+
+absl::StatusOr<ChunkVersion> PeekChunkVersion(const void* bytes, size_t size) {
+  absl::StatusOr<FixedHeader> fixed = DecodeFixedHeader(bytes, size);
+  if (!fixed.ok()) return fixed.status();
+  return ChunkVersion{fixed->payload_size, fixed->payload_checksum, fixed->segment_size};
+}
+
 absl::StatusOr<ChunkMeta> DecodeChunkHeader(const void* bytes, size_t size) {
   absl::StatusOr<FixedHeader> fixed = DecodeFixedHeader(bytes, size);
   if (!fixed.ok()) return fixed.status();

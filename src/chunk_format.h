@@ -56,6 +56,19 @@ void EncodeChunkHeader(const ChunkMeta& meta, void* image);
 // its fixed part; DataLoss when that is not a valid chunk header.
 absl::StatusOr<uint32_t> ChunkHeaderSize(const void* bytes, size_t size);
 
+// What tells two versions of a chunk apart and fixes its layout: files agreeing on these hold the
+// same payload in the same segments.
+struct ChunkVersion {
+  uint64_t payload_size = 0;
+  uint64_t payload_checksum = 0;
+  uint32_t segment_size = 0;
+  bool operator==(const ChunkVersion&) const = default;
+};
+ChunkVersion VersionOf(const ChunkMeta& meta);
+// The version in a header's fixed fields (`size` >= 64 bytes of the file's start; the header
+// checksum is not verified: a reader verifies every segment anyway). DataLoss if not a header.
+absl::StatusOr<ChunkVersion> PeekChunkVersion(const void* bytes, size_t size);
+
 // Decodes a header from `bytes` (at least the first kFileAlignment bytes of a file).
 // Returns OutOfRange when the header is longer than `size` (ChunkHeaderSize says how long);
 // DataLoss when the header is not a valid chunk header.

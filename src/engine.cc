@@ -43,13 +43,23 @@ Engine::Engine(StoreConfig config, Tiers tiers, std::shared_ptr<Reactor> reactor
       shared_lookup_(config_, tiers_, &index_, reactor_.get()),
       policies_(PoliciesOf(config_)) {
   reader_.set_on_foreign_read([this](const ChunkRead& read, size_t size) { StageForeignRead(read, size); });
+  reader_.set_on_foreign_bad([this](int tier, const ChunkMeta& meta) { shared_lookup_.MarkBad(tier, meta); });
 }
 
 void Engine::StageForeignRead(const ChunkRead& read, size_t size) {
-  // Never waits (the loop must not): with staging full, the copy is skipped.
+  // One copy per key at a time (steps reading one prefix at once), and only while staging has
+  // room to spare: these copies are opportunistic, never a reason for writes during reads or for
+  // a producer to wait. Never waits itself (the loop must not).
+  if (foreign_copies_.contains(read.key)) return;
+  if (stager_.filling()) {
+    ++counters_.shared_copies_skipped;
+    return;
+  }
+  const PersistCallback done = [this](const std::string& key, const PersistResult&) { foreign_copies_.erase(key); };
   const absl::Status s = read.dst_fd >= 0
-                             ? stager_.StageFromFile(read.key, {read.dst_fd, read.dst_fd_offset, size}, nullptr, false)
-                             : stager_.Stage(read.key, read.dst, size, nullptr, false);
+                             ? stager_.StageFromFile(read.key, {read.dst_fd, read.dst_fd_offset, size}, done, false)
+                             : stager_.Stage(read.key, read.dst, size, done, false);
+  if (s.ok()) foreign_copies_.insert(read.key);
   ++(s.ok() ? counters_.shared_copies : counters_.shared_copies_skipped);
 }
 

@@ -25,6 +25,7 @@
 #include <atomic>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "histogram.h"
@@ -116,6 +117,7 @@ class Engine final : public Store {
   // Keys other nodes published on shared tiers, found for lookups and steps (their threads).
   mutable SharedLookup shared_lookup_;
   std::optional<Policies> requested_policies_;  // applied once the pool is empty
+  absl::flat_hash_set<std::string> foreign_copies_;  // cross-node copies staged, not yet finished
   int64_t next_tier_check_ns_ = 0;
 
   mutable absl::Mutex policies_mu_;

@@ -161,10 +161,26 @@ absl::Status FileDevice::OpenDirectory() {
       return s;
     }
   }
+  int shared_lock = -1;
   const auto close_both = [&] {
+    if (shared_lock >= 0) close(shared_lock);
     if (own != dir) close(own);
     close(dir);
   };
+  if (shared()) {
+    // Nodes hold the directory's lock shared, a private daemon exclusively: neither starts beside
+    // the other (a private daemon would take every node's files for its own).
+    shared_lock = openat(dir, kLockName, O_RDONLY | O_CREAT | O_CLOEXEC, 0640);
+    if (shared_lock < 0 || flock(shared_lock, LOCK_SH | LOCK_NB) != 0) {
+      const int err = errno;
+      close_both();
+      if (err == EWOULDBLOCK) {
+        return absl::FailedPreconditionError(absl::StrCat("shared tier directory ", root,
+                                                          " is in use by a kvstream process that does not share it"));
+      }
+      return Errno("lock", absl::StrCat(root, "/", kLockName), err);
+    }
+  }
   const std::string lock_path = absl::StrCat(own_path, "/", kLockName);
   const int lock = openat(own, kLockName, O_RDWR | O_CREAT | O_CLOEXEC, 0640);
   if (lock < 0) {
@@ -173,8 +189,10 @@ absl::Status FileDevice::OpenDirectory() {
     return s;
   }
   if (flock(lock, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
     close(lock);
     close_both();
+    if (err != EWOULDBLOCK) return Errno("lock", lock_path, err);  // e.g. a file system mounted without flock
     if (shared()) {
       return absl::FailedPreconditionError(absl::StrCat("node '", options_.node, "' of the shared tier directory ", root,
                                                         " is in use by another kvstream process (each node needs its own name)"));
@@ -184,6 +202,8 @@ absl::Status FileDevice::OpenDirectory() {
   if (own_fd_ >= 0 && own_fd_ != dir_fd_) close(own_fd_);
   if (dir_fd_ >= 0) close(dir_fd_);
   if (lock_fd_ >= 0) close(lock_fd_);
+  if (shared_lock_fd_ >= 0) close(shared_lock_fd_);
+  shared_lock_fd_ = shared_lock;
   dir_fd_ = dir;
   own_fd_ = own;
   own_path_ = std::move(own_path);
@@ -328,6 +348,7 @@ FileDevice::~FileDevice() {
     unlinkat(own_fd_, path.c_str(), 0);
   }
   if (lock_fd_ >= 0) close(lock_fd_);
+  if (shared_lock_fd_ >= 0) close(shared_lock_fd_);
   if (own_fd_ >= 0 && own_fd_ != dir_fd_) close(own_fd_);
   if (dir_fd_ >= 0) close(dir_fd_);
 }
@@ -373,17 +394,21 @@ absl::StatusOr<ScanReport> FileDevice::Scan() {
     if (!headers[i].ok()) {
       spdlog::warn("tier {}: removing invalid chunk file {}: {}", options_.path, files[i].first,
                    std::string(headers[i].status().message()));
-      unlink(files[i].first.c_str());
+      if (shared()) {
+        // Its published name too, or nobody would ever remove it.
+        if (absl::Status s = RemoveOwn(files[i].second); !s.ok()) {
+          spdlog::warn("tier {}: {}", options_.path, std::string(s.message()));
+        }
+      } else {
+        unlink(files[i].first.c_str());
+      }
       ++report.removed_invalid;
       continue;
     }
     // Shared: a crash between the node's link and the publish left a chunk unpublished; one whose
-    // name another node published meanwhile is not this node's any more.
-    if (shared()) {
-      struct stat own;
-      if (fstatat(own_fd_, RelativeChunkPath(files[i].second).c_str(), &own, 0) != 0) continue;
-      if (!Publish(files[i].second, &own).ok()) continue;
-    }
+    // name another node published meanwhile is not this node's any more. A chunk that cannot be
+    // published now stays, unindexed, for the next start.
+    if (shared() && !Publish(files[i].second, /*remove_on_error=*/false).ok()) continue;
     report.chunks.push_back(*std::move(headers[i]));
   }
   return report;
@@ -404,7 +429,14 @@ absl::StatusOr<std::vector<ListedChunk>> FileDevice::ListChunks() {
 }
 
 absl::StatusOr<ScannedChunk> FileDevice::ReadChunkHeader(const std::string& stem) {
-  return ReadHeader(ChunkPath(stem), stem);
+  absl::StatusOr<ScannedChunk> chunk = ReadHeader(ChunkPath(stem), stem);
+  if (chunk.ok() && shared()) {  // the node's own file, or another node's
+    const std::string rel = RelativeChunkPath(stem);
+    struct stat own, published;
+    chunk->owned = fstatat(own_fd_, rel.c_str(), &own, 0) == 0 && fstatat(dir_fd_, rel.c_str(), &published, 0) == 0 &&
+                   own.st_dev == published.st_dev && own.st_ino == published.st_ino;
+  }
+  return chunk;
 }
 
 absl::StatusOr<uint64_t> FileDevice::ChunkFileSize(const std::string& stem) {
@@ -434,13 +466,30 @@ absl::StatusOr<FileHandle> FileDevice::OpenChunk(const std::string& stem) {
   }
   const int fd = openat(dir_fd_, RelativeChunkPath(stem).c_str(), O_RDONLY | O_CLOEXEC | (props_.direct_io ? O_DIRECT : 0));
   if (fd < 0) return Errno("open", ChunkPath(stem));
+  ChunkVersion version;
+  if (shared()) {  // the version this name holds now, for HoldsVersion
+    if (!header_page_) header_page_ = AllocateAligned(kFileAlignment);
+    const ssize_t n = pread(fd, header_page_.get(), kFileAlignment, 0);
+    absl::StatusOr<ChunkVersion> v = n > 0 ? PeekChunkVersion(header_page_.get(), static_cast<size_t>(n))
+                                           : absl::DataLossError("unreadable header");
+    if (v.ok()) version = *v;  // else no version matches: the chunk is read elsewhere or missed
+  }
   CachedFile& f = files_[stem];
   f.fd = fd;
   f.checked_ns = now;
+  f.version = version;
   f.lru = idle_lru_.insert(idle_lru_.end(), stem);
   fd_stems_[fd] = stem;
   TrimCache();
   return fd;
+}
+
+bool FileDevice::HoldsVersion(FileHandle handle, const ChunkMeta& meta) {
+  if (!shared()) return true;
+  auto s = fd_stems_.find(handle);
+  if (s == fd_stems_.end()) return false;
+  auto f = files_.find(s->second);
+  return f != files_.end() && f->second.version == VersionOf(meta);
 }
 
 void FileDevice::TrimCache() {
@@ -501,17 +550,21 @@ absl::Status FileDevice::CommitTemp(FileHandle temp, const std::string& stem, bo
   auto it = temps_.find(temp);
   if (it == temps_.end()) return absl::InternalError("unknown temporary handle");
   const std::string rel = RelativeChunkPath(stem);
-  struct stat previous;
-  const bool had_previous = shared() && fstatat(own_fd_, rel.c_str(), &previous, 0) == 0;
   absl::Status status;
-  if (renameat(own_fd_, it->second.c_str(), own_fd_, rel.c_str()) != 0) {
+  // Shared: the node's older version of the key is unpublished before the new one is renamed
+  // over its link (a crash in between leaves the node's link unpublished, which its next start
+  // publishes; never a published file without its owner's link).
+  if (shared()) status = Unpublish(stem);
+  if (!status.ok()) {
+    unlinkat(own_fd_, it->second.c_str(), 0);
+  } else if (renameat(own_fd_, it->second.c_str(), own_fd_, rel.c_str()) != 0) {
     status = Errno("rename", absl::StrCat(own_path_, "/", it->second));
     unlinkat(own_fd_, it->second.c_str(), 0);
   }
   close(temp);
   temps_.erase(it);
   DropCached(stem);
-  if (status.ok() && shared()) status = Publish(stem, had_previous ? &previous : nullptr);
+  if (status.ok() && shared()) status = Publish(stem, /*remove_on_error=*/true);
   if (status.ok() && sync_directory) {  // the rename (and the published link) survive power loss
     const std::string dir = stem.substr(0, 2);
     status = SyncDirectory(own_fd_, own_path_, dir);
@@ -520,38 +573,47 @@ absl::Status FileDevice::CommitTemp(FileHandle temp, const std::string& stem, bo
   return status;
 }
 
-absl::Status FileDevice::Publish(const std::string& stem, const struct stat* previous) {
+absl::Status FileDevice::Publish(const std::string& stem, bool remove_on_error) {
   const std::string rel = RelativeChunkPath(stem);
   const std::string dir = stem.substr(0, 2);
   if (mkdirat(dir_fd_, dir.c_str(), 0750) != 0 && errno != EEXIST) return Errno("mkdir", absl::StrCat(options_.path, "/", dir));
+  if (linkat(own_fd_, rel.c_str(), dir_fd_, rel.c_str(), 0) == 0) return absl::OkStatus();
+  const int err = errno;
   struct stat own, published;
-  if (fstatat(own_fd_, rel.c_str(), &own, 0) != 0) return Errno("stat", absl::StrCat(own_path_, "/", rel));
-  const auto same_file = [](const struct stat& a, const struct stat& b) { return a.st_dev == b.st_dev && a.st_ino == b.st_ino; };
-  const auto foreign = [&] {
+  if (err == EEXIST && fstatat(own_fd_, rel.c_str(), &own, 0) == 0 && fstatat(dir_fd_, rel.c_str(), &published, 0) == 0 &&
+      own.st_dev == published.st_dev && own.st_ino == published.st_ino) {
+    return absl::OkStatus();  // published already (a restart's scan)
+  }
+  if (err == EEXIST) {  // another node published the key first: its file stands
     unlinkat(own_fd_, rel.c_str(), 0);
     return absl::AlreadyExistsError(absl::StrCat("another node published ", ChunkPath(stem), " first"));
-  };
-  if (fstatat(dir_fd_, rel.c_str(), &published, 0) == 0) {
-    if (same_file(published, own)) return absl::OkStatus();  // published already (a restart's scan)
-    if (previous == nullptr || !same_file(published, *previous)) return foreign();
-    // The node's own older version is published: replace it atomically with a second link of the
-    // new file renamed over it (a temporary name in the node's directory, removed by a scan if a
-    // crash leaves it).
-    const std::string link = absl::StrCat(rel, kTempMarker, "publish.", getpid(), ".", ++temp_counter_);
-    if (linkat(own_fd_, rel.c_str(), own_fd_, link.c_str(), 0) != 0) return Errno("link", absl::StrCat(own_path_, "/", link));
-    if (renameat(own_fd_, link.c_str(), dir_fd_, rel.c_str()) != 0) {
-      const absl::Status s = Errno("rename", ChunkPath(stem));
-      unlinkat(own_fd_, link.c_str(), 0);
-      return s;
-    }
-    return absl::OkStatus();
   }
-  if (errno != ENOENT) return Errno("stat", ChunkPath(stem));
-  if (linkat(own_fd_, rel.c_str(), dir_fd_, rel.c_str(), 0) == 0) return absl::OkStatus();
-  if (errno == EEXIST) return foreign();  // another node won the race for the name
-  const absl::Status s = Errno("link", ChunkPath(stem));
-  unlinkat(own_fd_, rel.c_str(), 0);
-  return s;
+  if (remove_on_error) unlinkat(own_fd_, rel.c_str(), 0);
+  return Errno("link", ChunkPath(stem), err);
+}
+
+absl::Status FileDevice::Unpublish(const std::string& stem) {
+  const std::string rel = RelativeChunkPath(stem);
+  struct stat own, published;
+  if (fstatat(own_fd_, rel.c_str(), &own, 0) != 0) {
+    return errno == ENOENT ? absl::OkStatus() : Errno("stat", absl::StrCat(own_path_, "/", rel));
+  }
+  if (fstatat(dir_fd_, rel.c_str(), &published, 0) != 0) {
+    return errno == ENOENT ? absl::OkStatus() : Errno("stat", ChunkPath(stem));
+  }
+  // Only the owner changes its published name, so the file cannot change between stat and unlink.
+  if (own.st_dev == published.st_dev && own.st_ino == published.st_ino && unlinkat(dir_fd_, rel.c_str(), 0) != 0 &&
+      errno != ENOENT) {
+    return Errno("unlink", ChunkPath(stem));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FileDevice::RemoveOwn(const std::string& stem) {
+  if (absl::Status s = Unpublish(stem); !s.ok()) return s;
+  const std::string rel = RelativeChunkPath(stem);
+  if (unlinkat(own_fd_, rel.c_str(), 0) != 0 && errno != ENOENT) return Errno("unlink", absl::StrCat(own_path_, "/", rel));
+  return absl::OkStatus();
 }
 
 void FileDevice::AbortTemp(FileHandle temp) {
@@ -564,22 +626,9 @@ void FileDevice::AbortTemp(FileHandle temp) {
 
 absl::Status FileDevice::RemoveChunk(const std::string& stem) {
   DropCached(stem);
-  const std::string rel = RelativeChunkPath(stem);
-  if (shared()) {
-    // Only the node's own file: the published name goes first (no new reader finds it), then the
-    // node's link. Readers that opened it keep their file.
-    struct stat own, published;
-    if (fstatat(own_fd_, rel.c_str(), &own, 0) != 0) {
-      return errno == ENOENT ? absl::OkStatus() : Errno("stat", absl::StrCat(own_path_, "/", rel));
-    }
-    if (fstatat(dir_fd_, rel.c_str(), &published, 0) == 0 && published.st_dev == own.st_dev &&
-        published.st_ino == own.st_ino && unlinkat(dir_fd_, rel.c_str(), 0) != 0 && errno != ENOENT) {
-      return Errno("unlink", ChunkPath(stem));
-    }
-    if (unlinkat(own_fd_, rel.c_str(), 0) != 0) return Errno("unlink", absl::StrCat(own_path_, "/", rel));
-    return absl::OkStatus();
-  }
-  if (unlinkat(dir_fd_, rel.c_str(), 0) != 0) return Errno("unlink", ChunkPath(stem));
+  // Shared: only the node's own file (readers that opened it keep their file).
+  if (shared()) return RemoveOwn(stem);
+  if (unlinkat(dir_fd_, RelativeChunkPath(stem).c_str(), 0) != 0) return Errno("unlink", ChunkPath(stem));
   return absl::OkStatus();
 }
 

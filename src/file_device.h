@@ -26,6 +26,8 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "aligned_buffer.h"
+#include "chunk_format.h"
 #include "tier_device.h"
 #include "uring_queue.h"
 
@@ -73,6 +75,8 @@ class FileDevice final : public TierDevice {
   void UnregisterRegion(int region) override;
   uint64_t fixed_ops() const override { return fixed_ops_.load(std::memory_order_relaxed); }
 
+  bool HoldsVersion(FileHandle handle, const ChunkMeta& meta) override;
+
   // Why O_DIRECT is off, when it is.
   const std::string& buffered_reason() const { return buffered_reason_; }
 
@@ -86,6 +90,7 @@ class FileDevice final : public TierDevice {
     int fd = -1;
     uint32_t in_flight = 0;
     int64_t checked_ns = 0;  // shared: when the published name last led to this file
+    ChunkVersion version;    // shared: the version the file held when opened (its header)
     std::list<std::string>::iterator lru;
   };
 
@@ -99,16 +104,21 @@ class FileDevice final : public TierDevice {
   void TrimCache();
   std::string ChunkPath(const std::string& stem) const;
   bool shared() const { return !options_.node.empty(); }
-  // Shared: links this node's committed file of `stem` into the published name. `previous`: the
-  // inode of the node's file before this commit (a published name still at it is the node's own
-  // older version, replaced). AlreadyExists, and the node's file removed, when another node's
-  // file is published under the name.
-  absl::Status Publish(const std::string& stem, const struct stat* previous);
+  // Shared: links this node's file of `stem` into the published name (OK if it is published
+  // already). AlreadyExists, and the node's file removed, when another node's file is published
+  // under the name; on another failure the node's file is removed only if `remove_on_error`.
+  absl::Status Publish(const std::string& stem, bool remove_on_error);
+  // Shared: removes the node's own file of `stem`: the published name first while it is that
+  // file, then the node's link. OK when the node has none.
+  absl::Status RemoveOwn(const std::string& stem);
+  // Shared: unlinks the published name of `stem` while it is the node's own file.
+  absl::Status Unpublish(const std::string& stem);
 
   FileDeviceOptions options_;
   DeviceProperties props_;
   std::string buffered_reason_;
   int lock_fd_ = -1;
+  int shared_lock_fd_ = -1;  // shared: the directory's lock, held shared (a private daemon holds it exclusively)
   int dir_fd_ = -1;  // the tier directory: every published chunk path resolves from here
   int own_fd_ = -1;  // this node's directory (== dir_fd_ on a private tier): lock, temporaries, links
   std::string own_path_;
@@ -122,6 +132,7 @@ class FileDevice final : public TierDevice {
   std::vector<int> free_regions_;
   std::map<uintptr_t, int> region_by_base_;  // for the lookup of each op's buffer
   uint64_t temp_counter_ = 0;
+  AlignedBuffer header_page_;  // shared: OpenChunk reads a file's first page here
   absl::flat_hash_map<std::string, CachedFile> files_;  // stem -> open read handle
   absl::flat_hash_map<int, std::string> fd_stems_;      // read fd -> stem
   absl::flat_hash_map<int, uint32_t> doomed_;           // replaced read fd -> ops in flight

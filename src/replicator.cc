@@ -214,7 +214,8 @@ void Replicator::Commit(Job* job, int t) {
     // Writes of one key may complete out of order: never rename an older version over a newer.
     absl::MutexLock lock(&index_->mu());
     const IndexEntry* e = index_->get().Find(chunk.meta->key);
-    superseded = e != nullptr && e->meta->created_unix_ns > chunk.meta->created_unix_ns &&
+    // Only this node's own copies count: another node's clock says nothing of the order here.
+    superseded = e != nullptr && (e->tiers & ~e->foreign) != 0 && e->meta->created_unix_ns > chunk.meta->created_unix_ns &&
                  e->meta->payload_checksum != chunk.meta->payload_checksum;
     if (superseded) index_->get().Release(t, chunk.image_size);
   }
@@ -248,14 +249,15 @@ void Replicator::Commit(Job* job, int t) {
 void Replicator::PublishedElsewhere(Job* job, int t) {
   const StagedChunk& chunk = *job->chunk;
   absl::StatusOr<ScannedChunk> theirs = tiers_[t]->device->ReadChunkHeader(chunk.stem);
-  const bool same = theirs.ok() && theirs->meta.key == chunk.meta->key &&
-                    theirs->meta.payload_checksum == chunk.meta->payload_checksum &&
-                    theirs->meta.payload_size == chunk.meta->payload_size;
+  // Same payload in the same segments: their file serves this node's version too.
+  const bool same = theirs.ok() && theirs->meta.key == chunk.meta->key && VersionOf(theirs->meta) == VersionOf(*chunk.meta);
+  std::vector<Victim> stale;
   {
     absl::MutexLock lock(&index_->mu());
     index_->get().Release(t, chunk.image_size);
-    if (same) index_->get().AddReplica(t, chunk.meta, /*foreign=*/true);
+    if (same) stale = index_->get().AddReplica(t, chunk.meta, /*foreign=*/true);
   }
+  RemoveReplicaFiles(tiers_, stale);
   // The same bytes: the tier holds the chunk (another node's file). Another version: the key is
   // served from this node's other copies of its own version; the tier keeps the other node's.
   if (same) job->durable |= 1u << t;

@@ -24,11 +24,7 @@ void SharedLookup::Discover(const std::vector<std::string>& keys, bool prefix_on
   {
     absl::ReaderMutexLock lock(&index_->mu());
     for (const std::string& key : keys) {
-      if (index_->get_shared().FindLive(key) == nullptr) {
-        missing.push_back(&key);
-      } else if (prefix_only && !missing.empty()) {
-        break;
-      }
+      if (index_->get_shared().FindLive(key) == nullptr) missing.push_back(&key);
     }
   }
   for (const std::string* key : missing) {
@@ -54,13 +50,19 @@ bool SharedLookup::Find(SharedTier& s, const std::string& key, const std::string
   // The device's header read resolves the published name from the tier's path alone (no state
   // the loop changes), so it is safe here, off the loop.
   absl::StatusOr<ScannedChunk> header = tier.device->ReadChunkHeader(stem);
-  if (header.ok() && header->meta.key == key) {
+  bool bad = false;
+  if (header.ok()) {
+    absl::MutexLock lock(&s.mu);
+    auto it = s.bad.find(stem);
+    bad = it != s.bad.end() && it->second == VersionOf(header->meta);
+  }
+  if (header.ok() && header->meta.key == key && !bad) {
     absl::MutexLock lock(&index_->mu());
     Index& index = index_->get();
     const IndexEntry* e = index.Find(key);
     // Indexed meanwhile (a write of this node, another lookup): that entry stands.
     if (e == nullptr || e->tiers == 0) {
-      index.AddReplica(s.tier, std::make_shared<const ChunkMeta>(std::move(header->meta)), /*foreign=*/true);
+      index.AddReplica(s.tier, std::make_shared<const ChunkMeta>(std::move(header->meta)), /*foreign=*/!header->owned);
     }
     absl::MutexLock count(&s.mu);
     ++s.discovered;
@@ -73,6 +75,15 @@ bool SharedLookup::Find(SharedTier& s, const std::string& key, const std::string
   }
   s.misses[stem] = now + s.miss_ttl_ns;
   return false;
+}
+
+void SharedLookup::MarkBad(int tier, const ChunkMeta& meta) {
+  for (auto& s : shared_) {
+    if (s->tier != tier) continue;
+    absl::MutexLock lock(&s->mu);
+    if (s->bad.size() >= kMaxRememberedMisses) s->bad.clear();
+    s->bad[FileStem(meta.key)] = VersionOf(meta);
+  }
 }
 
 uint64_t SharedLookup::discovered(int tier) const {

@@ -2,8 +2,10 @@
 // a key this node's index lacks may still be there, published by another node. Before a lookup
 // or a step is placed, each key the index lacks is looked for on the shared tiers' file systems
 // (one header read per tier: the header's key and size must match the file, so a torn, truncated
-// or misnamed file is a miss) and found chunks enter the index as foreign replicas. A key not
-// found is not looked for again on that tier for the tier's miss TTL. Thread-safe; runs on the
+// or misnamed file is a miss) and found chunks enter the index as foreign replicas (or as the
+// node's own, when the file is its own: after its tier was out of reach, say). A key not found is
+// not looked for again on that tier for the tier's miss TTL; a file whose payload failed its
+// checksum here is not found again while it holds that version. Thread-safe; runs on the
 // caller's thread (a lookup's or a retrieve's), never on the I/O loop.
 #pragma once
 
@@ -14,6 +16,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "chunk_format.h"
 #include "index.h"
 #include "kvstream/config.h"
 #include "reactor.h"
@@ -32,12 +35,16 @@ class SharedLookup {
   void Discover(const std::vector<std::string>& keys, bool prefix_only = false);
   // Keys found on a shared tier by Discover, per tier (Stats).
   uint64_t discovered(int tier) const;
+  // The file of `meta`'s key on shared tier `tier` holds bad bytes in this version (a read failed
+  // its checksum): Discover passes over it until the file holds another version.
+  void MarkBad(int tier, const ChunkMeta& meta);
 
  private:
   struct SharedTier {
     int tier;
     int64_t miss_ttl_ns;
     absl::flat_hash_map<std::string, int64_t> misses ABSL_GUARDED_BY(mu);  // stem -> looked for until
+    absl::flat_hash_map<std::string, ChunkVersion> bad ABSL_GUARDED_BY(mu);  // stem -> version that failed
     uint64_t discovered ABSL_GUARDED_BY(mu) = 0;
     mutable absl::Mutex mu;
   };

@@ -68,7 +68,9 @@ void StepReader::Place(std::unique_ptr<ReadStep> owned, const Policies& policies
   step->placements.assign(n, 1);
   step->stems.resize(n);
   step->errors.resize(n);
-  step->removed_by_owner.assign(n, 0);
+  step->foreign.assign(n, 0);
+  step->foreign_missing.assign(n, 0);
+  step->real_failure.assign(n, 0);
   step->use.resize(tiers_.size());
   std::vector<uint32_t> finished;  // delivered after the index lock is released
   {
@@ -101,6 +103,7 @@ void StepReader::Place(std::unique_ptr<ReadStep> owned, const Policies& policies
       index.Touch(e);
       step->metas[i] = e->meta;
       step->stems[i] = e->stem;
+      step->foreign[i] = e->foreign;
       step->eligible |= e->tiers;
       result.size = e->meta->payload_size;
       step->AddChunk(e->tiers, e->meta->segment_count());
@@ -140,7 +143,12 @@ void StepReader::Issue(int t, BlockRef ref) {
   absl::StatusOr<FileHandle> file = tier.device->OpenChunk(step->stems[blk.chunk]);
   if (!file.ok()) {
     // A missing file is a lost replica; other errors (EMFILE, ENOMEM...) only fail over.
-    ReadFailed(t, step, ref, std::string(file.status().message()), IoStatusOf(file.status()), false);
+    ReadFailed(t, step, ref, std::string(file.status().message()), IoStatusOf(file.status()), false, true,
+               /*absent=*/absl::IsNotFound(file.status()));
+    return;
+  }
+  if (!tier.device->HoldsVersion(*file, meta)) {  // another node replaced the file under its name
+    ReadFailed(t, step, ref, "the file holds another version now", IoStatus::kGone, false, true, /*absent=*/true);
     return;
   }
   TierReads& ts = slots_[t];
@@ -203,7 +211,7 @@ void StepReader::Complete(int t, const IoCompletion& c) {
       return;
     }
     ReadFailed(t, step, ref, absl::StrCat("read error on tier ", tier.name, ": ", std::strerror(c.error)), c.status,
-               false);
+               false, true, /*absent=*/c.error == ENOENT || c.error == ESTALE);
     return;
   }
   if (!config_.verify_checksums) {
@@ -304,23 +312,21 @@ void StepReader::Accept(int t, BlockRef ref, uint32_t payload) {
 }
 
 void StepReader::ReadFailed(int t, ReadStep* step, BlockRef ref, std::string why, IoStatus kind, bool checksum,
-                            bool may_drop) {
+                            bool may_drop, bool absent) {
   const uint32_t chunk = step->blocks[ref.block].chunk;
   if (PlaceAgainIfRewritten(step, chunk)) return;  // not the tier's fault
   Tier& tier = *tiers_[t];
-  bool owner_removed = false;  // another node's file, gone: its owner evicted it (no fault here)
-  if (kind == IoStatus::kGone) {
-    absl::MutexLock lock(&index_->mu());
-    const IndexEntry* e = index_->get().Find(step->reads[chunk].key);
-    owner_removed = e != nullptr && (e->foreign & (1u << t)) != 0;
-  }
-  step->removed_by_owner[chunk] = owner_removed;
-  if (!owner_removed) ++(checksum ? tier.counters.checksum_failures : tier.counters.read_errors);
+  // Another node's file that is gone, replaced or bad: a miss here, nothing of this node's lost.
+  const bool foreign = (step->foreign[chunk] & (1u << t)) != 0;
+  const bool foreign_missing = foreign && (absent || checksum);
+  (foreign_missing ? step->foreign_missing : step->real_failure)[chunk] = 1;
+  if (!foreign_missing || checksum) ++(checksum ? tier.counters.checksum_failures : tier.counters.read_errors);
   tier.counters.CountError(kind);
   const bool bad_copy = may_drop && (checksum || IsBadCopy(kind));
+  if (foreign && checksum && may_drop && on_foreign_bad_) on_foreign_bad_(t, *step->metas[chunk]);
   uint64_t left_out;
-  if (owner_removed) {
-    spdlog::debug("tier {}: '{}' was removed by the node that published it", tier.name, step->reads[chunk].key);
+  if (foreign_missing && !checksum) {
+    spdlog::debug("tier {}: '{}': another node's file: {}", tier.name, step->reads[chunk].key, why);
   } else if (tier.read_log.Allow(&left_out)) {
     spdlog::warn("tier {}: '{}': {}{}", tier.name, step->reads[chunk].key, why,
                  left_out ? absl::StrCat(" (", left_out, " more read failures not logged)") : "");
@@ -389,9 +395,10 @@ void StepReader::Settle(ReadStep* step, uint32_t chunk) {
       Deliver(step, chunk, absl::OkStatus());
       break;
     case StepPool::Outcome::kFailed:
-      if (step->removed_by_owner[chunk]) {
-        Deliver(step, chunk, absl::NotFoundError(absl::StrCat("'", step->reads[chunk].key,
-                                                              "' was removed by the node that published it")));
+      if (step->foreign_missing[chunk] && !step->real_failure[chunk]) {
+        Deliver(step, chunk, absl::NotFoundError(absl::StrCat("'", step->reads[chunk].key, "' is no longer in ",
+                                                              "the file another node published (", step->errors[chunk],
+                                                              ")")));
         break;
       }
       Deliver(step, chunk, absl::DataLossError(absl::StrCat("no intact replica of '", step->reads[chunk].key, "' (",
@@ -416,7 +423,7 @@ void StepReader::Deliver(ReadStep* step, uint32_t chunk, absl::Status status) {
       // policy would have put this node's own write of it.
       const uint32_t targets = step->policies.replication == ReplicationPolicy::kPrimary
                                    ? 1u
-                                   : (1u << tiers_.size()) - 1;
+                                   : static_cast<uint32_t>((uint64_t{1} << tiers_.size()) - 1);
       copy = (targets & ~e->tiers) != 0;
     }
     index_->get().Unpin(step->reads[chunk].key);

@@ -49,9 +49,13 @@ struct ReadStep : Step {
   std::vector<uint32_t> placements;  // per chunk: versions placed (a rewrite places the chunk again)
   std::vector<std::string> stems;
   std::vector<std::string> errors;  // last block error per chunk, for the failure message
-  // Per chunk: its last failure was another node's file gone from a shared tier (removed by its
-  // owner): with no replica left, the chunk is a miss (NotFound), not lost data.
-  std::vector<uint8_t> removed_by_owner;
+  // Per chunk: the tiers whose replica was another node's file (shared tiers) at placement; whether
+  // such a replica turned out missing (removed or replaced by its owner, or bad), and whether a
+  // read failed for any other reason. A chunk that failed only for missing foreign replicas is a
+  // miss (NotFound): nothing of this node's was lost.
+  std::vector<uint32_t> foreign;
+  std::vector<uint8_t> foreign_missing;
+  std::vector<uint8_t> real_failure;
   ChunkCallback on_chunk;
   std::function<void(StepRecord)> on_done;
   int64_t start_ns = 0;
@@ -99,6 +103,10 @@ class StepReader {
   // in the destination until the step's on_done, so they can be staged for the node's tiers.
   using ForeignRead = std::function<void(const ChunkRead& read, size_t size)>;
   void set_on_foreign_read(ForeignRead fn) { on_foreign_read_ = std::move(fn); }
+  // Called (loop thread) when another node's file on shared tier `tier` failed its checksum, so
+  // lookups stop finding that file.
+  using ForeignBad = std::function<void(int tier, const ChunkMeta& meta)>;
+  void set_on_foreign_bad(ForeignBad fn) { on_foreign_bad_ = std::move(fn); }
 
   bool idle() const { return steps_.empty(); }
   int verify_threads() const { return verifier_->threads(); }
@@ -158,9 +166,11 @@ class StepReader {
   // nothing counts against the tier; otherwise the tier stops serving the chunk, the failure is
   // counted, and a replica that is really bad (a checksum mismatch, IsBadCopy) is dropped.
   // `may_drop` false: the evidence cannot tell a bad copy from a client writing into its own
-  // destination (a block hashed back from client memory), so the replica stays.
+  // destination (a block hashed back from client memory), so the replica stays. `absent`: the
+  // file is not there (ENOENT, ESTALE) or holds another version; for another node's file that is
+  // its owner's doing, not a fault of the tier.
   void ReadFailed(int tier, ReadStep* step, BlockRef ref, std::string why, IoStatus kind, bool checksum,
-                  bool may_drop = true);
+                  bool may_drop = true, bool absent = false);
   // Copies a bounced block into its destination (pwrite for client memory that may shrink).
   // False when the destination is gone: the chunk has failed (DestinationGone).
   bool CopyIn(ReadStep* step, uint32_t chunk, const ReadSlot& slot);
@@ -183,6 +193,7 @@ class StepReader {
   StoreCounters* counters_;
   StepFinished on_step_finished_;
   ForeignRead on_foreign_read_;
+  ForeignBad on_foreign_bad_;
   std::vector<std::string> tier_names_;
   std::vector<TierReads> slots_;  // per tier
   std::vector<std::unique_ptr<ReadStep>> steps_;

@@ -84,6 +84,7 @@ struct DeviceProperties {
 struct ScannedChunk {
   ChunkMeta meta;
   uint64_t file_size = 0;
+  bool owned = true;  // a shared device: this node published the file (else another node did)
 };
 
 struct ListedChunk {
@@ -123,6 +124,10 @@ class TierDevice {
   // Handles are cached by the device. REQUIRES: the handle is used by Queue before the next
   // OpenChunk call (which may close idle handles); a queued op keeps it open until it completes.
   virtual absl::StatusOr<FileHandle> OpenChunk(const std::string& stem) = 0;
+  // Whether the file behind `handle` (from OpenChunk) holds the version `meta` describes. A shared
+  // device compares the header it read at open (another node may have removed the file and
+  // published another version under its name meanwhile); files only this process writes always do.
+  virtual bool HoldsVersion(FileHandle handle, const ChunkMeta& meta) { return true; }
 
   // Creates a temporary file for writing a new replica of `stem`.
   virtual absl::StatusOr<FileHandle> CreateTemp(const std::string& stem) = 0;

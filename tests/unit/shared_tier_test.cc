@@ -234,21 +234,21 @@ TEST_CASE("eviction under a node's quota while another node reads: the reader ge
   StoreConfig cb = Node(dir, "b", shared);
   cb.tiers.erase(cb.tiers.begin());
   auto b = Open(cb);
-  std::vector<std::string> written;
   std::atomic<bool> done{false};
+  std::atomic<int> refused{0};
+  std::vector<std::string> keys;
+  for (int i = 0; i < 24; ++i) keys.push_back("evicted-" + std::to_string(i));
   std::thread writer([&] {
-    for (int i = 0; i < 24; ++i) {
-      const std::string key = "evicted-" + std::to_string(i);
+    for (const std::string& key : keys) {
       const auto data = Data(key);
-      REQUIRE(a->Persist(key, data.data(), data.size()).ok());
+      if (!a->Persist(key, data.data(), data.size()).ok()) ++refused;
       a->Flush();
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));  // let the reader see each state
     }
     done = true;
   });
   size_t ok = 0, missed = 0;
-  std::vector<std::string> keys;
-  for (int i = 0; i < 24; ++i) keys.push_back("evicted-" + std::to_string(i));
-  while (!done) {
+  do {
     for (const ChunkResult& r : ReadKeys(*b, keys)) {  // every byte read is checked
       if (r.status.ok()) {
         ++ok;
@@ -257,8 +257,9 @@ TEST_CASE("eviction under a node's quota while another node reads: the reader ge
         ++missed;
       }
     }
-  }
+  } while (!done);
   writer.join();
+  CHECK(refused == 0);
   CHECK(ok > 0);
   CHECK(missed > 0);
   const StoreStats sa = a->Stats();
@@ -304,9 +305,13 @@ TEST_CASE("a torn, misnamed or corrupt file planted in the shared tier is a miss
     REQUIRE(pwrite(fd, &byte, 1, 8192 + 1000) == 1);
     close(fd);
   }
-  const auto r = ReadKeys(*b, {"good"});  // the checked read fails over or fails; never serves it
-  CHECK_FALSE(r[0].status.ok());
+  // b holds no copy of its own: the bad file is a miss there, and lookups stop finding it.
+  const auto r = ReadKeys(*b, {"good"});
+  CHECK(absl::IsNotFound(r[0].status));
   CHECK(TierNamed(b->Stats(), "pfs").checksum_failures >= 1);
+  CHECK(b->Stats().retrieve_failures == 0);
+  CHECK_FALSE(b->Lookup({"good"})[0].present);
+  CHECK(absl::IsNotFound(ReadKeys(*b, {"good"})[0].status));
   // b removed none of those files: they are not its own.
   CHECK(fs::exists(torn));
   CHECK(fs::exists(misnamed));
@@ -340,6 +345,105 @@ TEST_CASE("a crashed node's temporaries and half-published chunks are settled by
   CHECK_FALSE(fs::exists(temp));
   CHECK(fs::exists(Published(shared, "two")));  // published now
   CHECK(OkCount(ReadKeys(*b, {"one", "two"})) == 2);
+}
+
+// A node with only the shared tier: whatever it reads is another node's file.
+StoreConfig OnlyShared(const TempDir& dir, const std::string& name, const std::string& shared) {
+  StoreConfig c = Node(dir, name, shared);
+  c.tiers.erase(c.tiers.begin());
+  return c;
+}
+
+TEST_CASE("a file its owner replaced or another node republished is a miss, then the new version is found") {
+  TempDir dir;
+  const std::string shared = dir.sub("pfs");
+  auto a = Open(OnlyShared(dir, "a", shared));
+  auto b = Open(OnlyShared(dir, "b", shared));
+  auto c = Open(OnlyShared(dir, "c", shared));
+  const auto v1 = Payload(600 << 10, 1), v2 = Payload(700 << 10, 2), v3 = Payload(500 << 10, 3);
+  auto read_one = [&](Store& s, const std::vector<uint8_t>& want) {
+    return ReadKeys(s, {"k"}, [&](const std::string&) { return want; })[0];
+  };
+  REQUIRE(a->Persist("k", v1.data(), v1.size()).ok());
+  a->Flush();
+  REQUIRE(read_one(*b, v1).status.ok());  // b indexes a's v1 (and keeps the file open)
+  // a rewrites its own key: b's next read finds another version under the name.
+  REQUIRE(a->Persist("k", v2.data(), v2.size()).ok());
+  a->Flush();
+  CHECK(fs::hard_link_count(Published(shared, "k")) == 2);
+  ChunkResult r = read_one(*b, v2);
+  CHECK(absl::IsNotFound(r.status));
+  r = read_one(*b, v2);  // looked up again: v2
+  REQUIRE(r.status.ok());
+  CHECK(r.size == v2.size());
+  // a evicts it; c publishes the key with other bytes: b misses, then reads c's version.
+  EvictRequest all;
+  all.key = "k";
+  REQUIRE(a->Evict(all).ok());
+  CHECK_FALSE(fs::exists(Published(shared, "k")));
+  REQUIRE(c->Persist("k", v3.data(), v3.size()).ok());
+  c->Flush();
+  CHECK(absl::IsNotFound(read_one(*b, v3).status));
+  r = read_one(*b, v3);
+  REQUIRE(r.status.ok());
+  CHECK(r.size == v3.size());
+  CHECK(b->Stats().retrieve_failures == 0);
+  CHECK(TierNamed(b->Stats(), "pfs").checksum_failures == 0);
+}
+
+TEST_CASE("an own file found invalid at start leaves with its published name, so the key is free again") {
+  TempDir dir;
+  const std::string shared = dir.sub("pfs");
+  {
+    auto a = Open(OnlyShared(dir, "a", shared));
+    const auto data = Data("k");
+    REQUIRE(a->Persist("k", data.data(), data.size()).ok());
+    a->Flush();
+  }
+  fs::remove(shared + "/.nodes/a/.kvstream.index");  // a crash: no saved index
+  fs::resize_file(Owned(shared, "a", "k"), 4096);   // torn (the published name is the same file)
+  auto a = Open(OnlyShared(dir, "a", shared));
+  CHECK_FALSE(fs::exists(Published(shared, "k")));
+  CHECK_FALSE(fs::exists(Owned(shared, "a", "k")));
+  auto b = Open(OnlyShared(dir, "b", shared));
+  const auto data = Data("k");
+  REQUIRE(b->Persist("k", data.data(), data.size()).ok());
+  b->Flush();
+  CHECK(fs::exists(Owned(shared, "b", "k")));
+  CHECK(OkCount(ReadKeys(*a, {"k"})) == 1);
+}
+
+TEST_CASE("a prefix lookup finds chunks on the shared tier on either side of one held locally") {
+  TempDir dir;
+  const std::string shared = dir.sub("pfs");
+  auto a = Open(Node(dir, "a", shared));
+  auto b = Open(Node(dir, "b", shared));
+  for (const std::string key : {"p0", "p2"}) {
+    const auto data = Data(key);
+    REQUIRE(a->Persist(key, data.data(), data.size()).ok());
+  }
+  a->Flush();
+  const auto data = Data("p1");
+  REQUIRE(b->Persist("p1", data.data(), data.size()).ok());
+  b->Flush();
+  CHECK(b->PrefixHits({"p0", "p1", "p2", "p3"}) == 3);
+}
+
+TEST_CASE("a private store and shared nodes never use one directory at once") {
+  TempDir dir;
+  const std::string shared = dir.sub("pfs");
+  StoreConfig priv;
+  priv.block_size = 256 << 10;
+  priv.tiers.push_back({"pfs", shared, 1ull << 30});
+  {
+    auto node = Open(OnlyShared(dir, "a", shared));
+    auto refused = Store::Open(priv);
+    REQUIRE(absl::IsFailedPrecondition(refused.status()));
+  }
+  auto owner = Open(priv);
+  auto refused = Store::Open(OnlyShared(dir, "a", shared));
+  REQUIRE(absl::IsFailedPrecondition(refused.status()));
+  CHECK(std::string(refused.status().message()).find("does not share it") != std::string::npos);
 }
 
 }  // namespace
