@@ -1,5 +1,7 @@
 #include "shared_lookup.h"
 
+#include <algorithm>
+
 #include "chunk_format.h"
 
 namespace kvstream {
@@ -14,18 +16,31 @@ SharedLookup::SharedLookup(const StoreConfig& config, const Tiers& tiers, Guarde
     auto s = std::make_unique<SharedTier>();
     s->tier = static_cast<int>(t);
     s->miss_ttl_ns = static_cast<int64_t>(config.tiers[t].miss_ttl_seconds * 1e9);
+    recheck_ns_ = shared_.empty() ? s->miss_ttl_ns : std::min(recheck_ns_, s->miss_ttl_ns);
     shared_.push_back(std::move(s));
   }
 }
 
 void SharedLookup::Discover(const std::vector<std::string>& keys, bool prefix_only) {
   if (shared_.empty()) return;
+  // Keys the index lacks, and keys held only in other nodes' files not checked for a while (their
+  // owners may have removed or replaced them: a lookup should not promise them).
   std::vector<const std::string*> missing;
+  std::vector<std::pair<const std::string*, uint32_t>> recheck;  // key, its foreign tiers
+  const int64_t now = reactor_->NowNs();
   {
     absl::ReaderMutexLock lock(&index_->mu());
     for (const std::string& key : keys) {
-      if (index_->get_shared().FindLive(key) == nullptr) missing.push_back(&key);
+      const IndexEntry* e = index_->get_shared().FindLive(key);
+      if (e == nullptr) {
+        missing.push_back(&key);
+      } else if (e->tiers == e->foreign && now - e->foreign_checked_ns >= recheck_ns_) {
+        recheck.emplace_back(&key, e->foreign);
+      }
     }
+  }
+  for (const auto& [key, tiers] : recheck) {
+    if (!Recheck(*key, tiers, now)) missing.push_back(key);
   }
   for (const std::string* key : missing) {
     const std::string stem = FileStem(*key);
@@ -33,6 +48,26 @@ void SharedLookup::Discover(const std::vector<std::string>& keys, bool prefix_on
     for (auto& s : shared_) found = Find(*s, *key, stem) || found;
     if (prefix_only && !found) return;
   }
+}
+
+bool SharedLookup::Recheck(const std::string& key, uint32_t tiers, int64_t now) {
+  const std::string stem = FileStem(key);
+  bool any = false;
+  for (auto& s : shared_) {
+    if (!(tiers & (1u << s->tier))) continue;
+    absl::StatusOr<ScannedChunk> header = tiers_[s->tier]->device->ReadChunkHeader(stem);
+    absl::MutexLock lock(&index_->mu());
+    Index& index = index_->get();
+    IndexEntry* e = index.Find(key);
+    if (e == nullptr || !(e->foreign & (1u << s->tier))) continue;  // changed meanwhile
+    if (header.ok() && header->meta.key == key && VersionOf(header->meta) == VersionOf(*e->meta)) {
+      e->foreign_checked_ns = now;
+      any = true;
+    } else {
+      index.RemoveReplica(key, s->tier);  // gone or replaced: Find looks for what is there now
+    }
+  }
+  return any;
 }
 
 bool SharedLookup::Find(SharedTier& s, const std::string& key, const std::string& stem) {
@@ -63,6 +98,7 @@ bool SharedLookup::Find(SharedTier& s, const std::string& key, const std::string
     // Indexed meanwhile (a write of this node, another lookup): that entry stands.
     if (e == nullptr || e->tiers == 0) {
       index.AddReplica(s.tier, std::make_shared<const ChunkMeta>(std::move(header->meta)), /*foreign=*/!header->owned);
+      index.Find(key)->foreign_checked_ns = now;
     }
     absl::MutexLock count(&s.mu);
     ++s.discovered;

@@ -6,7 +6,9 @@
 // node's own, when the file is its own: after its tier was out of reach, say). A key not found is
 // not looked for again on that tier for the tier's miss TTL; a file whose payload failed its
 // checksum here is not found again while it holds that version. Thread-safe; runs on the
-// caller's thread (a lookup's or a retrieve's), never on the I/O loop.
+// caller's thread (a lookup's or a retrieve's), never on the I/O loop. A key held only in other
+// nodes' files is checked again (one header read) once the miss TTL has passed since it was last
+// found, so a lookup does not promise a chunk its owner removed long ago.
 #pragma once
 
 #include <cstdint>
@@ -50,11 +52,16 @@ class SharedLookup {
   };
   // Looks `key` up on shared tier `s`; true when it was found and indexed.
   bool Find(SharedTier& s, const std::string& key, const std::string& stem);
+  // `key` is held only in other nodes' files, on `tiers`: checks each is still there in the
+  // indexed version (recording when), and takes out of the index those that are not. True if
+  // any still is.
+  bool Recheck(const std::string& key, uint32_t tiers, int64_t now);
 
   const Tiers& tiers_;
   GuardedIndex* index_;
   Reactor* reactor_;
   std::vector<std::unique_ptr<SharedTier>> shared_;
+  int64_t recheck_ns_ = 0;  // a foreign-only key is checked again after this long (the shortest miss TTL)
 };
 
 }  // namespace kvstream

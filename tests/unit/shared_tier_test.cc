@@ -354,41 +354,51 @@ StoreConfig OnlyShared(const TempDir& dir, const std::string& name, const std::s
   return c;
 }
 
-TEST_CASE("a file its owner replaced or another node republished is a miss, then the new version is found") {
+TEST_CASE("a file its owner replaced or another node republished: the new version is read, never the old metadata") {
   TempDir dir;
   const std::string shared = dir.sub("pfs");
   auto a = Open(OnlyShared(dir, "a", shared));
   auto b = Open(OnlyShared(dir, "b", shared));
   auto c = Open(OnlyShared(dir, "c", shared));
+  // d looks again only after a minute: within that, the version check at open is what stands.
+  StoreConfig slow = OnlyShared(dir, "d", shared);
+  slow.tiers[0].miss_ttl_seconds = 60;
+  auto d = Open(slow);
   const auto v1 = Payload(600 << 10, 1), v2 = Payload(700 << 10, 2), v3 = Payload(500 << 10, 3);
   auto read_one = [&](Store& s, const std::vector<uint8_t>& want) {
     return ReadKeys(s, {"k"}, [&](const std::string&) { return want; })[0];
   };
   REQUIRE(a->Persist("k", v1.data(), v1.size()).ok());
   a->Flush();
-  REQUIRE(read_one(*b, v1).status.ok());  // b indexes a's v1 (and keeps the file open)
-  // a rewrites its own key: b's next read finds another version under the name.
+  REQUIRE(read_one(*b, v1).status.ok());  // b indexes a's v1 and keeps the file open
+  REQUIRE(d->Lookup({"k"})[0].present);   // d indexes v1 without opening it
+  // a rewrites its own key: b (looking again at once) reads v2; d, holding v1's metadata, opens
+  // the file that is there now, sees another version and misses instead of failing.
   REQUIRE(a->Persist("k", v2.data(), v2.size()).ok());
   a->Flush();
   CHECK(fs::hard_link_count(Published(shared, "k")) == 2);
   ChunkResult r = read_one(*b, v2);
-  CHECK(absl::IsNotFound(r.status));
-  r = read_one(*b, v2);  // looked up again: v2
   REQUIRE(r.status.ok());
   CHECK(r.size == v2.size());
-  // a evicts it; c publishes the key with other bytes: b misses, then reads c's version.
+  CHECK(absl::IsNotFound(read_one(*d, v2).status));
+  r = read_one(*d, v2);  // looked up again now that the index lacks it: v2
+  REQUIRE(r.status.ok());
+  // a evicts it and c publishes the key with other bytes: b's lookup stops promising a's file,
+  // and b reads c's version.
   EvictRequest all;
   all.key = "k";
   REQUIRE(a->Evict(all).ok());
   CHECK_FALSE(fs::exists(Published(shared, "k")));
+  CHECK_FALSE(b->Lookup({"k"})[0].present);
   REQUIRE(c->Persist("k", v3.data(), v3.size()).ok());
   c->Flush();
-  CHECK(absl::IsNotFound(read_one(*b, v3).status));
   r = read_one(*b, v3);
   REQUIRE(r.status.ok());
   CHECK(r.size == v3.size());
-  CHECK(b->Stats().retrieve_failures == 0);
-  CHECK(TierNamed(b->Stats(), "pfs").checksum_failures == 0);
+  for (Store* s : {b.get(), d.get()}) {
+    CHECK(s->Stats().retrieve_failures == 0);
+    CHECK(TierNamed(s->Stats(), "pfs").checksum_failures == 0);
+  }
 }
 
 TEST_CASE("an own file found invalid at start leaves with its published name, so the key is free again") {
