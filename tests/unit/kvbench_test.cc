@@ -115,6 +115,21 @@ TEST_CASE("synthetic workloads split each request into stored and new chunks") {
   CHECK_FALSE(Synthetic({1, 1, 1, 1.5, 1}).ok());
 }
 
+TEST_CASE("a key prefix puts every chunk of a workload under it, reads, writes and populate alike") {
+  auto w = Synthetic({2, 1, 4, 0.5, 1 << 20});
+  REQUIRE(w.ok());
+  const std::string read0 = w->steps[0].reads[0], write0 = w->steps[0].writes[0], populate0 = w->populate[0];
+  PrefixKeys(&*w, "node3/");
+  CHECK(w->steps[0].reads[0] == "node3/" + read0);
+  CHECK(w->steps[0].writes[0] == "node3/" + write0);
+  CHECK(w->populate[0] == "node3/" + populate0);
+  for (const auto& step : w->steps) {
+    for (const auto& id : step.reads) CHECK(id.rfind("node3/", 0) == 0);
+  }
+  PrefixKeys(&*w, "");
+  CHECK(w->populate[0] == "node3/" + populate0);  // an empty prefix changes nothing
+}
+
 TEST_CASE("a trace is read in arrival order through a host LRU in front of storage") {
   kvstream::testing::TempDir dir;
   // Four 1024-token requests of two 512-token blocks; 1024-token chunks (one per request).

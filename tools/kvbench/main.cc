@@ -21,6 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kvstream/client.h"
+#include "kvstream/key.h"
 #include "kvstream/policies.h"
 #include "plan.h"
 #include "report.h"
@@ -43,8 +44,8 @@ struct Options {
   double check = -1;  // negative: no check
   int settle = 3;
   double step_gap = 0, write_gap = 0.3;
-  std::string read_into = "arena";
-  bool allow_buffered = false, dry_run = false;
+  std::string read_into = "arena", key_prefix;
+  bool allow_buffered = false, dry_run = false, no_alone = false, no_populate = false;
 };
 
 void AddOptions(CLI::App& app, Options& o) {
@@ -92,6 +93,12 @@ void AddOptions(CLI::App& app, Options& o) {
                  "(an unsealed /dev/shm file the daemon reaches through its descriptor, as an engine's own pool)")
       ->check(CLI::IsMember({"arena", "region"}))
       ->capture_default_str();
+  app.add_option("--key-prefix", o.key_prefix, "put this in front of every chunk key (several benches on one shared tier: "
+                 "keys of their own, or the same keys on purpose)");
+  app.add_flag("--no-alone", o.no_alone, "skip the runs that read each tier alone (no bound is computed): when other "
+               "processes load the tiers meanwhile, or when the first run must be a policy run");
+  app.add_flag("--no-populate", o.no_populate, "do not store the chunks first: they must be stored already (by an earlier "
+               "run, or by another node on a shared tier); a chunk that misses fails its step");
   app.add_flag("--allow-buffered", o.allow_buffered, "run even when a tier falls back to buffered I/O (page cache)");
   app.add_flag("--dry-run", o.dry_run, "print the workload (steps, bytes, host/storage/new chunks) and exit");
 }
@@ -141,8 +148,9 @@ std::vector<std::string> TierNames(const kvstream::StoreStats& stats) {
   return names;
 }
 
-// Each tier alone (when the bound can be measured), then the policy runs.
-std::vector<RunSpec> AllRuns(const std::vector<std::string>& tiers, const std::vector<RunSpec>& policy_runs) {
+// Each tier alone (when the bound can be measured and `alone`), then the policy runs.
+std::vector<RunSpec> AllRuns(const std::vector<std::string>& tiers, const std::vector<RunSpec>& policy_runs, bool alone) {
+  if (!alone) return policy_runs;
   std::vector<RunSpec> runs = PlanAloneRuns(tiers);
   if (runs.empty()) std::cerr << "kvbench: bounds are measured for one or two tiers; the daemon has " << tiers.size() << "\n";
   runs.insert(runs.end(), policy_runs.begin(), policy_runs.end());
@@ -169,6 +177,10 @@ int Main(int argc, char** argv) {
   if (!sizes.ok()) return Fail("bad size", sizes.status(), 2);
   auto workload = MakeWorkload(o, *sizes);
   if (!workload.ok()) return Fail("workload", workload.status(), 2);
+  if (!o.key_prefix.empty()) {
+    if (absl::Status s = kvstream::ValidateKey(o.key_prefix); !s.ok()) return Fail("--key-prefix", s, 2);
+    PrefixKeys(&*workload, o.key_prefix);
+  }
   if (o.dry_run) return PrintWorkload(stdout, *workload), 0;
   auto policy_runs = PlanPolicyRuns(o.policies, o.write_policies, o.step_gap, o.write_gap);
   if (!policy_runs.ok()) return Fail(policy_runs.status(), 2);
@@ -183,7 +195,7 @@ int Main(int argc, char** argv) {
   if (!stats.ok()) return Fail("stats", stats.status(), 1);
   if (absl::Status s = RequireDirectIo(*stats, o.allow_buffered); !s.ok()) return Fail(s, 2);
   const std::vector<std::string> tiers = TierNames(*stats);
-  const std::vector<RunSpec> runs = AllRuns(tiers, *policy_runs);
+  const std::vector<RunSpec> runs = AllRuns(tiers, *policy_runs, !o.no_alone);
   const ArenaPlan arena = PlanArena(*workload, runs);
   auto sessions = AttachRanks(o.socket, o.ranks, arena.bytes);
   if (!sessions.ok()) return Fail(sessions.status(), 1);
@@ -191,7 +203,9 @@ int Main(int argc, char** argv) {
 
   // Populate, let the tiers settle, then measure every run.
   Bench bench(*std::move(sessions), control->get(), *std::move(workload), arena.read_slots);
-  if (absl::Status s = bench.Populate(); !s.ok()) return Fail("populate", s, 1);
+  if (!o.no_populate) {
+    if (absl::Status s = bench.Populate(); !s.ok()) return Fail("populate", s, 1);
+  }
   if (o.read_into == "region") {
     if (absl::Status s = bench.ReadIntoClientRegions(); !s.ok()) return Fail("client regions", s, 1);
   }

@@ -13,6 +13,19 @@ namespace kvbench {
 
 std::string RankKey(const std::string& id, uint32_t rank) { return absl::StrCat(id, "@", rank); }
 
+void PrefixKeys(Workload* workload, const std::string& prefix) {
+  if (prefix.empty()) return;
+  const auto add = [&](std::vector<std::string>& ids) {
+    for (std::string& id : ids) id = prefix + id;
+  };
+  for (BenchStep& step : workload->steps) {
+    add(step.reads);
+    add(step.writes);
+  }
+  add(workload->populate);
+  workload->description = absl::StrCat(workload->description, ", keys ", prefix, "...");
+}
+
 absl::StatusOr<Workload> Synthetic(const SyntheticOptions& o) {
   if (o.steps == 0 || o.requests == 0 || o.chunks == 0 || o.chunk_bytes == 0) {
     return absl::InvalidArgumentError("synthetic: steps, requests, chunks and chunk size must be > 0");

@@ -27,6 +27,10 @@ struct Workload {
 // Rank r's part of chunk `id`: its key in kvstreamd.
 std::string RankKey(const std::string& id, uint32_t rank);
 
+// Puts `prefix` in front of every chunk id of the workload (steps and populate), so that several
+// benches on one shared tier read keys of their own, or the same keys on purpose (--key-prefix).
+void PrefixKeys(Workload* workload, const std::string& prefix);
+
 // `steps` steps of `requests` requests x `chunks` chunks; the first round(hit_ratio x chunks) of
 // each request are stored (read), the rest are new (written).
 struct SyntheticOptions {
