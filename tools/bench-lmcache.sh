@@ -2,7 +2,9 @@
 # LMCache's own LocalDiskBackend on the fast tier versus the kvstream plugin on both tiers, through
 # LMCache's StorageManager on two emulated tiers (tools/tierlab: loop devices, O_DIRECT, blkio read
 # caps of FAST and SLOW MB/s), same keys, chunk sizes and steps; then kvbench on the same daemon
-# and steps for the tiers' alone bandwidths, the bound ratio (b0+b1)/b0 and the plugin's overhead.
+# and steps for the tiers' alone bandwidths, the bound ratio (b0+b1)/b0 and the plugin's overhead;
+# then LMCache's multi-process L2 layer: its fs adapter on the fast tier versus the kvstream L2
+# adapter on the same daemon (tools/bench_lmcache_l2.py: same keys, same load batches).
 # Needs root, a build (kvstreamd, kvbench) and the Python environment (deploy/python-env.sh).
 # Usage: sudo tools/bench-lmcache.sh [--fast MBPS] [--slow MBPS] [--steps N] [--requests R] [--chunks C] [--out DIR]
 # (R requests of C chunks of 8 MiB per step; default 4 x 8)
@@ -35,3 +37,7 @@ echo "== LMCache StorageManager: LocalDiskBackend on t0 (O_DIRECT) vs the kvstre
 "$tierlab" run --dir "$work" -- "$python" "$root/tools/lmcache_bench.py" --socket "$sock" \
   --disk-dir "$work/mnt/t0/lmcache-disk" --steps "$steps" --requests "$requests" --chunks "$chunks" --chunk-mib 8 \
   --kvbench "$out/lmcache-kvbench-${requests}x${chunks}.json" --json "$out/lmcache-${requests}x${chunks}.json"
+echo
+echo "== LMCache multi-process L2: the fs adapter on t0 vs the kvstream L2 adapter on t0+t1 ($((requests * chunks)) chunks of 8 MiB, loads of $chunks)"
+"$tierlab" run --dir "$work" -- "$python" "$root/tools/bench_lmcache_l2.py" --daemon-socket "$sock" \
+  --fs-dir "$work/mnt/t0/lmcache-mp-fs" --chunks $((requests * chunks)) --chunk-mib 8 --batch "$chunks" --passes 3

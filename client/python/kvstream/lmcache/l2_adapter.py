@@ -1,0 +1,583 @@
+"""KVStreamL2Adapter: an L2 adapter of LMCache's multi-process mode (`lmcache server`) over kvstreamd.
+
+LMCache loads it with its own `plugin` adapter type:
+
+    lmcache server ... --l2-adapter '{"type": "plugin", "module_path": "kvstream.lmcache.l2_adapter",
+        "class_name": "KVStreamL2Adapter", "adapter_params": {"socket": "/run/kvstream/kvstreamd.sock"}}'
+
+The plugin factory finds KVStreamL2AdapterConfig by its name (class_name + "Config"), builds it from
+`adapter_params` and passes the L1 memory descriptor. The adapter attaches ONE kvstreamd session
+(the MP server is one process serving every model and rank) and maps the interface onto it:
+
+- lookup-and-lock: one daemon Lookup with `lock_seconds` (the lease, `lock_seconds` param); a bit is
+  set for each key present and locked. Unlock: one daemon Unlock; an unlock that fails is retried
+  until it succeeds, the daemon restarted (its locks are gone) or the lease has run out.
+- load: ONE daemon retrieve per task, every key of the task in it (the daemon batches them as one
+  step). A key is loaded when the daemon returns exactly the MemoryObj's get_size() bytes.
+- store: one Lookup (keys the daemon already holds are skipped) and one persist per task; the task
+  succeeds once every chunk is durable on its tiers.
+- delete: an evict per key. Capacity and eviction are the daemon's own (max_capacity_bytes 0 by
+  default: LMCache runs no global eviction on this adapter).
+
+A stored chunk is the MemoryObj's raw bytes (like LMCache's fs adapter): the caller allocates the
+load buffers, so no header is needed. Keys: "<key_prefix>/<model>@<kv_rank hex>@<object group hex>
+@<chunk hash hex>[@<cache_salt>]", the fields that make ObjectKeys distinct (the salt only when set).
+
+Data path (which one is used: report_status()["zero_copy"]):
+- zero copy: LMCache's MP server allocates its L1 pool (MixedMemoryAllocator, non-lazy) as POSIX
+  shared memory, /dev/shm/lmcache_l1_pool_<pid> (or the --shm-name); the adapter finds the file
+  behind the L1 descriptor's address in /proc/self/maps and hands it to the daemon as a client region
+  (Client.add_region). Retrieves then land in the MemoryObjs by O_DIRECT and persists are copied
+  out of them by the daemon: no byte passes through Python.
+- copy (a lazy or anonymous/pinned L1 pool, objects outside it, the region refused by the daemon's
+  arena budget, or zero_copy false): one copy per chunk between the session arena and the MemoryObj
+  (torch copy_, which releases the GIL). Loads copy each chunk as it lands, while the others of the
+  retrieve are still in flight (per-chunk completion). A task larger than the arena goes in waves
+  (one retrieve / persist per wave): size arena_bytes to the largest batch to keep one per task.
+
+Threads: submit_* only enqueue and return a task id; three worker threads (store, lookup+unlock,
+load) talk to the daemon, record results under a lock and signal three distinct eventfds. A daemon
+that is down or restarting gives failed stores and all-zero bitmaps, never an exception into
+LMCache's controller threads; the adapter reattaches by itself (DaemonLink) and hands the L1 region
+over again.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+from lmcache.lmcache_native import Bitmap
+from lmcache.logging import init_logger
+from lmcache.v1.distributed.api import ObjectKey
+from lmcache.v1.distributed.internal_api import L2StoreResult
+from lmcache.v1.distributed.l2_adapters.base import L2AdapterInterface, L2TaskId
+from lmcache.v1.distributed.l2_adapters.config import L2AdapterConfigBase
+
+from ..client import CONNECT_TIMEOUT_S, Client
+from ..daemon_link import DaemonLink, Session
+from ..errors import KVStreamError
+from ..plugin_settings import DEFAULT_SOCKET, MAX_PIN_LEASE
+from ..types import Chunk
+
+logger = init_logger(__name__)
+
+ADAPTER_MODULE = "kvstream.lmcache.l2_adapter"
+ADAPTER_CLASS = "KVStreamL2Adapter"
+SESSION_MODEL = "lmcache-mp"  # the session's name in the daemon's stats
+
+
+def l2_adapter_spec(socket: str = DEFAULT_SOCKET, **params: Any) -> Dict[str, Any]:
+    """The --l2-adapter JSON object (as a dict) that loads this adapter through LMCache's plugin type."""
+    return {"type": "plugin", "module_path": ADAPTER_MODULE, "class_name": ADAPTER_CLASS,
+            "adapter_params": {"socket": socket, **params}}
+
+
+def object_key_name(key: ObjectKey, prefix: str = "lmcache") -> str:
+    """The daemon key of an ObjectKey: stable across processes, distinct for distinct ObjectKeys
+    (model names and salts cannot contain '@', so the fields split unambiguously)."""
+    name = f"{prefix}/{key.model_name}@{key.kv_rank:#010x}@{key.object_group_id:x}@{key.chunk_hash.hex()}"
+    return f"{name}@{key.cache_salt}" if key.cache_salt else name
+
+
+class KVStreamL2AdapterConfig(L2AdapterConfigBase):
+    """adapter_params of the kvstream L2 adapter (all optional)."""
+
+    # param -> (type, default); numbers must be positive unless noted in _NON_NEGATIVE.
+    PARAMS: Dict[str, Tuple[type, Any]] = {
+        "socket": (str, DEFAULT_SOCKET),  # kvstreamd's socket ("socket_path" is accepted too)
+        "arena_bytes": (int, 256 << 20),  # the session arena (copy path), <= the daemon's sessions.max_arena
+        "io_timeout": (float, 60.0),  # seconds for one retrieve / persist
+        "lookup_timeout": (float, 5.0),  # seconds for a lookup / unlock / evict
+        "connect_timeout": (float, CONNECT_TIMEOUT_S),
+        "retry_interval": (float, 1.0),  # seconds between reattach attempts while the daemon is down
+        "lock_seconds": (float, 60.0),  # lease of a lookup-and-lock (kvstreamd caps it at 3600)
+        "zero_copy": (bool, True),  # hand the L1 pool to the daemon when it is shared memory
+        "key_prefix": (str, "lmcache"),
+        "max_capacity_bytes": (int, 0),  # > 0 enables LMCache's global L2 eviction on this adapter
+    }
+    _NON_NEGATIVE = {"max_capacity_bytes"}
+
+    def __init__(self, **values: Any) -> None:
+        for name, (_, default) in self.PARAMS.items():
+            setattr(self, name, values.get(name, default))
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "KVStreamL2AdapterConfig":
+        d = dict(d)
+        d.pop("type", None)
+        if "socket_path" in d:
+            d.setdefault("socket", d.pop("socket_path"))
+        unknown = sorted(set(d) - set(cls.PARAMS))
+        if unknown:
+            raise ValueError(f"unknown kvstream adapter_params {unknown}; known: {sorted(cls.PARAMS)}")
+        values: Dict[str, Any] = {}
+        for name, (kind, default) in cls.PARAMS.items():
+            raw = d.get(name, default)
+            if kind is bool:
+                if not isinstance(raw, bool):
+                    raise ValueError(f"kvstream adapter_params {name} must be true or false, got {raw!r}")
+                value: Any = raw
+            else:
+                try:
+                    value = kind(raw)
+                except (TypeError, ValueError):
+                    raise ValueError(f"kvstream adapter_params {name}: cannot read {raw!r} as {kind.__name__}") from None
+                if kind is str and not value:
+                    raise ValueError(f"kvstream adapter_params {name} must be a non-empty string")
+                if kind is not str and (value < 0 if name in cls._NON_NEGATIVE else value <= 0):
+                    raise ValueError(f"kvstream adapter_params {name} must be positive, got {raw!r}")
+            values[name] = value
+        if values["lock_seconds"] > MAX_PIN_LEASE:
+            raise ValueError(f"kvstream adapter_params lock_seconds must be at most {MAX_PIN_LEASE:g}")
+        return cls(**values)
+
+    @classmethod
+    def help(cls) -> str:
+        return ("kvstream L2 adapter (type plugin, module_path kvstream.lmcache.l2_adapter, class_name "
+                "KVStreamL2Adapter); adapter_params, all optional:\n"
+                + "\n".join(f"- {n} ({k.__name__}, default {d!r})" for n, (k, d) in cls.PARAMS.items()))
+
+
+class _L1Region:
+    """The shared-memory file behind LMCache's L1 pool, when it is one: its descriptor, size, and
+    where the pool's base address lies in it."""
+
+    def __init__(self, fd: int, size: int, base: int, base_offset: int, length: int, path: str) -> None:
+        self.fd, self.size, self.base, self.base_offset, self.length, self.path = fd, size, base, base_offset, length, path
+
+    def offset_of(self, address: int, nbytes: int) -> Optional[int]:
+        """The file offset of [address, address + nbytes), or None when it is not inside the pool."""
+        if self.base <= address and address + nbytes <= self.base + self.length:
+            return address - self.base + self.base_offset
+        return None
+
+    @classmethod
+    def find(cls, ptr: int, size: int) -> Optional["_L1Region"]:
+        """Looks up the mapping holding [ptr, ptr + size) in /proc/self/maps; a /dev/shm file (POSIX
+        shm) or a memfd is opened read-write. None for anonymous memory (a pinned or lazy pool)."""
+        try:
+            with open("/proc/self/maps") as maps:
+                lines = maps.readlines()
+        except OSError:
+            return None
+        for line in lines:
+            fields = line.split(maxsplit=5)
+            if len(fields) < 6:
+                continue
+            start, end = (int(x, 16) for x in fields[0].split("-"))
+            if not (start <= ptr < end):
+                continue
+            path = fields[5].strip()
+            if ptr + size > end or "w" not in fields[1] or "s" not in fields[1]:
+                return None  # split over several mappings, or not a shared writable mapping
+            if path.startswith("/dev/shm/"):
+                opener = path
+            elif path.startswith("/memfd:"):
+                opener = f"/proc/self/map_files/{fields[0]}"
+            else:
+                return None
+            try:
+                fd = os.open(opener.removesuffix(" (deleted)"), os.O_RDWR | os.O_CLOEXEC)
+            except OSError as e:
+                logger.info("kvstream: the L1 pool (%s) cannot be opened for the daemon (%s); copying", path, e)
+                return None
+            return cls(fd, os.fstat(fd).st_size, ptr, ptr - start + int(fields[2], 16), size, path)
+        return None
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def _bitmap(n: int, hits: Sequence[int]) -> Bitmap:
+    bitmap = Bitmap(n)
+    for i in hits:
+        bitmap.set(i)
+    return bitmap
+
+
+class KVStreamL2Adapter(L2AdapterInterface):
+    """LMCache L2AdapterInterface over kvstreamd. Thread-safe; never raises into the controllers."""
+
+    def __init__(self, config: "KVStreamL2AdapterConfig | Dict[str, Any]", l1_memory_desc: Any = None) -> None:
+        if not isinstance(config, KVStreamL2AdapterConfig):
+            config = KVStreamL2AdapterConfig.from_dict(dict(config or {}))
+        super().__init__(max_capacity_bytes=config.max_capacity_bytes)
+        self.config = config
+        self._store_efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._lookup_efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._load_efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._lock = threading.Lock()
+        self._next_id: L2TaskId = 0
+        self._stores: Dict[L2TaskId, L2StoreResult] = {}
+        self._lookups: Dict[L2TaskId, Bitmap] = {}
+        self._loads: Dict[L2TaskId, Bitmap] = {}
+        self._counts = {"stored": 0, "store_failed": 0, "lookup_hits": 0, "lookup_misses": 0,
+                        "loaded": 0, "load_failed": 0, "unlock_retries": 0}
+        self._pending_unlocks: List[Tuple[List[str], float]] = []  # (names, give up at), lookup worker only
+        self._closed = False
+
+        self._l1: Optional[_L1Region] = None
+        if config.zero_copy and l1_memory_desc is not None:
+            self._l1 = _L1Region.find(int(l1_memory_desc.ptr), int(l1_memory_desc.size))
+        c = config
+        where = f"kvstreamd on {c.socket} (LMCache L2 adapter)"
+        self.link = DaemonLink(where, self._connect, logger, retry_interval=c.retry_interval)
+
+        self._queues: Dict[str, "queue.Queue[Optional[Callable[[], None]]]"] = {}
+        self._workers: List[threading.Thread] = []
+        for name in ("store", "lookup", "load"):
+            q: "queue.Queue[Optional[Callable[[], None]]]" = queue.Queue()
+            self._queues[name] = q
+            t = threading.Thread(target=self._work, args=(name, q), name=f"kvstream-l2-{name}", daemon=True)
+            t.start()
+            self._workers.append(t)
+        self.link.connect_now()  # now if the daemon is up; otherwise say so once and retry later
+        logger.info("kvstream: L2 adapter on %s, L1 pool %s", c.socket,
+                    f"shared with the daemon ({self._l1.path})" if self._l1 else "copied through the arena")
+
+    # -- the session --------------------------------------------------------------------------
+
+    def _connect(self) -> Session:
+        c = self.config
+        client = Client.attach(c.socket, model=SESSION_MODEL, rank=0, world_size=1,
+                               arena_bytes=c.arena_bytes if self._l1 is None else min(c.arena_bytes, 16 << 20),
+                               timeout=c.connect_timeout, rpc_timeout=c.lookup_timeout)
+        if self._l1 is None:
+            return Session(client)
+        try:
+            return Session(client, client.add_region(self._l1.fd, self._l1.size))
+        except KVStreamError as e:  # e.g. over sessions.arena_budget: the copy path serves
+            logger.warning("kvstream: the L1 pool (%d bytes) cannot be handed to kvstreamd (%s); chunks are "
+                           "copied through the session arena", self._l1.size, e)
+            client.close()
+        return Session(Client.attach(c.socket, model=SESSION_MODEL, rank=0, world_size=1, arena_bytes=c.arena_bytes,
+                                     timeout=c.connect_timeout, rpc_timeout=c.lookup_timeout))
+
+    @property
+    def zero_copy(self) -> bool:
+        """True while the live session reads into and persists from the L1 pool in place."""
+        session = self.link.session()
+        return session is not None and session.region != 0
+
+    def _names(self, keys: Sequence[ObjectKey]) -> List[str]:
+        return [object_key_name(k, self.config.key_prefix) for k in keys]
+
+    def _region_chunks(self, session: Session, names: List[str], objects: Sequence[Any]) -> Optional[List[Chunk]]:
+        """The chunks of a task addressed in the L1 region, or None when some object lies outside it."""
+        if not session.region or self._l1 is None:
+            return None
+        chunks = []
+        for name, obj in zip(names, objects):
+            size = obj.get_size()
+            offset = self._l1.offset_of(obj.data_ptr, size)
+            if offset is None:
+                return None
+            chunks.append(Chunk(name, offset, size, session.region))
+        return chunks
+
+    # -- workers ------------------------------------------------------------------------------
+
+    def _submit(self, worker: str, run: Callable[[L2TaskId], None]) -> L2TaskId:
+        with self._lock:
+            task_id = self._next_id
+            self._next_id += 1
+        self._queues[worker].put(lambda: run(task_id))
+        return task_id
+
+    def _work(self, name: str, q: "queue.Queue[Optional[Callable[[], None]]]") -> None:
+        while True:
+            timeout = self.config.retry_interval if name == "lookup" and self._pending_unlocks else None
+            try:
+                job = q.get(timeout=timeout)
+            except queue.Empty:
+                job = self._retry_unlocks
+            if job is None:
+                return
+            try:
+                job()
+            except BaseException as e:  # noqa: BLE001 - jobs record their own failures; the worker survives
+                logger.error("kvstream: L2 %s worker: %s", name, e)
+
+    def _finish(self, results: str, task_id: L2TaskId, value: Any, efd: int) -> None:
+        """Records a task's result in the dict named `results` (looked up under the lock: the pop
+        calls replace it) and signals `efd`."""
+        with self._lock:
+            getattr(self, results)[task_id] = value
+        if not self._closed:
+            try:
+                os.eventfd_write(efd, 1)
+            except OSError:
+                pass
+
+    def _count(self, **deltas: int) -> None:
+        with self._lock:
+            for k, v in deltas.items():
+                self._counts[k] += v
+
+    # -- event fds ----------------------------------------------------------------------------
+
+    def get_store_event_fd(self) -> int:
+        return self._store_efd
+
+    def get_lookup_and_lock_event_fd(self) -> int:
+        return self._lookup_efd
+
+    def get_load_event_fd(self) -> int:
+        return self._load_efd
+
+    # -- store --------------------------------------------------------------------------------
+
+    def submit_store_task(self, keys: List[ObjectKey], objects: List[Any]) -> L2TaskId:
+        keys, objects = list(keys), list(objects)
+        return self._submit("store", lambda tid: self._finish("_stores", tid, self._store(keys, objects),
+                                                              self._store_efd))
+
+    def pop_completed_store_tasks(self) -> Dict[L2TaskId, L2StoreResult]:
+        with self._lock:
+            done, self._stores = self._stores, {}
+        return done
+
+    def _store(self, keys: List[ObjectKey], objects: List[Any]) -> L2StoreResult:
+        if len(keys) != len(objects):
+            logger.error("kvstream: store task with %d keys and %d objects", len(keys), len(objects))
+            return L2StoreResult(False, 0)
+        if not keys:
+            return L2StoreResult(True, 0)
+        session = self.link.session()
+        if session is None:
+            self._count(store_failed=len(keys))
+            return L2StoreResult(False, 0)
+        names = self._names(keys)
+        try:
+            entries, _ = session.client.lookup(names)
+        except Exception as e:  # noqa: BLE001
+            self.link.fail(session, e)
+            self._count(store_failed=len(keys))
+            return L2StoreResult(False, 0)
+        todo = [i for i, e in enumerate(entries) if not e.present]  # the daemon keeps what it holds
+        if not todo:
+            return L2StoreResult(True, 0)
+        try:
+            ok = self._persist(session, [names[i] for i in todo], [objects[i] for i in todo])
+        except Exception as e:  # noqa: BLE001 - the daemon went away or refused the call
+            logger.error("kvstream: persist of %d chunks failed: %s", len(todo), e)
+            self.link.fail(session, e)
+            ok = [False] * len(todo)
+        stored = [i for i, good in zip(todo, ok) if good]
+        sizes = [objects[i].get_size() for i in stored]
+        self._count(stored=len(stored), store_failed=len(todo) - len(stored))
+        if stored:
+            self._notify_keys_stored([keys[i] for i in stored], sizes)
+        return L2StoreResult(len(stored) == len(todo), sum(sizes))
+
+    def _persist(self, session: Session, names: List[str], objects: List[Any]) -> List[bool]:
+        """Persists the objects (one persist per task; waves when the arena cannot stage them all);
+        whether each is durable."""
+        timeout = self.config.io_timeout
+        chunks = self._region_chunks(session, names, objects)
+        if chunks is not None:  # zero copy: the daemon copies them out of the L1 pool into staging
+            return [r.ok for r in session.client.persist(chunks, check=False, timeout=timeout)]
+        allocator = session.allocator
+        assert allocator is not None
+        arena = session.client.arena
+        ok = [False] * len(names)
+        waits: List[Tuple[List[int], Any]] = []
+        todo = list(range(len(names)))
+        while todo:
+            staged: List[Tuple[int, int, int]] = []  # (index, arena offset, bytes)
+            wave_bytes = 0
+            for i in todo:
+                size = objects[i].get_size()
+                if staged and wave_bytes + allocator.rounded(size) > allocator.capacity // 2:
+                    break  # stores stage at most half the arena at once: loads keep room
+                wave_bytes += allocator.rounded(size)
+                offset = allocator.allocate(size, timeout) if not staged else allocator.try_allocate(size)
+                if offset is None:
+                    break
+                torch.frombuffer(arena, dtype=torch.uint8, count=size, offset=offset).copy_(
+                    torch.frombuffer(objects[i].byte_array, dtype=torch.uint8))
+                staged.append((i, offset, size))
+            if not staged:
+                logger.error("kvstream: no room to stage a %d-byte chunk in the %d-byte arena (arena_bytes)",
+                             objects[todo[0]].get_size(), allocator.capacity)
+                break
+            todo = todo[len(staged):]
+            try:
+                future = session.client.persist_async([Chunk(names[i], off, n) for i, off, n in staged],
+                                                      check=False, timeout=timeout)
+            finally:  # staged (or refused): the arena ranges are free again
+                for _, off, _ in staged:
+                    allocator.free(off)
+            waits.append(([i for i, _, _ in staged], future))
+        for indices, future in waits:
+            for i, r in zip(indices, future.result()):
+                ok[i] = r.ok
+        return ok
+
+    # -- lookup and lock, unlock --------------------------------------------------------------
+
+    def submit_lookup_and_lock_task(self, keys: List[ObjectKey], group_layout_descs: Any = None) -> L2TaskId:
+        keys = list(keys)
+        return self._submit("lookup", lambda tid: self._finish("_lookups", tid, self._lookup(keys),
+                                                               self._lookup_efd))
+
+    def query_lookup_and_lock_result(self, task_id: L2TaskId) -> Optional[Bitmap]:
+        with self._lock:
+            return self._lookups.pop(task_id, None)
+
+    def _lookup(self, keys: List[ObjectKey]) -> Bitmap:
+        session = self.link.session() if keys else None
+        hits: List[int] = []
+        if session is not None:
+            try:
+                entries, _ = session.client.lookup(self._names(keys), lock_seconds=self.config.lock_seconds)
+                hits = [i for i, e in enumerate(entries) if e.present and e.locked]
+            except Exception as e:  # noqa: BLE001
+                self.link.fail(session, e)
+        self._count(lookup_hits=len(hits), lookup_misses=len(keys) - len(hits))
+        return _bitmap(len(keys), hits)
+
+    def submit_unlock(self, keys: List[ObjectKey]) -> None:
+        names = self._names(keys)
+        if names:
+            give_up = time.monotonic() + self.config.lock_seconds  # the lease has ended by then anyway
+            self._queues["lookup"].put(lambda: self._unlock(names, give_up))
+
+    def _unlock(self, names: List[str], give_up: float) -> None:
+        """REQUIRES: the lookup worker. Unlocks, or keeps the keys for a retry."""
+        session = self.link.session()
+        if session is not None:
+            try:
+                session.client.unlock(names)
+                return
+            except Exception as e:  # noqa: BLE001
+                self.link.fail(session, e)
+        if time.monotonic() < give_up:
+            self._pending_unlocks.append((names, give_up))
+
+    def _retry_unlocks(self) -> None:
+        pending, self._pending_unlocks = self._pending_unlocks, []
+        self._count(unlock_retries=len(pending))
+        for names, give_up in pending:
+            self._unlock(names, give_up)
+
+    # -- load ---------------------------------------------------------------------------------
+
+    def submit_load_task(self, keys: List[ObjectKey], objects: List[Any]) -> L2TaskId:
+        keys, objects = list(keys), list(objects)
+        return self._submit("load", lambda tid: self._finish("_loads", tid, self._load(keys, objects),
+                                                             self._load_efd))
+
+    def query_load_result(self, task_id: L2TaskId) -> Optional[Bitmap]:
+        with self._lock:
+            return self._loads.pop(task_id, None)
+
+    def _load(self, keys: List[ObjectKey], objects: List[Any]) -> Bitmap:
+        n = len(keys)
+        session = self.link.session() if n and n == len(objects) else None
+        hits: List[int] = []
+        if session is not None:
+            try:
+                hits = self._retrieve(session, self._names(keys), objects)
+            except Exception as e:  # noqa: BLE001 - daemon gone, timed out or call refused: misses
+                logger.error("kvstream: retrieve of %d chunks failed: %s", n, e)
+                self.link.fail(session, e)  # reads may still land in its arena: it is dropped with it
+                hits = []
+        self._count(loaded=len(hits), load_failed=n - len(hits))
+        if hits:
+            self._notify_keys_accessed([keys[i] for i in hits])
+        return _bitmap(n, hits)
+
+    def _retrieve(self, session: Session, names: List[str], objects: List[Any]) -> List[int]:
+        """ONE retrieve of every key (waves only when the arena cannot hold them); the indices loaded."""
+        timeout = self.config.io_timeout
+        sizes = [obj.get_size() for obj in objects]
+        chunks = self._region_chunks(session, names, objects)
+        if chunks is not None:  # zero copy: the daemon reads straight into the MemoryObjs
+            results = session.client.retrieve(chunks, timeout=timeout).results
+            return [r.index for r in results if r.ok and r.size == sizes[r.index]]
+        allocator = session.allocator
+        assert allocator is not None
+        arena = session.client.arena
+        hits: List[int] = []
+        todo = list(range(len(names)))
+        while todo:
+            wave: List[Tuple[int, int]] = []  # (index, arena offset)
+            for i in todo:
+                offset = allocator.allocate(sizes[i], timeout) if not wave else allocator.try_allocate(sizes[i])
+                if offset is None:
+                    break
+                wave.append((i, offset))
+            if not wave:
+                logger.error("kvstream: no room for a %d-byte chunk in the %d-byte arena (arena_bytes)",
+                             sizes[todo[0]], allocator.capacity)
+                break
+            todo = todo[len(wave):]
+
+            def on_chunk(r: Any, wave: List[Tuple[int, int]] = wave) -> None:
+                i, offset = wave[r.index]
+                if r.ok and r.size == sizes[i]:  # copy it out while the others are still in flight
+                    torch.frombuffer(objects[i].byte_array, dtype=torch.uint8).copy_(
+                        torch.frombuffer(arena, dtype=torch.uint8, count=sizes[i], offset=offset))
+                    hits.append(i)
+                allocator.free(offset)
+
+            session.client.retrieve([Chunk(names[i], off, allocator.rounded(sizes[i])) for i, off in wave],
+                                    on_chunk=on_chunk, timeout=timeout)
+        return sorted(hits)
+
+    # -- delete, status, close ----------------------------------------------------------------
+
+    def delete(self, keys: List[ObjectKey]) -> None:
+        session = self.link.session() if keys else None
+        if session is None:
+            return
+        names = self._names(keys)
+        deleted: List[ObjectKey] = []
+        sizes: List[int] = []
+        try:
+            entries, _ = session.client.lookup(names)
+            for key, name, entry in zip(keys, names, entries):
+                if entry.present and session.client.evict(key=name).replicas > 0:
+                    deleted.append(key)
+                    sizes.append(entry.size)
+        except Exception as e:  # noqa: BLE001
+            logger.warning("kvstream: delete of %d keys failed: %s", len(keys), e)
+            self.link.fail(session, e)
+        if deleted:
+            self._notify_keys_deleted(deleted, sizes)
+
+    def report_status(self) -> dict:
+        with self._lock:
+            counts = dict(self._counts)
+        session = self.link.session()
+        return {"is_healthy": session is not None, "type": "KVStreamL2Adapter", "socket": self.config.socket,
+                "zero_copy": session is not None and session.region != 0,
+                "l1_region": self._l1.path if self._l1 else None,
+                "workers_alive": all(t.is_alive() for t in self._workers), **counts}
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        for q in self._queues.values():
+            q.put(None)
+        for t in self._workers:
+            t.join(self.config.io_timeout)
+        self.link.close()
+        if self._l1 is not None:
+            self._l1.close()
+        for fd in (self._store_efd, self._lookup_efd, self._load_efd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        logger.info("kvstream: L2 adapter closed")

@@ -1,0 +1,319 @@
+"""KVStreamL2Adapter (LMCache multi-process mode) built by LMCache's own --l2-adapter parsing and
+adapter factory, on real LMCache L1 memory (L1MemoryManager), against a real kvstreamd."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("lmcache", reason="the LMCache L2 adapter tests need LMCache (tests/run.sh installs it)")
+
+import torch  # noqa: E402
+from lmcache.v1.distributed.api import MemoryLayoutDesc, ObjectKey  # noqa: E402
+from lmcache.v1.distributed.config import L1MemoryManagerConfig  # noqa: E402
+from lmcache.v1.distributed.l2_adapters import create_l2_adapter  # noqa: E402
+from lmcache.v1.distributed.l2_adapters.config import (  # noqa: E402
+    add_l2_adapters_args,
+    parse_args_to_l2_adapters_config,
+)
+from lmcache.v1.distributed.memory_manager.l1_memory_manager import L1MemoryManager  # noqa: E402
+
+import kvstream  # noqa: E402
+from kvstream.lmcache.l2_adapter import (  # noqa: E402
+    KVStreamL2Adapter,
+    KVStreamL2AdapterConfig,
+    l2_adapter_spec,
+    object_key_name,
+)
+
+MODEL = "test/model"
+LAYOUT = MemoryLayoutDesc([torch.Size((4, 2, 64, 256))], [torch.bfloat16])  # 256 KiB per chunk
+
+
+def parse_spec(spec: dict):
+    """The adapter config exactly as `lmcache server --l2-adapter JSON` parses it."""
+    parser = argparse.ArgumentParser()
+    add_l2_adapters_args(parser)
+    args = parser.parse_args(["--l2-adapter", json.dumps(spec)])
+    return parse_args_to_l2_adapters_config(args).adapters[0]
+
+
+@pytest.fixture(params=["shm", "anonymous"])
+def l1(request):
+    """LMCache's L1 memory: a POSIX-shm pool (as lmcache server --shm-name makes it: zero copy)
+    or an anonymous one (the copy path)."""
+    shm_name = f"lmcache_l1_pool_kvstest{os.getpid()}" if request.param == "shm" else ""
+    manager = L1MemoryManager(L1MemoryManagerConfig(size_in_bytes=64 << 20, use_lazy=False, shm_name=shm_name))
+    manager.kind = request.param
+    yield manager
+    manager.close()
+
+
+@pytest.fixture
+def make_adapter(l1):
+    adapters = []
+
+    def make(socket_path: str, **params):
+        params.setdefault("retry_interval", 0.05)
+        params.setdefault("connect_timeout", 1.0)
+        params.setdefault("arena_bytes", 32 << 20)
+        adapter = create_l2_adapter(parse_spec(l2_adapter_spec(socket_path, **params)), l1.get_l1_memory_desc())
+        adapters.append(adapter)
+        return adapter
+
+    yield make
+    for adapter in adapters:
+        adapter.close()
+
+
+def keys_for(n: int, start: int = 0, **fields) -> list:
+    fields.setdefault("model_name", MODEL)
+    fields.setdefault("kv_rank", 0)
+    return [ObjectKey(chunk_hash=(start + i).to_bytes(8, "big") * 2, **fields) for i in range(n)]
+
+
+def allocate(l1, n: int, seed: int | None = 0) -> list:
+    err, objs = l1.allocate(LAYOUT, n)
+    assert objs, err
+    if seed is not None:
+        gen = torch.Generator().manual_seed(seed)
+        for obj in objs:
+            obj.tensor.copy_(torch.randn(obj.tensor.shape, generator=gen).to(torch.bfloat16))
+    else:
+        for obj in objs:
+            obj.tensor.zero_()
+    return objs
+
+
+def wait_for(fd: int, poll_result, timeout: float = 30.0):
+    """As LMCache's controllers do: poll the eventfd, drain it, then query the result."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        poller.poll(100)
+        try:
+            os.eventfd_read(fd)
+        except BlockingIOError:
+            pass
+        result = poll_result()
+        if result is not None and result != {}:
+            return result
+    raise TimeoutError("the adapter signalled no completion")
+
+
+def store(adapter, keys, objs):
+    tid = adapter.submit_store_task(keys, objs)
+    results = wait_for(adapter.get_store_event_fd(), adapter.pop_completed_store_tasks)
+    assert list(results) == [tid]
+    return results[tid]
+
+
+def lookup(adapter, keys):
+    tid = adapter.submit_lookup_and_lock_task(keys, {})
+    bitmap = wait_for(adapter.get_lookup_and_lock_event_fd(), lambda: adapter.query_lookup_and_lock_result(tid))
+    assert adapter.query_lookup_and_lock_result(tid) is None  # a result is handed out once
+    return bitmap.get_indices_list()
+
+
+def load(adapter, keys, objs):
+    tid = adapter.submit_load_task(keys, objs)
+    bitmap = wait_for(adapter.get_load_event_fd(), lambda: adapter.query_load_result(tid))
+    return bitmap.get_indices_list()
+
+
+def daemon_stats(socket_path):
+    with kvstream.Client.connect(socket_path) as c:
+        return c.stats()
+
+
+def test_the_json_config_builds_the_adapter_through_lmcache_plugin_factory(daemon, make_adapter, l1):
+    adapter = make_adapter(daemon.socket, lock_seconds=30)
+    assert isinstance(adapter, KVStreamL2Adapter)
+    assert isinstance(adapter.config, KVStreamL2AdapterConfig)
+    assert adapter.config.socket == daemon.socket and adapter.config.lock_seconds == 30
+    fds = {adapter.get_store_event_fd(), adapter.get_lookup_and_lock_event_fd(), adapter.get_load_event_fd()}
+    assert len(fds) == 3
+    status = adapter.report_status()
+    assert status["is_healthy"] and status["zero_copy"] == (l1.kind == "shm")
+    assert daemon_stats(daemon.socket).sessions == 1
+    with pytest.raises(ValueError, match="unknown kvstream adapter_params"):
+        create_l2_adapter(parse_spec(l2_adapter_spec(daemon.socket, sockets="x")), None)
+    with pytest.raises(ValueError, match="lock_seconds"):
+        create_l2_adapter(parse_spec(l2_adapter_spec(daemon.socket, lock_seconds=0)), None)
+
+
+def test_object_keys_map_to_distinct_stable_daemon_keys():
+    base = ObjectKey(chunk_hash=b"\x01\x02", model_name="org/m", kv_rank=0x01020304)
+    assert object_key_name(base) == "lmcache/org/m@0x01020304@0@0102"
+    variants = [base, ObjectKey(b"\x01\x02", "org/m", 0x01020305), ObjectKey(b"\x01\x02", "org/m2", 0x01020304),
+                ObjectKey(b"\x01\x03", "org/m", 0x01020304), ObjectKey(b"\x01\x02", "org/m", 0x01020304, 1),
+                ObjectKey(b"\x01\x02", "org/m", 0x01020304, 0, "alice"), ObjectKey(b"\x01\x02", "org/m", 0x01020304, 0, "bob")]
+    assert len({object_key_name(k) for k in variants}) == len(variants)
+    assert object_key_name(variants[5]).endswith("@alice")
+
+
+def test_store_lookup_lock_load_unlock_round_trip(daemon, make_adapter, l1):
+    adapter = make_adapter(daemon.socket)
+    keys = keys_for(8)
+    objs = allocate(l1, 8, seed=1)
+    result = store(adapter, keys, objs)
+    assert result.is_successful() and result.bytes_transferred() == 8 * objs[0].get_size()
+    assert adapter.get_usage().total_bytes_used == 8 * objs[0].get_size()
+    # A second store of the same keys writes nothing (the daemon holds them) and succeeds.
+    again = store(adapter, keys, objs)
+    assert again.is_successful() and again.bytes_transferred() == 0
+
+    unknown = keys_for(2, start=100)
+    assert lookup(adapter, keys + unknown) == list(range(8))
+
+    # The lookup took one daemon lock per key: a second client can release exactly one.
+    names = [object_key_name(k) for k in keys]
+    with kvstream.Client.connect(daemon.socket) as c:
+        assert lookup(adapter, keys) == list(range(8))  # two locks each now
+        assert c.unlock(names) == 8
+        adapter.submit_unlock(keys)
+        lookup(adapter, unknown)  # the lookup worker runs the unlock before this (FIFO)
+        assert c.unlock(names) == 0
+
+    steps_before = daemon_stats(daemon.socket).steps
+    fresh = allocate(l1, 8, seed=None)
+    assert load(adapter, keys, fresh) == list(range(8))
+    assert daemon_stats(daemon.socket).steps == steps_before + 1  # ONE retrieve for the task
+    for got, want in zip(fresh, objs):
+        assert bytes(got.byte_array) == bytes(want.byte_array)
+    status = adapter.report_status()
+    assert status["zero_copy"] == (l1.kind == "shm") and status["loaded"] == 8
+    l1.free(objs + fresh)
+
+
+def test_unknown_keys_and_wrong_sizes_are_misses(daemon, make_adapter, l1):
+    adapter = make_adapter(daemon.socket)
+    keys = keys_for(3)
+    objs = allocate(l1, 3, seed=2)
+    assert store(adapter, keys[:2], objs[:2]).is_successful()
+    assert lookup(adapter, keys) == [0, 1]
+    assert lookup(adapter, keys_for(2, start=50)) == []
+    fresh = allocate(l1, 3, seed=None)
+    assert load(adapter, keys, fresh) == [0, 1]
+    assert not any(bytes(fresh[2].byte_array))  # a miss leaves its buffer untouched
+    # A chunk stored under another key size is not loaded into a buffer of a different size.
+    err, small = l1.allocate(MemoryLayoutDesc([torch.Size((4, 2, 32, 256))], [torch.bfloat16]), 1)
+    assert load(adapter, keys[:1], small) == []
+    # cache_salt isolates: the same hash under another salt is another key.
+    salted = keys_for(1, cache_salt="alice")
+    assert lookup(adapter, salted) == []
+    assert store(adapter, salted, objs[2:]).is_successful()
+    assert lookup(adapter, salted) == [0] and lookup(adapter, keys_for(1, start=2)) == []
+    l1.free(objs + fresh + small)
+
+
+def test_a_daemon_restart_gives_failures_not_exceptions_then_recovers(daemon, make_adapter, l1):
+    adapter = make_adapter(daemon.socket)
+    keys = keys_for(4)
+    objs = allocate(l1, 4, seed=3)
+    assert store(adapter, keys, objs).is_successful()
+
+    daemon.stop()
+    fresh = allocate(l1, 4, seed=None)
+    assert lookup(adapter, keys) == []
+    assert load(adapter, keys, fresh) == []
+    failed = store(adapter, keys_for(2, start=10), allocate(l1, 2, seed=4))
+    assert not failed.is_successful() and failed.bytes_transferred() == 0
+    adapter.submit_unlock(keys)  # accepted while down; retried, never raised
+    assert not adapter.report_status()["is_healthy"]
+
+    daemon.start()  # the tiers keep the chunks: the daemon rebuilds its index from them
+    deadline = time.monotonic() + 20
+    while lookup(adapter, keys) != list(range(4)):
+        assert time.monotonic() < deadline, "the adapter did not reattach"
+        time.sleep(0.1)
+    assert load(adapter, keys, fresh) == list(range(4))
+    for got, want in zip(fresh, objs):
+        assert bytes(got.byte_array) == bytes(want.byte_array)
+    status = adapter.report_status()
+    assert status["is_healthy"] and status["workers_alive"] and status["zero_copy"] == (l1.kind == "shm")
+    assert store(adapter, keys_for(2, start=20), allocate(l1, 2, seed=5)).is_successful()
+
+
+def test_many_concurrent_tasks_from_two_threads(daemon, make_adapter, l1):
+    """The store and prefetch controllers call in from two threads at once."""
+    import threading
+
+    adapter = make_adapter(daemon.socket, arena_bytes=2 << 20)  # small arena: the copy path goes in waves
+    keys = keys_for(16)
+    objs = allocate(l1, 16, seed=6)
+    errors = []
+
+    def storer():
+        try:
+            for i in range(0, 16, 4):
+                tid = adapter.submit_store_task(keys[i:i + 4], objs[i:i + 4])
+                assert isinstance(tid, int)
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    t = threading.Thread(target=storer)
+    t.start()
+    lookups = [adapter.submit_lookup_and_lock_task(keys, {}) for _ in range(4)]
+    t.join()
+    assert not errors
+    done = {}
+    deadline = time.monotonic() + 30
+    while len(done) < 4:
+        assert time.monotonic() < deadline, (done, adapter.report_status())
+        done.update(adapter.pop_completed_store_tasks())
+        time.sleep(0.01)
+    assert all(r.is_successful() for r in done.values())
+    for tid in lookups:
+        bitmap = wait_for(adapter.get_lookup_and_lock_event_fd(), lambda: adapter.query_lookup_and_lock_result(tid))
+        assert bitmap.size() == 16
+    fresh = allocate(l1, 16, seed=None)
+    assert load(adapter, keys, fresh) == list(range(16))
+    assert all(bytes(a.byte_array) == bytes(b.byte_array) for a, b in zip(fresh, objs))
+    l1.free(objs + fresh)
+
+
+LMCACHE = Path(sys.executable).with_name("lmcache")
+
+
+@pytest.mark.skipif(not LMCACHE.exists(), reason="no lmcache CLI next to this Python")
+def test_a_real_lmcache_server_loads_the_adapter(daemon, state_dir):
+    """`lmcache server --l2-adapter` (the MP server, on CPU) loads the adapter from the JSON,
+    attaches to kvstreamd and hands it its shared-memory L1 pool."""
+    log = state_dir / "lmcache-server.log"
+    spec = json.dumps(l2_adapter_spec(daemon.socket))
+    port = 20000 + os.getpid() % 20000
+    cmd = [str(LMCACHE), "server", "--l1-size-gb", "0.125", "--eviction-policy", "LRU",
+           "--supported-transfer-mode", "auto", "--shm-name", f"kvstest{os.getpid()}",
+           "--port", str(port), "--http-port", str(port + 1), "--disable-observability", "--l2-adapter", spec]
+    with open(log, "wb") as out:
+        server = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
+                                  env=dict(os.environ, LMCACHE_DISABLE_BANNER="1"))
+    try:
+        deadline = time.monotonic() + 120
+        while "cache server is running" not in log.read_text(errors="replace"):
+            assert server.poll() is None, log.read_text(errors="replace")[-3000:]
+            assert time.monotonic() < deadline, "lmcache server did not start"
+            time.sleep(0.5)
+        text = log.read_text(errors="replace")
+        assert "kvstream: connected to kvstreamd" in text
+        assert "L1 pool shared with the daemon" in text
+        assert daemon_stats(daemon.socket).sessions == 1
+    finally:
+        server.send_signal(signal.SIGINT)
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+    assert "kvstream: L2 adapter closed" in log.read_text(errors="replace")
