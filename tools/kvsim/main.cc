@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/str_cat.h"
 #include "kvstream/config.h"
 #include "model.h"
 #include "nodes.h"
@@ -279,7 +280,7 @@ int RunNodes(const NodesOptions& o, uint32_t depth, uint64_t seed, const std::st
   for (size_t i = 0; i < n; ++i) c.nodes[i].gap_s = gaps.empty() ? GapForLoad(c, i, loads[i]) : gaps[i];
   const ClusterResult r = SimulateCluster(c);
   std::vector<std::string> names;
-  for (size_t i = 0; i < n; ++i) names.push_back("n" + std::to_string(i));
+  for (size_t i = 0; i < n; ++i) names.push_back(absl::StrCat("n", i));
 
   std::printf("kvsim nodes: ");
   PrintNodesHeader(c, r);

@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/str_cat.h"
+
 namespace kvsim {
 namespace {
 
@@ -23,7 +25,7 @@ std::string Normalized(std::string_view text) {
 absl::StatusOr<double> ParseRate(std::string_view text) {
   std::string t = Normalized(text);
   if (t.size() > 2 && t.compare(t.size() - 2, 2, "/s") == 0) t.resize(t.size() - 2);
-  const auto bad = [&] { return absl::InvalidArgumentError("'" + std::string(text) + "' is not a bandwidth (e.g. 3e8, 300MB, 2.5GiB/s)"); };
+  const auto bad = [&] { return absl::InvalidArgumentError(absl::StrCat("'", std::string(text), "' is not a bandwidth (e.g. 3e8, 300MB, 2.5GiB/s)")); };
   if (t.empty() || !(std::isdigit(static_cast<unsigned char>(t[0])) || t[0] == '.')) return bad();
   char* end = nullptr;
   const double value = std::strtod(t.c_str(), &end);
@@ -77,7 +79,7 @@ absl::StatusOr<NodesFile> LoadNodesFile(const std::string& path, const Cluster& 
     for (const auto& n : j.at("nodes")) {
       NodeLoad load{n.at("nvme_bps").get<double>(), n.at("step_bytes").get<double>(), n.value("gap_s", 0.0)};
       MeasuredNode m;
-      m.name = n.value("node", "n" + std::to_string(f.measured.size()));
+      m.name = n.value("node", absl::StrCat("n", f.measured.size()));
       m.pfs_share = n.at("pfs_share").get<double>();
       if (n.contains("step_s")) m.step_s = n.at("step_s").get<double>();
       if (!(load.nvme_bps > 0) || !(load.step_bytes > 0) || !(load.gap_s >= 0) || !(m.pfs_share >= 0 && m.pfs_share <= 1)) {
