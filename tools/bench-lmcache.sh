@@ -38,6 +38,7 @@ echo "== LMCache StorageManager: LocalDiskBackend on t0 (O_DIRECT) vs the kvstre
   --disk-dir "$work/mnt/t0/lmcache-disk" --steps "$steps" --requests "$requests" --chunks "$chunks" --chunk-mib 8 \
   --kvbench "$out/lmcache-kvbench-${requests}x${chunks}.json" --json "$out/lmcache-${requests}x${chunks}.json"
 echo
-echo "== LMCache multi-process L2: the fs adapter on t0 vs the kvstream L2 adapter on t0+t1 ($((requests * chunks)) chunks of 8 MiB, loads of $chunks)"
+echo "== LMCache multi-process L2: the fs adapter on t0 vs the kvstream L2 adapter on t0+t1 ($((requests * chunks)) chunks of 8 MiB, loads of $chunks, $requests at once)"
 "$tierlab" run --dir "$work" -- "$python" "$root/tools/bench_lmcache_l2.py" --daemon-socket "$sock" \
-  --fs-dir "$work/mnt/t0/lmcache-mp-fs" --chunks $((requests * chunks)) --chunk-mib 8 --batch "$chunks" --passes 3
+  --fs-dir "$work/mnt/t0/lmcache-mp-fs" --chunks $((requests * chunks)) --chunk-mib 8 --batch "$chunks" \
+  --concurrent "$requests" --passes 3

@@ -196,6 +196,31 @@ def test_store_lookup_lock_load_unlock_round_trip(daemon, make_adapter, l1):
     l1.free(objs + fresh)
 
 
+def test_load_tasks_waiting_together_share_one_retrieve_and_are_answered_apart(daemon, make_adapter, l1):
+    adapter = make_adapter(daemon.socket)
+    keys = keys_for(12)
+    objs = allocate(l1, 12, seed=4)
+    assert store(adapter, keys[:10], objs[:10]).is_successful()  # the last two are misses
+    fresh = allocate(l1, 12, seed=None)
+    steps_before = daemon_stats(daemon.socket).steps
+    # Hold the load worker with a first task, so the next three wait together behind it.
+    tids = [adapter.submit_load_task(keys[i:i + 3], fresh[i:i + 3]) for i in range(0, 12, 3)]
+    got = {}
+    deadline = time.monotonic() + 30
+    while len(got) < len(tids) and time.monotonic() < deadline:
+        for tid in tids:
+            if tid not in got:
+                bitmap = adapter.query_load_result(tid)
+                if bitmap is not None:
+                    got[tid] = bitmap.get_indices_list()
+        time.sleep(0.01)
+    assert [got[t] for t in tids] == [[0, 1, 2], [0, 1, 2], [0, 1, 2], [0]]
+    assert daemon_stats(daemon.socket).steps - steps_before < len(tids)  # tasks shared retrieves
+    for got_obj, want in zip(fresh[:10], objs[:10]):
+        assert bytes(got_obj.byte_array) == bytes(want.byte_array)
+    l1.free(objs + fresh)
+
+
 def test_unknown_keys_and_wrong_sizes_are_misses(daemon, make_adapter, l1):
     adapter = make_adapter(daemon.socket)
     keys = keys_for(3)

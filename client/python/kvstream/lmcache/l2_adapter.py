@@ -13,7 +13,8 @@ The plugin factory finds KVStreamL2AdapterConfig by its name (class_name + "Conf
   set for each key present and locked. Unlock: one daemon Unlock; an unlock that fails is retried
   until it succeeds, the daemon restarted (its locks are gone) or the lease has run out.
 - load: ONE daemon retrieve per task, every key of the task in it (the daemon batches them as one
-  step). A key is loaded when the daemon returns exactly the MemoryObj's get_size() bytes.
+  step); load tasks waiting together (requests LMCache prefetches at once) share one retrieve and
+  are answered apart. A key is loaded when the daemon returns exactly the MemoryObj's get_size() bytes.
 - store: one Lookup (keys the daemon already holds are skipped) and one persist per task; the task
   succeeds once every chunk is durable on its tiers.
 - delete: an evict per key. Capacity and eviction are the daemon's own (max_capacity_bytes 0 by
@@ -70,6 +71,15 @@ ADAPTER_MODULE = "kvstream.lmcache.l2_adapter"
 ADAPTER_CLASS = "KVStreamL2Adapter"
 SESSION_MODEL = "lmcache-mp"  # the session's name in the daemon's stats
 
+
+
+class _LoadTask:
+    """A submitted load task, kept as data so that the load worker can put several in one retrieve."""
+
+    __slots__ = ("task_id", "keys", "objects")
+
+    def __init__(self, task_id: L2TaskId, keys: List[ObjectKey], objects: List[Any]) -> None:
+        self.task_id, self.keys, self.objects = task_id, keys, objects
 
 def l2_adapter_spec(socket: str = DEFAULT_SOCKET, **params: Any) -> Dict[str, Any]:
     """The --l2-adapter JSON object (as a dict) that loads this adapter through LMCache's plugin type."""
@@ -291,7 +301,7 @@ class KVStreamL2Adapter(L2AdapterInterface):
         self._queues[worker].put(lambda: run(task_id))
         return task_id
 
-    def _work(self, name: str, q: "queue.Queue[Optional[Callable[[], None]]]") -> None:
+    def _work(self, name: str, q: "queue.Queue[Any]") -> None:
         while True:
             timeout = self.config.retry_interval if name == "lookup" and self._pending_unlocks else None
             try:
@@ -300,10 +310,27 @@ class KVStreamL2Adapter(L2AdapterInterface):
                 job = self._retry_unlocks
             if job is None:
                 return
+            stop = False
+            if isinstance(job, _LoadTask):
+                # Every load task waiting now goes into the same retrieve: one daemon step for the
+                # requests LMCache prefetches at once (step batching), answered per task.
+                tasks = [job]
+                while True:
+                    try:
+                        more = q.get_nowait()
+                    except queue.Empty:
+                        break
+                    if more is None:
+                        stop = True
+                        break
+                    tasks.append(more)
+                job = lambda tasks=tasks: self._load_tasks(tasks)  # noqa: E731
             try:
                 job()
             except BaseException as e:  # noqa: BLE001 - jobs record their own failures; the worker survives
                 logger.error("kvstream: L2 %s worker: %s", name, e)
+            if stop:
+                return
 
     def _finish(self, results: str, task_id: L2TaskId, value: Any, efd: int) -> None:
         """Records a task's result in the dict named `results` (looked up under the lock: the pop
@@ -471,15 +498,33 @@ class KVStreamL2Adapter(L2AdapterInterface):
     # -- load ---------------------------------------------------------------------------------
 
     def submit_load_task(self, keys: List[ObjectKey], objects: List[Any]) -> L2TaskId:
-        keys, objects = list(keys), list(objects)
-        return self._submit("load", lambda tid: self._finish("_loads", tid, self._load(keys, objects),
-                                                             self._load_efd))
+        with self._lock:
+            task_id = self._next_id
+            self._next_id += 1
+        self._queues["load"].put(_LoadTask(task_id, list(keys), list(objects)))
+        return task_id
+
+    def _load_tasks(self, tasks: List["_LoadTask"]) -> None:
+        keys = [k for t in tasks for k in t.keys]
+        objects = [o for t in tasks for o in t.objects]
+        # A task whose keys and objects differ in number loads nothing (and spoils no other task).
+        valid = all(len(t.keys) == len(t.objects) for t in tasks)
+        hits = set(self._load_hits(keys, objects) if valid else [])
+        if not valid:
+            self._count(load_failed=len(keys))
+        start = 0
+        for t in tasks:
+            n = len(t.keys)
+            self._finish("_loads", t.task_id, _bitmap(n, [i - start for i in range(start, start + n) if i in hits]),
+                         self._load_efd)
+            start += n
 
     def query_load_result(self, task_id: L2TaskId) -> Optional[Bitmap]:
         with self._lock:
             return self._loads.pop(task_id, None)
 
-    def _load(self, keys: List[ObjectKey], objects: List[Any]) -> Bitmap:
+    def _load_hits(self, keys: List[ObjectKey], objects: List[Any]) -> List[int]:
+        """One retrieve of `keys` into `objects`; the indices loaded."""
         n = len(keys)
         session = self.link.session() if n and n == len(objects) else None
         hits: List[int] = []
@@ -493,7 +538,7 @@ class KVStreamL2Adapter(L2AdapterInterface):
         self._count(loaded=len(hits), load_failed=n - len(hits))
         if hits:
             self._notify_keys_accessed([keys[i] for i in hits])
-        return _bitmap(n, hits)
+        return hits
 
     def _retrieve(self, session: Session, names: List[str], objects: List[Any]) -> List[int]:
         """ONE retrieve of every key (waves only when the arena cannot hold them); the indices loaded."""
