@@ -10,7 +10,7 @@ namespace {
 constexpr double kDeadlineFactor = 4;      // a read is late past this many times its tier's usual time
 constexpr double kReadTimeWeight = 0.25;   // of a new read in its tier's moving average
 constexpr double kTailFactor = 4;          // a straggler lands this many of the idle tier's blocks late,
-constexpr double kTailFloorNs = 50e6;      // and at least this late (healthy tiers' last blocks stay)
+constexpr double kTailFloorNs = 10e6;      // and at least this late (healthy tiers' last blocks stay)
 
 }  // namespace
 
@@ -140,6 +140,9 @@ void StepReader::HedgeTail(int h) {
       const bool straggles = usual > 0 && (usual - age > margin || age > std::max(2 * usual, margin));
       if (!straggles) continue;
       auto* step = static_cast<ReadStep*>(slot.ref.step);
+      // Only completion routing spreads a step over every tier: the fixed splits and the
+      // single-tier policies are references, read as they say.
+      if (step->policies.routing.kind != RoutingKind::kCompletion) continue;
       const StepBlock& blk = step->blocks[slot.ref.block];
       if (blk.state != BlockState::kInFlight || !(step->chunks[blk.chunk].holders & (1u << h))) continue;
       if (best == nullptr || slot.issued_ns < best->issued_ns) {

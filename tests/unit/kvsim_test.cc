@@ -304,11 +304,19 @@ TEST_CASE("kvsim nodes: one node is the two-tier completion model") {
       c.window_s = 100 * t;
       const NodeResult r = SimulateCluster(c).nodes[0];
       CHECK(r.steps >= 99);
-      CHECK(r.step_s == Approx(t).epsilon(0.01));
-      CHECK(r.pfs_share == Approx(split[1] / k.d).epsilon(0.01));
       CHECK(r.bound_s == Approx(BoundTime(k.d, {k.b, k.pfs})).epsilon(1e-6));
       CHECK(r.solo_s == Approx(t));
-      CHECK(r.takeovers == 0);  // alone, a PFS block lands well within 50 ms
+      if (takeover && k.pfs < 100e6) {
+        // A PFS block takes 21 ms here: the idle NVMe takes the last ones over, so the step is
+        // shorter than CompletionTime's (which waits for them) and no shorter than the bound.
+        CHECK(r.takeovers > 0);
+        CHECK(r.step_s < t);
+        CHECK(r.step_s >= r.bound_s);
+        continue;
+      }
+      CHECK(r.step_s == Approx(t).epsilon(0.01));
+      CHECK(r.pfs_share == Approx(split[1] / k.d).epsilon(0.01));
+      CHECK(r.takeovers == 0);  // a PFS block lands within 4 NVMe block times
     }
   }
   // A load sets the gap: the node reads that fraction of the time; the step stays the same.
@@ -336,9 +344,9 @@ TEST_CASE("kvsim nodes: nodes reading back to back share the PFS equally, B/N ea
   const double step = CompletionTime(d, c.block_bytes, c.queue_depth, {b, pfs / 4}, {}, &split);
   for (const NodeResult& n : r.nodes) {
     CHECK(n.pfs_share == Approx(r.nodes[0].pfs_share).margin(0.001));
-    // A little above B/4: a node between its PFS blocks leaves the others a third each.
+    // About B/4: a node between its PFS blocks leaves the others a third each, and at the end of
+    // a step its NVMe takes over its last PFS block (14 ms at B/4).
     CHECK(n.pfs_share == Approx(quarter).margin(0.01));
-    CHECK(n.pfs_share >= quarter - 0.002);
     CHECK(n.step_s == Approx(step).epsilon(0.02));
   }
   CHECK(r.pfs_bytes_per_s <= pfs * (1 + 1e-9));

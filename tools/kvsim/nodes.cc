@@ -182,13 +182,13 @@ ClusterResult SimulateCluster(const Cluster& c) {
     maybe_done(i);
   };
   // At the end of a step, the NVMe tier, with room and nothing left to claim, takes over the PFS
-  // blocks that would land, at the present share, more than max(4 NVMe block times, 50 ms) from
+  // blocks that would land, at the present share, more than max(4 NVMe block times, 10 ms) from
   // now: the latest first (docs/design-notes.md, "Deadlines, stalls and hedged reads").
   auto take_over = [&](size_t i, double share) {
     NodeState& ns = s[i];
     Tier& pfs = ns.pfs;
     if (pfs.live == 0 || ns.nvme.claimed.size() >= c.queue_depth) return;
-    const double threshold = std::max(4 * c.block_bytes / c.nodes[i].nvme_bps, 0.05);
+    const double threshold = std::max(4 * c.block_bytes / c.nodes[i].nvme_bps, 0.01);
     double ahead = pfs.head_done - v;  // PFS bytes (per reader) until the last claim lands
     for (size_t j = 1; j < pfs.claimed.size(); ++j) ahead += pfs.claimed[j].size;
     for (size_t j = pfs.claimed.size(); j-- > 0 && ns.nvme.claimed.size() < c.queue_depth;) {

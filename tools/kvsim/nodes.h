@@ -10,7 +10,7 @@
 //     queue_depth blocks claimed and claims the next unread block whenever one completes, and
 //     serves its claimed blocks one after another. At the end of a step (nothing left to claim)
 //     the NVMe tier takes over a PFS block that would land, at the present share, more than
-//     max(4 NVMe block times, 50 ms) later, as the daemon does; the abandoned PFS read still holds
+//     max(4 NVMe block times, 10 ms) later, as the daemon does; the abandoned PFS read still holds
 //     its slot and its share of the PFS until it lands. Without takeover (takeover = false) one
 //     node is exactly CompletionTime.
 //   - The NVMe tier of a node reads at nvme_bps, whoever else reads.
@@ -76,7 +76,7 @@ struct ClusterResult {
 };
 
 // Node i's step time alone on the PFS: CompletionTime over {nvme_bps, min(cap, pfs_bps)} (no
-// takeover: alone, a PFS block lands within 50 ms unless the PFS is very slow).
+// takeover: alone, a PFS block rarely lands more than 10 ms late unless the PFS is slow).
 double SoloStepTime(const Cluster& cluster, size_t i);
 
 // The gap that makes node i read a fraction `load` in (0, 1] of the time with the PFS to
