@@ -16,6 +16,7 @@
 #include "aligned_buffer.h"
 #include "chunk_format.h"
 #include "kvstream/store.h"
+#include "store_open.h"
 #include "test_util.h"
 
 namespace kvstream::testing {
@@ -29,16 +30,6 @@ StoreConfig TwoTiers(const TempDir& dir, uint64_t capacity = 1ull << 30) {
   c.tiers.push_back({"fast", dir.sub("t0"), capacity});
   c.tiers.push_back({"slow", dir.sub("t1"), capacity});
   return c;
-}
-
-std::unique_ptr<Store> OpenOrSkip(const StoreConfig& c) {
-  auto store = Store::Open(c);
-  if (absl::IsUnavailable(store.status())) {
-    std::cerr << "SKIPPED: " << store.status() << " (io_uring is unavailable on this kernel)\n";
-    std::exit(kSkipExitCode);
-  }
-  if (!store.ok()) FAIL(store.status().ToString());
-  return *std::move(store);
 }
 
 void PutAll(Store& store, const std::vector<std::pair<std::string, std::vector<uint8_t>>>& chunks) {
@@ -75,7 +66,7 @@ TEST_CASE("persisted chunks survive a restart and read back byte-identical from 
   TempDir dir;
   auto chunks = Chunks(12, 1 << 20);
   {
-    auto store = OpenOrSkip(TwoTiers(dir));
+    auto store = OpenStoreOrSkip(TwoTiers(dir));
     PutAll(*store, chunks);
     StoreStats s = store->Stats();
     CHECK(s.chunks == 12);
@@ -90,7 +81,7 @@ TEST_CASE("persisted chunks survive a restart and read back byte-identical from 
     REQUIRE(!ca.empty());
     REQUIRE((ca == cb));
   }
-  auto store = OpenOrSkip(TwoTiers(dir));
+  auto store = OpenStoreOrSkip(TwoTiers(dir));
   CHECK(store->Stats().chunks == 12);
   CHECK(store->PrefixHits({"chunk-0", "chunk-1", "nope", "chunk-2"}) == 2);
   std::vector<std::vector<uint8_t>> buffers;
@@ -127,7 +118,7 @@ TEST_CASE("a bit-flipped replica is never served and the other replica is while 
   StoreConfig config = TwoTiers(dir);
   config.verify_threads = verify_threads;
   {
-    auto store = OpenOrSkip(config);
+    auto store = OpenStoreOrSkip(config);
     PutAll(*store, chunks);
   }
   // Flip one payload byte of chunk-1 on tier 0 and of chunk-2 on both tiers.
@@ -135,7 +126,7 @@ TEST_CASE("a bit-flipped replica is never served and the other replica is while 
   flip(ChunkFile(dir.sub("t0"), "chunk-1"), 4096 + 300000);
   flip(ChunkFile(dir.sub("t0"), "chunk-2"), 4096 + 10);
   flip(ChunkFile(dir.sub("t1"), "chunk-2"), 4096 + 10);
-  auto store = OpenOrSkip(config);
+  auto store = OpenStoreOrSkip(config);
   std::vector<std::vector<uint8_t>> buffers;
   auto results = ReadAll(*store, chunks, &buffers);
   CHECK(results[0].status.ok());
@@ -157,7 +148,7 @@ TEST_CASE("the verify pool never delivers a flipped block read straight into ali
   config.verify_threads = 2;
   auto chunks = Chunks(24, 1 << 20, 77);
   {
-    auto store = OpenOrSkip(config);
+    auto store = OpenStoreOrSkip(config);
     PutAll(*store, chunks);
   }
   // Every third chunk is bad on t0 in its second block, every fifth on both tiers in its last.
@@ -167,7 +158,7 @@ TEST_CASE("the verify pool never delivers a flipped block read straight into ali
       for (const char* t : {"t0", "t1"}) Flip(ChunkFile(dir.sub(t), chunks[i].first), 4096 + chunks[i].second.size() - 1);
     }
   }
-  auto store = OpenOrSkip(config);
+  auto store = OpenStoreOrSkip(config);
   std::vector<AlignedBuffer> buffers;
   std::vector<ChunkRead> reads;
   for (const auto& [key, data] : chunks) {
@@ -210,12 +201,12 @@ TEST_CASE("after a crash, truncated files and temporaries are removed at start a
   TempDir dir;
   auto chunks = Chunks(3, 512 << 10);
   {
-    auto store = OpenOrSkip(TwoTiers(dir));
+    auto store = OpenStoreOrSkip(TwoTiers(dir));
     PutAll(*store, chunks);
   }
   for (const char* tier : {"t0", "t1"}) fs::remove(dir.sub(tier) + "/.kvstream.index");  // as after a crash
   const std::string temp = DamageWhileDown(dir);
-  auto store = OpenOrSkip(TwoTiers(dir));
+  auto store = OpenStoreOrSkip(TwoTiers(dir));
   CHECK_FALSE(fs::exists(temp));
   CHECK_FALSE(fs::exists(ChunkFile(dir.sub("t0"), "chunk-0")));
   CHECK_FALSE(fs::exists(ChunkFile(dir.sub("t1"), "chunk-1")));
@@ -235,11 +226,11 @@ TEST_CASE("after a clean shutdown, files damaged while down are never served and
   TempDir dir;
   auto chunks = Chunks(3, 512 << 10);
   {
-    auto store = OpenOrSkip(TwoTiers(dir));
+    auto store = OpenStoreOrSkip(TwoTiers(dir));
     PutAll(*store, chunks);
   }
   DamageWhileDown(dir);
-  auto store = OpenOrSkip(TwoTiers(dir));  // takes the saved index: no file is read at start
+  auto store = OpenStoreOrSkip(TwoTiers(dir));  // takes the saved index: no file is read at start
   // Leave only the damaged replicas: the truncated chunk-0 on t0, chunk-1 with a bad header on t1.
   REQUIRE(store->Evict({"chunk-0", "slow", 0, false}).ok());
   REQUIRE(store->Evict({"chunk-1", "fast", 0, false}).ok());
@@ -262,7 +253,7 @@ TEST_CASE("LRU eviction keeps each tier under its capacity") {
   const uint64_t file = 4096 + size;
   StoreConfig c = TwoTiers(dir, 5 * file);
   c.tiers[1].capacity_bytes = 3 * file;
-  auto store = OpenOrSkip(c);
+  auto store = OpenStoreOrSkip(c);
   std::vector<uint8_t> data = Payload(size, 5);
   for (int i = 0; i < 8; ++i) {
     REQUIRE(store->Persist("e" + std::to_string(i), data.data(), data.size()).ok());
@@ -297,7 +288,7 @@ TEST_CASE("LRU eviction keeps each tier under its capacity") {
 
 TEST_CASE("a tier directory is locked against a second store") {
   TempDir dir;
-  auto first = OpenOrSkip(TwoTiers(dir));
+  auto first = OpenStoreOrSkip(TwoTiers(dir));
   auto second = Store::Open(TwoTiers(dir));
   REQUIRE_FALSE(second.ok());
   CHECK(absl::IsFailedPrecondition(second.status()));
@@ -316,7 +307,7 @@ TEST_CASE("an unwritable tier path is a clear error") {
 
 TEST_CASE("unaligned destinations and tails read through bounce buffers") {
   TempDir dir;
-  auto store = OpenOrSkip(TwoTiers(dir));
+  auto store = OpenStoreOrSkip(TwoTiers(dir));
   auto data = Payload((1 << 20) + 33, 9);
   REQUIRE(store->Persist("odd", data.data(), data.size()).ok());
   store->Flush();
@@ -337,7 +328,7 @@ TEST_CASE("tmpfs tiers fall back to buffered I/O and say so") {
   TempDir dir("/dev/shm");
   StoreConfig c;
   c.tiers.push_back({"mem", dir.sub("t"), 1 << 30});
-  auto store = OpenOrSkip(c);
+  auto store = OpenStoreOrSkip(c);
   auto data = Payload(300000, 3);
   REQUIRE(store->Persist("m", data.data(), data.size()).ok());
   store->Flush();
@@ -356,7 +347,7 @@ TEST_CASE("fsync policy chunk writes durable replicas and persist callbacks repo
   TempDir dir;
   StoreConfig c = TwoTiers(dir);
   c.fsync = FsyncPolicy::kChunk;
-  auto store = OpenOrSkip(c);
+  auto store = OpenStoreOrSkip(c);
   auto data = Payload(700000, 4);
   std::atomic<uint32_t> mask{0};
   REQUIRE(store->Persist("d", data.data(), data.size(), [&](const std::string&, const PersistResult& r) {
@@ -371,7 +362,7 @@ TEST_CASE("bad persists are refused without side effects") {
   TempDir dir;
   StoreConfig c = TwoTiers(dir);
   c.staging_limit_bytes = 1 << 20;
-  auto store = OpenOrSkip(c);
+  auto store = OpenStoreOrSkip(c);
   std::vector<uint8_t> big(2 << 20);
   CHECK(absl::IsInvalidArgument(store->Persist("big", big.data(), big.size())));
   CHECK(absl::IsInvalidArgument(store->Persist("", big.data(), 10)));
@@ -385,7 +376,7 @@ TEST_CASE("after a start from the saved index, a background pass reconciles it w
   TempDir dir;
   auto chunks = Chunks(12, 64 << 10);
   {
-    auto store = OpenOrSkip(TwoTiers(dir));
+    auto store = OpenStoreOrSkip(TwoTiers(dir));
     PutAll(*store, chunks);
   }
   // While down: chunk-1's file deleted on t0, chunk-2's truncated on t0 (torn), chunk-3's copied
@@ -395,7 +386,7 @@ TEST_CASE("after a start from the saved index, a background pass reconciles it w
   fs::resize_file(ChunkFile(dir.sub("t0"), "chunk-2"), 4096 + 1000);
   fs::remove(ChunkFile(dir.sub("t0"), "chunk-3"));
   {
-    auto store = OpenOrSkip(TwoTiers(dir));  // from the index: chunk-3 now only on t1
+    auto store = OpenStoreOrSkip(TwoTiers(dir));  // from the index: chunk-3 now only on t1
     store->Flush();
   }
   fs::copy_file(ChunkFile(dir.sub("t1"), "chunk-3"), ChunkFile(dir.sub("t0"), "chunk-3"));
@@ -403,7 +394,7 @@ TEST_CASE("after a start from the saved index, a background pass reconciles it w
   fs::create_directories(fs::path(junk).parent_path());
   std::ofstream(junk) << "not a chunk file";
 
-  auto store = OpenOrSkip(TwoTiers(dir));
+  auto store = OpenStoreOrSkip(TwoTiers(dir));
   for (int i = 0; i < 500 && store->Stats().reconciling; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   REQUIRE_FALSE(store->Stats().reconciling);
   auto look = store->Lookup({"chunk-1", "chunk-2", "chunk-3", "chunk-4"});
@@ -430,7 +421,7 @@ namespace {
 
 TEST_CASE("reads into registered memory use fixed buffers and stay correct") {
   TempDir dir;
-  auto store = OpenOrSkip(TwoTiers(dir));
+  auto store = OpenStoreOrSkip(TwoTiers(dir));
   auto chunks = Chunks(4, 1 << 20);
   PutAll(*store, chunks);
   const size_t slot = 2 << 20;
@@ -471,7 +462,7 @@ namespace {
 
 TEST_CASE("a replica truncated under a running store gives a short read that fails over") {
   TempDir dir;
-  auto store = OpenOrSkip(TwoTiers(dir));
+  auto store = OpenStoreOrSkip(TwoTiers(dir));
   auto chunks = Chunks(2, 1 << 20);
   PutAll(*store, chunks);
   // Cut chunk-0 on both tiers' files differently: tier 0 mid-payload, tier 1 left intact.
@@ -497,14 +488,14 @@ TEST_CASE("a clean restart takes the index saved at shutdown, a crash restart re
   TempDir dir;
   auto chunks = Chunks(20, 64 << 10);
   {
-    auto store = OpenOrSkip(TwoTiers(dir));
+    auto store = OpenStoreOrSkip(TwoTiers(dir));
     PutAll(*store, chunks);
   }  // clean shutdown: each tier saves its index
   for (const char* tier : {"t0", "t1"}) CHECK(fs::exists(dir.sub(tier) + "/.kvstream.index"));
   // A file removed behind the daemon's back while it was down: the saved index still lists it.
   fs::remove(ChunkFile(dir.sub("t0"), "chunk-3"));
   {
-    auto store = OpenOrSkip(TwoTiers(dir));
+    auto store = OpenStoreOrSkip(TwoTiers(dir));
     for (const char* tier : {"t0", "t1"}) CHECK_FALSE(fs::exists(dir.sub(tier) + "/.kvstream.index"));  // taken
     CHECK(store->Stats().chunks == 20);
     std::vector<std::vector<uint8_t>> buffers;
@@ -518,7 +509,7 @@ TEST_CASE("a clean restart takes the index saved at shutdown, a crash restart re
   }
   // A crash leaves no index: the next start reads the headers and finds the same chunks.
   for (const char* tier : {"t0", "t1"}) fs::remove(dir.sub(tier) + "/.kvstream.index");
-  auto store = OpenOrSkip(TwoTiers(dir));
+  auto store = OpenStoreOrSkip(TwoTiers(dir));
   CHECK(store->Stats().chunks == 20);
   CHECK(store->Lookup({"chunk-3"})[0].tier_mask == 2u);
 }

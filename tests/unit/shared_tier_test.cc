@@ -15,6 +15,7 @@
 
 #include "chunk_format.h"
 #include "kvstream/store.h"
+#include "store_open.h"
 #include "test_util.h"
 
 namespace kvstream::testing {
@@ -35,16 +36,6 @@ StoreConfig Node(const TempDir& dir, const std::string& name, const std::string&
   pfs.miss_ttl_seconds = 0;  // the tests look again at once
   c.tiers.push_back(pfs);
   return c;
-}
-
-std::unique_ptr<Store> Open(const StoreConfig& c) {
-  auto store = Store::Open(c);
-  if (absl::IsUnavailable(store.status())) {
-    std::cerr << "SKIPPED: " << store.status() << " (io_uring is unavailable on this kernel)\n";
-    std::exit(kSkipExitCode);
-  }
-  if (!store.ok()) FAIL(store.status().ToString());
-  return *std::move(store);
 }
 
 std::vector<uint8_t> Data(const std::string& key, size_t size = 600 << 10) {
@@ -95,7 +86,7 @@ TEST_CASE("two and four nodes on one shared directory read each other's chunks b
   const std::string shared = dir.sub("pfs");
   std::vector<std::unique_ptr<Store>> stores;
   std::vector<std::vector<std::string>> keys(nodes);
-  for (int n = 0; n < nodes; ++n) stores.push_back(Open(Node(dir, "node" + std::to_string(n), shared)));
+  for (int n = 0; n < nodes; ++n) stores.push_back(OpenStoreOrSkip(Node(dir, "node" + std::to_string(n), shared)));
   for (int n = 0; n < nodes; ++n) {
     for (int i = 0; i < 6; ++i) {
       keys[n].push_back("n" + std::to_string(n) + "-chunk-" + std::to_string(i));
@@ -142,7 +133,7 @@ TEST_CASE("two and four nodes on one shared directory read each other's chunks b
 TEST_CASE("a node name is served by one process at a time, nodes keep their chunks across a restart") {
   TempDir dir;
   const std::string shared = dir.sub("pfs");
-  auto a = Open(Node(dir, "a", shared));
+  auto a = OpenStoreOrSkip(Node(dir, "a", shared));
   StoreConfig again = Node(dir, "a", shared);
   again.tiers[0].path = dir.sub("a2-nvme");
   auto refused = Store::Open(again);
@@ -152,8 +143,8 @@ TEST_CASE("a node name is served by one process at a time, nodes keep their chun
   REQUIRE(a->Persist("kept", data.data(), data.size()).ok());
   a->Flush();
   a.reset();
-  auto b = Open(Node(dir, "b", shared));
-  a = Open(Node(dir, "a", shared));
+  auto b = OpenStoreOrSkip(Node(dir, "b", shared));
+  a = OpenStoreOrSkip(Node(dir, "a", shared));
   CHECK(TierNamed(a->Stats(), "pfs").chunks == 1);  // its own again, from its saved index
   CHECK(TierNamed(b->Stats(), "pfs").chunks == 0);  // b owns nothing there
   CHECK(OkCount(ReadKeys(*b, {"kept"})) == 1);
@@ -168,8 +159,8 @@ TEST_CASE("two nodes publishing the same keys at once: one file per key, one own
     c.tiers.erase(c.tiers.begin());
     return c;
   };
-  auto a = Open(only_shared("a"));
-  auto b = Open(only_shared("b"));
+  auto a = OpenStoreOrSkip(only_shared("a"));
+  auto b = OpenStoreOrSkip(only_shared("b"));
   const bool same_bytes = GENERATE(true, false);
   std::vector<std::string> keys;
   for (int i = 0; i < 24; ++i) keys.push_back("raced-" + std::to_string(i));
@@ -230,10 +221,10 @@ TEST_CASE("eviction under a node's quota while another node reads: the reader ge
   // alone, keeps no copies of its own).
   StoreConfig ca = Node(dir, "a", shared, 4 * chunk_file + 4096);
   ca.tiers.erase(ca.tiers.begin());
-  auto a = Open(ca);
+  auto a = OpenStoreOrSkip(ca);
   StoreConfig cb = Node(dir, "b", shared);
   cb.tiers.erase(cb.tiers.begin());
-  auto b = Open(cb);
+  auto b = OpenStoreOrSkip(cb);
   std::atomic<bool> done{false};
   std::atomic<int> refused{0};
   std::vector<std::string> keys;
@@ -274,13 +265,13 @@ TEST_CASE("eviction under a node's quota while another node reads: the reader ge
 TEST_CASE("a torn, misnamed or corrupt file planted in the shared tier is a miss and is left alone") {
   TempDir dir;
   const std::string shared = dir.sub("pfs");
-  auto a = Open(Node(dir, "a", shared));
+  auto a = OpenStoreOrSkip(Node(dir, "a", shared));
   for (const std::string key : {"good", "source", "torn"}) {
     const auto data = Data(key);
     REQUIRE(a->Persist(key, data.data(), data.size()).ok());
   }
   a->Flush();
-  auto b = Open(Node(dir, "b", shared));
+  auto b = OpenStoreOrSkip(Node(dir, "b", shared));
   // A torn file: a's published chunk cut short (a write another node's crash left half done).
   const std::string torn = Published(shared, "torn");
   fs::resize_file(torn, 300 << 10);
@@ -324,7 +315,7 @@ TEST_CASE("a crashed node's temporaries and half-published chunks are settled by
   TempDir dir;
   const std::string shared = dir.sub("pfs");
   {
-    auto a = Open(Node(dir, "a", shared));
+    auto a = OpenStoreOrSkip(Node(dir, "a", shared));
     for (const std::string key : {"one", "two"}) {
       const auto data = Data(key);
       REQUIRE(a->Persist(key, data.data(), data.size()).ok());
@@ -338,10 +329,10 @@ TEST_CASE("a crashed node's temporaries and half-published chunks are settled by
   fs::create_directories(fs::path(temp).parent_path());
   std::ofstream(temp) << "partial";
   fs::remove(Published(shared, "two"));
-  auto b = Open(Node(dir, "b", shared));
+  auto b = OpenStoreOrSkip(Node(dir, "b", shared));
   CHECK(fs::exists(temp));  // b never touches a's directory
   CHECK_FALSE(b->Lookup({"two"})[0].present);
-  auto a = Open(Node(dir, "a", shared));
+  auto a = OpenStoreOrSkip(Node(dir, "a", shared));
   CHECK_FALSE(fs::exists(temp));
   CHECK(fs::exists(Published(shared, "two")));  // published now
   CHECK(OkCount(ReadKeys(*b, {"one", "two"})) == 2);
@@ -357,13 +348,13 @@ StoreConfig OnlyShared(const TempDir& dir, const std::string& name, const std::s
 TEST_CASE("a file its owner replaced or another node republished: the new version is read, never the old metadata") {
   TempDir dir;
   const std::string shared = dir.sub("pfs");
-  auto a = Open(OnlyShared(dir, "a", shared));
-  auto b = Open(OnlyShared(dir, "b", shared));
-  auto c = Open(OnlyShared(dir, "c", shared));
+  auto a = OpenStoreOrSkip(OnlyShared(dir, "a", shared));
+  auto b = OpenStoreOrSkip(OnlyShared(dir, "b", shared));
+  auto c = OpenStoreOrSkip(OnlyShared(dir, "c", shared));
   // d looks again only after a minute: within that, the version check at open is what stands.
   StoreConfig slow = OnlyShared(dir, "d", shared);
   slow.tiers[0].miss_ttl_seconds = 60;
-  auto d = Open(slow);
+  auto d = OpenStoreOrSkip(slow);
   const auto v1 = Payload(600 << 10, 1), v2 = Payload(700 << 10, 2), v3 = Payload(500 << 10, 3);
   auto read_one = [&](Store& s, const std::vector<uint8_t>& want) {
     return ReadKeys(s, {"k"}, [&](const std::string&) { return want; })[0];
@@ -405,17 +396,17 @@ TEST_CASE("an own file found invalid at start leaves with its published name, so
   TempDir dir;
   const std::string shared = dir.sub("pfs");
   {
-    auto a = Open(OnlyShared(dir, "a", shared));
+    auto a = OpenStoreOrSkip(OnlyShared(dir, "a", shared));
     const auto data = Data("k");
     REQUIRE(a->Persist("k", data.data(), data.size()).ok());
     a->Flush();
   }
   fs::remove(shared + "/.nodes/a/.kvstream.index");  // a crash: no saved index
   fs::resize_file(Owned(shared, "a", "k"), 4096);   // torn (the published name is the same file)
-  auto a = Open(OnlyShared(dir, "a", shared));
+  auto a = OpenStoreOrSkip(OnlyShared(dir, "a", shared));
   CHECK_FALSE(fs::exists(Published(shared, "k")));
   CHECK_FALSE(fs::exists(Owned(shared, "a", "k")));
-  auto b = Open(OnlyShared(dir, "b", shared));
+  auto b = OpenStoreOrSkip(OnlyShared(dir, "b", shared));
   const auto data = Data("k");
   REQUIRE(b->Persist("k", data.data(), data.size()).ok());
   b->Flush();
@@ -426,8 +417,8 @@ TEST_CASE("an own file found invalid at start leaves with its published name, so
 TEST_CASE("a prefix lookup finds chunks on the shared tier on either side of one held locally") {
   TempDir dir;
   const std::string shared = dir.sub("pfs");
-  auto a = Open(Node(dir, "a", shared));
-  auto b = Open(Node(dir, "b", shared));
+  auto a = OpenStoreOrSkip(Node(dir, "a", shared));
+  auto b = OpenStoreOrSkip(Node(dir, "b", shared));
   for (const std::string key : {"p0", "p2"}) {
     const auto data = Data(key);
     REQUIRE(a->Persist(key, data.data(), data.size()).ok());
@@ -446,11 +437,11 @@ TEST_CASE("a private store and shared nodes never use one directory at once") {
   priv.block_size = 256 << 10;
   priv.tiers.push_back({"pfs", shared, 1ull << 30});
   {
-    auto node = Open(OnlyShared(dir, "a", shared));
+    auto node = OpenStoreOrSkip(OnlyShared(dir, "a", shared));
     auto refused = Store::Open(priv);
     REQUIRE(absl::IsFailedPrecondition(refused.status()));
   }
-  auto owner = Open(priv);
+  auto owner = OpenStoreOrSkip(priv);
   auto refused = Store::Open(OnlyShared(dir, "a", shared));
   REQUIRE(absl::IsFailedPrecondition(refused.status()));
   CHECK(std::string(refused.status().message()).find("does not share it") != std::string::npos);
