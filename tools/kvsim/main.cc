@@ -218,6 +218,18 @@ nlohmann::json NodesJson(const Cluster& c, const ClusterResult& r, const std::ve
   return j;
 }
 
+// The cluster-wide settings the command line gives (--nodes and --validate-nodes alike); nodes and
+// bandwidths are added by the caller.
+Cluster ClusterOptions(const NodesOptions& o, uint32_t depth, uint64_t seed) {
+  Cluster c;
+  c.queue_depth = depth;
+  c.seed = seed;
+  c.window_s = o.window_s;
+  c.takeover = !o.no_takeover;
+  c.gaps = o.gaps == "fixed" ? GapDistribution::kFixed : GapDistribution::kExponential;
+  return c;
+}
+
 // --nodes: one row per node and the aggregate against every node reading its NVMe alone.
 int RunNodes(const NodesOptions& o, uint32_t depth, uint64_t seed, const std::string& json_path) {
   const size_t n = o.nodes;
@@ -225,12 +237,7 @@ int RunNodes(const NodesOptions& o, uint32_t depth, uint64_t seed, const std::st
     std::cerr << "kvsim: --queue-depth must be positive\n";
     return 2;
   }
-  Cluster c;
-  c.queue_depth = depth;
-  c.seed = seed;
-  c.window_s = o.window_s;
-  c.takeover = !o.no_takeover;
-  c.gaps = o.gaps == "fixed" ? GapDistribution::kFixed : GapDistribution::kExponential;
+  Cluster c = ClusterOptions(o, depth, seed);
   auto nvme = ParseRates(o.nvme_bw);
   auto pfs = ParseRate(o.pfs_bw);
   for (const absl::Status& s : {nvme.status(), pfs.status()}) {
@@ -310,13 +317,7 @@ int RunNodes(const NodesOptions& o, uint32_t depth, uint64_t seed, const std::st
 // --validate-nodes: the model's PFS share per node against the measured one (LoadNodesFile's
 // format, nodes_input.h). Exit 0 when every node is within 5 points, 1 when one is not, 2 on a bad file.
 int ValidateNodes(const NodesOptions& o, uint32_t depth, uint64_t seed, const std::string& json_path) {
-  Cluster defaults;
-  defaults.queue_depth = depth;
-  defaults.seed = seed;
-  defaults.window_s = o.window_s;
-  defaults.takeover = !o.no_takeover;
-  defaults.gaps = o.gaps == "fixed" ? GapDistribution::kFixed : GapDistribution::kExponential;
-  auto f = LoadNodesFile(o.validate_path, defaults);
+  auto f = LoadNodesFile(o.validate_path, ClusterOptions(o, depth, seed));
   if (!f.ok()) {
     std::cerr << "kvsim: " << f.status().message() << "\n";
     return 2;
