@@ -43,6 +43,8 @@ absl::Status SyncDirectory(int base, const std::string& base_path, const std::st
   return status;
 }
 
+bool SameFile(const struct stat& a, const struct stat& b) { return a.st_dev == b.st_dev && a.st_ino == b.st_ino; }
+
 int64_t MonotonicNs() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -430,12 +432,7 @@ absl::StatusOr<std::vector<ListedChunk>> FileDevice::ListChunks() {
 
 absl::StatusOr<ScannedChunk> FileDevice::ReadChunkHeader(const std::string& stem) {
   absl::StatusOr<ScannedChunk> chunk = ReadHeader(ChunkPath(stem), stem);
-  if (chunk.ok() && shared()) {  // the node's own file, or another node's
-    const std::string rel = RelativeChunkPath(stem);
-    struct stat own, published;
-    chunk->owned = fstatat(own_fd_, rel.c_str(), &own, 0) == 0 && fstatat(dir_fd_, rel.c_str(), &published, 0) == 0 &&
-                   own.st_dev == published.st_dev && own.st_ino == published.st_ino;
-  }
+  if (chunk.ok() && shared()) chunk->owned = OwnIsPublished(RelativeChunkPath(stem));  // else another node's
   return chunk;
 }
 
@@ -455,7 +452,7 @@ absl::StatusOr<FileHandle> FileDevice::OpenChunk(const std::string& stem) {
       // Another node may have removed or replaced its file: the handle must still be the name's.
       struct stat named, held;
       const bool same = fstatat(dir_fd_, RelativeChunkPath(stem).c_str(), &named, 0) == 0 && fstat(f.fd, &held) == 0 &&
-                        named.st_dev == held.st_dev && named.st_ino == held.st_ino;
+                        SameFile(named, held);
       if (same) f.checked_ns = now;
       if (!same) DropCached(stem);
     }
@@ -579,17 +576,19 @@ absl::Status FileDevice::Publish(const std::string& stem, bool remove_on_error) 
   if (mkdirat(dir_fd_, dir.c_str(), 0750) != 0 && errno != EEXIST) return Errno("mkdir", absl::StrCat(options_.path, "/", dir));
   if (linkat(own_fd_, rel.c_str(), dir_fd_, rel.c_str(), 0) == 0) return absl::OkStatus();
   const int err = errno;
-  struct stat own, published;
-  if (err == EEXIST && fstatat(own_fd_, rel.c_str(), &own, 0) == 0 && fstatat(dir_fd_, rel.c_str(), &published, 0) == 0 &&
-      own.st_dev == published.st_dev && own.st_ino == published.st_ino) {
-    return absl::OkStatus();  // published already (a restart's scan)
-  }
+  if (err == EEXIST && OwnIsPublished(rel)) return absl::OkStatus();  // published already (a restart's scan)
   if (err == EEXIST) {  // another node published the key first: its file stands
     unlinkat(own_fd_, rel.c_str(), 0);
     return absl::AlreadyExistsError(absl::StrCat("another node published ", ChunkPath(stem), " first"));
   }
   if (remove_on_error) unlinkat(own_fd_, rel.c_str(), 0);
   return Errno("link", ChunkPath(stem), err);
+}
+
+bool FileDevice::OwnIsPublished(const std::string& rel) const {
+  struct stat own, published;
+  return fstatat(own_fd_, rel.c_str(), &own, 0) == 0 && fstatat(dir_fd_, rel.c_str(), &published, 0) == 0 &&
+         SameFile(own, published);
 }
 
 absl::Status FileDevice::Unpublish(const std::string& stem) {
@@ -602,8 +601,7 @@ absl::Status FileDevice::Unpublish(const std::string& stem) {
     return errno == ENOENT ? absl::OkStatus() : Errno("stat", ChunkPath(stem));
   }
   // Only the owner changes its published name, so the file cannot change between stat and unlink.
-  if (own.st_dev == published.st_dev && own.st_ino == published.st_ino && unlinkat(dir_fd_, rel.c_str(), 0) != 0 &&
-      errno != ENOENT) {
+  if (SameFile(own, published) && unlinkat(dir_fd_, rel.c_str(), 0) != 0 && errno != ENOENT) {
     return Errno("unlink", ChunkPath(stem));
   }
   return absl::OkStatus();

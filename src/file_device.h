@@ -113,6 +113,8 @@ class FileDevice final : public TierDevice {
   absl::Status RemoveOwn(const std::string& stem);
   // Shared: unlinks the published name of `stem` while it is the node's own file.
   absl::Status Unpublish(const std::string& stem);
+  // Shared: the published name at `rel` (a chunk's path below the directory) is this node's file.
+  bool OwnIsPublished(const std::string& rel) const;
 
   FileDeviceOptions options_;
   DeviceProperties props_;

@@ -106,7 +106,7 @@ bool Index::RemoveReplica(std::string_view key, int tier, Victim* victim) {
 
 void Index::Touch(IndexEntry* e) {
   for (int k = 0; k < tier_count(); ++k) {
-    if ((e->tiers & ~e->foreign) & (1u << k)) lru_[k].splice(lru_[k].end(), lru_[k], e->lru[k]);
+    if (e->own() & (1u << k)) lru_[k].splice(lru_[k].end(), lru_[k], e->lru[k]);
   }
 }
 

@@ -26,6 +26,7 @@ struct IndexEntry {
   // Bit k: tier k's replica is another node's file on a shared tier. It is read like any replica
   // but never evicted here nor counted against this node's capacity of the tier (its owner does).
   uint32_t foreign = 0;
+  uint32_t own() const { return tiers & ~foreign; }  // tiers holding this node's own file of it
   int64_t foreign_checked_ns = 0;  // when SharedLookup last found the foreign files in place
   uint32_t read_pins = 0;   // steps reading it; capacity eviction skips pinned entries
   uint32_t locks = 0;       // clients' locks (Index::Lock); capacity eviction skips it while

@@ -215,7 +215,7 @@ void Replicator::Commit(Job* job, int t) {
     absl::MutexLock lock(&index_->mu());
     const IndexEntry* e = index_->get().Find(chunk.meta->key);
     // Only this node's own copies count: another node's clock says nothing of the order here.
-    superseded = e != nullptr && (e->tiers & ~e->foreign) != 0 && e->meta->created_unix_ns > chunk.meta->created_unix_ns &&
+    superseded = e != nullptr && e->own() != 0 && e->meta->created_unix_ns > chunk.meta->created_unix_ns &&
                  e->meta->payload_checksum != chunk.meta->payload_checksum;
     if (superseded) index_->get().Release(t, chunk.image_size);
   }

@@ -34,7 +34,7 @@ void SharedLookup::Discover(const std::vector<std::string>& keys, bool prefix_on
       const IndexEntry* e = index_->get_shared().FindLive(key);
       if (e == nullptr) {
         missing.push_back(&key);
-      } else if (e->tiers == e->foreign && now - e->foreign_checked_ns >= recheck_ns_) {
+      } else if (e->own() == 0 && now - e->foreign_checked_ns >= recheck_ns_) {
         recheck.emplace_back(&key, e->foreign);
       }
     }

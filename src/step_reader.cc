@@ -418,7 +418,7 @@ void StepReader::Deliver(ReadStep* step, uint32_t chunk, absl::Status status) {
     absl::MutexLock lock(&index_->mu());
     const IndexEntry* e = index_->get().Find(step->reads[chunk].key);
     if (result.status.ok() && on_foreign_read_ && e != nullptr && e->meta == step->metas[chunk] && e->foreign != 0 &&
-        (e->tiers & ~e->foreign) == 0) {
+        e->own() == 0) {
       // Cross-node reuse: the chunk is only in other nodes' files; copy it where the replication
       // policy would have put this node's own write of it.
       const uint32_t targets = step->policies.replication == ReplicationPolicy::kPrimary
