@@ -79,6 +79,7 @@ void ToProto(const StoreStats& in, v1::StatsReply* out) {
     p->set_stalls(t.stalls);
     p->set_late_reads(t.late_reads);
     p->set_hedged_reads(t.hedged_reads);
+    p->set_tail_blocks_left(t.tail_blocks_left);
     p->set_no_space_errors(t.no_space_errors);
     p->set_gone_errors(t.gone_errors);
     p->set_media_errors(t.media_errors);
@@ -139,6 +140,7 @@ StoreStats FromProto(const v1::StatsReply& in) {
     t.stalls = p.stalls();
     t.late_reads = p.late_reads();
     t.hedged_reads = p.hedged_reads();
+    t.tail_blocks_left = p.tail_blocks_left();
     t.no_space_errors = p.no_space_errors();
     t.gone_errors = p.gone_errors();
     t.media_errors = p.media_errors();

@@ -106,6 +106,9 @@ std::string RenderMetrics(const StoreStats& s, const DaemonGauges& d, bool healt
           [](const TierStats& t) { return t.evictions; });
   PerTier(&out, s, "kvstream_tier_hedged_reads_total", "counter", "Reads abandoned and served by another tier.",
           [](const TierStats& t) { return t.hedged_reads; });
+  PerTier(&out, s, "kvstream_tier_tail_blocks_left_total", "counter",
+          "Blocks the tier left to faster tiers at the end of a step (they would read them all sooner).",
+          [](const TierStats& t) { return t.tail_blocks_left; });
   PerTier(&out, s, "kvstream_tier_late_reads_total", "counter", "Reads that missed their deadline.",
           [](const TierStats& t) { return t.late_reads; });
   PerTier(&out, s, "kvstream_tier_stalled", "gauge", "1 while a read of the tier is past its deadline.",

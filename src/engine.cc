@@ -380,6 +380,7 @@ StoreStats Engine::Stats() const {
     ts.stalls = c.stalls;
     ts.late_reads = c.late_reads;
     ts.hedged_reads = c.hedged_reads;
+    ts.tail_blocks_left = c.tail_blocks_left;
     ts.no_space_errors = c.no_space_errors;
     ts.gone_errors = c.gone_errors;
     ts.media_errors = c.media_errors;
@@ -428,9 +429,11 @@ void Engine::Loop() {
       CheckTiers();
       next_tier_check_ns_ = now + kTierCheckNs;
     }
-    const int64_t next_deadline = reader_.CheckDeadlines();
+    int64_t next_deadline = reader_.CheckDeadlines();
     reader_.Sweep();
-    for (size_t t = 0; t < tiers_.size(); ++t) reader_.Schedule(static_cast<int>(t));
+    for (size_t t = 0; t < tiers_.size(); ++t) {
+      next_deadline = std::min(next_deadline, reader_.Schedule(static_cast<int>(t)));
+    }
     if (!replicator_.idle()) {
       const bool reads_pending = reader_.reads_pending();
       if (stager_.MayWrite(policies().writes, reads_pending)) {

@@ -15,6 +15,7 @@ uint32_t Step::AddChunk(uint32_t holders, uint32_t block_count) {
   for (uint32_t s = 0; s < c.block_count; ++s) blocks.push_back({index, s, -1, BlockState::kUnclaimed});
   chunks.push_back(c);
   ++unfinished;
+  unclaimed += c.block_count;
   return index;
 }
 
@@ -46,7 +47,24 @@ void StepPool::Take(Step* s, uint32_t index, BlockRef* out) {
   StepBlock& blk = s->blocks[index];
   blk.state = BlockState::kInFlight;
   ++s->chunks[blk.chunk].in_flight;
+  --s->unclaimed;
   *out = {s, index};
+}
+
+void StepPool::Unclaim(BlockRef ref) {
+  Step* s = ref.step;
+  StepBlock& blk = s->blocks[ref.block];
+  assert(blk.state == BlockState::kInFlight);
+  blk.state = BlockState::kUnclaimed;
+  --s->chunks[blk.chunk].in_flight;
+  ++s->unclaimed;
+  s->retry.push_back(ref.block);  // the claiming tier's cursor has moved past it
+}
+
+uint64_t StepPool::unclaimed() const {
+  uint64_t n = 0;
+  for (const Step* s : steps_) n += s->unclaimed;
+  return n;
 }
 
 bool StepPool::ClaimSerial(Step* s, int tier, BlockRef* out) {
@@ -142,7 +160,10 @@ void StepPool::ReplaceChunk(Step* s, uint32_t chunk, uint32_t holders, uint32_t 
   for (StepBlock& blk : s->blocks) {
     if (blk.chunk != chunk) continue;
     if (blk.state == BlockState::kInFlight) blk.state = BlockState::kAbandoned;
-    if (blk.state == BlockState::kUnclaimed) blk.state = BlockState::kDone;  // never claimed now
+    if (blk.state == BlockState::kUnclaimed) {
+      blk.state = BlockState::kDone;  // never claimed now
+      --s->unclaimed;
+    }
   }
   StepChunk& c = s->chunks[chunk];
   c.first_block = static_cast<uint32_t>(s->blocks.size());
@@ -151,6 +172,7 @@ void StepPool::ReplaceChunk(Step* s, uint32_t chunk, uint32_t holders, uint32_t 
   c.remaining = block_count;
   c.in_flight = 0;
   c.failing = holders == 0 && block_count > 0;
+  s->unclaimed += block_count;
   for (uint32_t k = 0; k < block_count; ++k) {
     s->blocks.push_back({chunk, k, -1, BlockState::kUnclaimed});
     s->retry.push_back(c.first_block + k);  // the tiers' cursors never reach appended blocks
@@ -167,6 +189,7 @@ void StepPool::Reissue(BlockRef ref, [[maybe_unused]] int tier) {
   // retry list, checked first by every claim, is how tiers find it.
   s->retry.push_back(static_cast<uint32_t>(s->blocks.size()));
   s->blocks.push_back({chunk, segment, -1, BlockState::kUnclaimed});
+  ++s->unclaimed;
 }
 
 void StepPool::Fail(BlockRef ref, int tier) {
@@ -175,6 +198,7 @@ void StepPool::Fail(BlockRef ref, int tier) {
   blk.state = BlockState::kUnclaimed;
   blk.pinned = -1;
   --c.in_flight;
+  ++ref.step->unclaimed;
   ref.step->retry.push_back(ref.block);
   DropHolder(ref.step, blk.chunk, tier);
 }

@@ -45,6 +45,7 @@ struct Step {
   std::vector<uint32_t> retry;    // blocks unclaimed again after a failure
   uint32_t serial_chunk = 0;      // serial batching: the one chunk being read
   uint32_t unfinished = 0;
+  uint32_t unclaimed = 0;         // blocks in state kUnclaimed (a failed chunk's count until the step goes)
 
   // Adds a chunk of `blocks` blocks held by `holders`; 0 blocks or no holder = finished at once.
   uint32_t AddChunk(uint32_t holders, uint32_t blocks);
@@ -72,6 +73,10 @@ class StepPool {
 
   // The next block `tier` should read, marked in flight. False when it has nothing to claim.
   bool Claim(int tier, BlockRef* out);
+  // Gives a block just claimed back unread: claimable again at once, by any holder.
+  void Unclaim(BlockRef ref);
+  // Blocks of the queued steps not yet claimed (an upper bound of what is left to read).
+  uint64_t unclaimed() const;
   // The block arrived intact.
   void Done(BlockRef ref);
   // The block failed on `tier` (read error or checksum): the tier stops serving the chunk and

@@ -117,14 +117,23 @@ void StepReader::Place(std::unique_ptr<ReadStep> owned, const Policies& policies
   if (step->unfinished == 0) Finish(step);
 }
 
-void StepReader::Schedule(int t) {
-  if (slots_[t].late > 0 || !tiers_[t]->readable) return;  // stalled or out of reach: claims nothing
+int64_t StepReader::Schedule(int t) {
+  if (slots_[t].late > 0 || !tiers_[t]->readable) return kNoDeadline;  // stalled or out of reach
   BlockRef ref;
-  while (!slots_[t].free.empty() && pool_->Claim(t, &ref)) Issue(t, ref);
-  if (!slots_[t].free.empty()) {
-    HedgeTail(t);
+  while (!slots_[t].free.empty() && pool_->Claim(t, &ref)) {
+    if (LeavesToOthers(t, ref)) {
+      pool_->Unclaim(ref);
+      ++tiers_[t]->counters.tail_blocks_left;
+      return kNoDeadline;  // the others finish the step sooner: nothing to take over either
+    }
+    Issue(t, ref);
+  }
+  if (slots_[t].free.empty()) return kNoDeadline;
+  int64_t recheck = kNoDeadline;
+  while (!slots_[t].free.empty() && HedgeTail(t, &recheck)) {
     while (!slots_[t].free.empty() && pool_->Claim(t, &ref)) Issue(t, ref);
   }
+  return recheck;
 }
 
 bool StepReader::reads_pending() const {

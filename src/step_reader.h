@@ -12,8 +12,10 @@
 // tier's deadline (4x the tier's recent read time, clamped to the configured floor and cap) marks
 // the tier stalled, so it claims nothing new until that read lands, and its block is read again
 // from another holder (a hedge; not before that holder could read a block, so a briefly late fast
-// tier is not replaced by a much slower one); at the end of a step, an idle tier also takes over a block that a
-// much slower tier would finish later than it could read it. A hedged read is abandoned: its
+// tier is not replaced by a much slower one). At the end of a step under completion routing, a
+// tier leaves the last blocks to the others when they would read them all before its own read
+// would land, and an idle tier takes over a block that a much slower tier would finish later than
+// it could read it (looked at again when such a read becomes overdue, even if nothing lands). A hedged read is abandoned: its
 // completion is ignored, and it can no longer be seen because it targets a bounce buffer or
 // memory the store took back (memory_regions.h). A read straight into other memory is never
 // hedged: it is waited for. A destination in client memory that may shrink (ChunkRead::dst_fd)
@@ -85,8 +87,9 @@ class StepReader {
   // versions found against eviction and queues the rest in the pool.
   void Place(std::unique_ptr<ReadStep> step, const Policies& policies);
   // Claims and issues reads while `tier` has free read slots (none while it is stalled); when it
-  // still has room, takes over a straggler of a slower tier.
-  void Schedule(int tier);
+  // still has room, takes over the stragglers of slower tiers. Returns when to call it again if
+  // no read lands before (a read of a slower tier is overdue then), or kNoDeadline.
+  int64_t Schedule(int tier);
   // Marks the reads past their deadline late (their tiers stalled) and hedges their blocks.
   // Returns the next deadline of a read in flight, or kNoDeadline.
   int64_t CheckDeadlines();
@@ -159,8 +162,14 @@ class StepReader {
   // Hedges the late read now if HedgeAfter has passed, else leaves it pending for CheckDeadlines.
   void MaybeHedge(int tier, ReadSlot* slot, int64_t now);
   // `tier` has room and nothing to claim: takes over the straggler of another tier that it can
-  // read well before that tier would deliver it.
-  void HedgeTail(int tier);
+  // read well before that tier would deliver it; false when there is none. Lowers `recheck` to
+  // when a read in flight elsewhere that is not a straggler yet would become one.
+  bool HedgeTail(int tier, int64_t* recheck);
+  // Completion routing's end of a step: `tier` just claimed `ref`, but the other holders would
+  // read everything they have in flight, every unclaimed block and this one before a read of
+  // `tier` issued now would land (its usual read time): the block is better left to them. Never
+  // while `tier` has no read in flight.
+  bool LeavesToOthers(int tier, BlockRef ref) const;
   // A read of the placed version failed on `tier` as `kind` (`checksum`: its bytes did not match).
   // If the key was rewritten since placement, the chunk is read again as the current version and
   // nothing counts against the tier; otherwise the tier stops serving the chunk, the failure is

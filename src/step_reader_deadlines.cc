@@ -120,11 +120,11 @@ bool StepReader::Hedge(int t, ReadSlot* slot) {
   return true;
 }
 
-void StepReader::HedgeTail(int h) {
+bool StepReader::HedgeTail(int h, int64_t* recheck) {
   // How long `h` takes for one block: from its bandwidth in steps (smooth), else its read time.
   const double bps = tiers_[h]->reference_bps;
   const double block_ns = bps > 0 ? config_.block_size / bps * 1e9 : slots_[h].read_ns;
-  if (block_ns == 0) return;  // no measure of this tier yet
+  if (block_ns == 0) return false;  // no measure of this tier yet
   const double margin = std::max(kTailFactor * block_ns, kTailFloorNs);
   const int64_t now = reactor_->NowNs();
   int best_tier = -1;
@@ -134,27 +134,57 @@ void StepReader::HedgeTail(int h) {
     const double usual = slots_[t].read_ns;
     for (ReadSlot& slot : slots_[t].slots) {
       if (!slot.busy || slot.late) continue;
-      // It lands much later than `h` could read it (by its tier's usual read time), or it is
-      // overdue there: in flight twice its tier's usual time, and much longer than `h` needs.
-      const double age = static_cast<double>(now - slot.issued_ns);
-      const bool straggles = usual > 0 && (usual - age > margin || age > std::max(2 * usual, margin));
-      if (!straggles) continue;
       auto* step = static_cast<ReadStep*>(slot.ref.step);
       // Only completion routing spreads a step over every tier: the fixed splits and the
       // single-tier policies are references, read as they say.
       if (step->policies.routing.kind != RoutingKind::kCompletion) continue;
       const StepBlock& blk = step->blocks[slot.ref.block];
       if (blk.state != BlockState::kInFlight || !(step->chunks[blk.chunk].holders & (1u << h))) continue;
+      // It lands much later than `h` could read it (by its tier's usual read time), or it is
+      // overdue there: in flight twice its tier's usual time, and much longer than `h` needs.
+      const double age = static_cast<double>(now - slot.issued_ns);
+      const double overdue = std::max(2 * usual, margin);
+      const bool straggles = usual > 0 && (usual - age > margin || age > overdue);
+      if (!straggles) {
+        // Nothing lands from that tier meanwhile, perhaps: look again when it is overdue.
+        if (usual > 0) *recheck = std::min(*recheck, slot.issued_ns + static_cast<int64_t>(overdue) + 1);
+        continue;
+      }
       if (best == nullptr || slot.issued_ns < best->issued_ns) {
         best_tier = static_cast<int>(t);
         best = &slot;
       }
     }
   }
-  if (best != nullptr && Hedge(best_tier, best)) {
-    spdlog::debug("tier {}: takes over a straggler of tier {} in flight for {} ms", tiers_[h]->name,
-                  tiers_[best_tier]->name, (now - best->issued_ns) / 1'000'000);
+  if (best == nullptr || !Hedge(best_tier, best)) return false;
+  spdlog::debug("tier {}: takes over a straggler of tier {} in flight for {} ms", tiers_[h]->name,
+                tiers_[best_tier]->name, (now - best->issued_ns) / 1'000'000);
+  return true;
+}
+
+bool StepReader::LeavesToOthers(int t, BlockRef ref) const {
+  const auto* step = static_cast<const ReadStep*>(ref.step);
+  if (step->policies.routing.kind != RoutingKind::kCompletion) return false;
+  // A tier with nothing in flight always reads: its read time stays measured (a time inflated by
+  // a hang or a slow spell comes down again as its reads land), and a step never waits on an
+  // estimate alone.
+  if (slots_[t].free.size() == slots_[t].slots.size()) return false;
+  const double own_ns = slots_[t].read_ns;  // when a read of `t` issued now would land
+  const uint32_t others = step->chunks[step->blocks[ref.block].chunk].holders & ~(1u << t);
+  if (own_ns == 0 || others == 0) return false;
+  double blocks_per_ns = 0;  // of the other holders together
+  size_t in_flight = 0;
+  for (size_t h = 0; h < tiers_.size(); ++h) {
+    if (!(others & (1u << h)) || slots_[h].late > 0 || !tiers_[h]->readable) continue;
+    const double bps = tiers_[h]->reference_bps;
+    if (bps <= 0) return false;  // not measured yet
+    blocks_per_ns += bps / 1e9 / config_.block_size;
+    in_flight += slots_[h].slots.size() - slots_[h].free.size();
   }
+  if (blocks_per_ns == 0) return false;
+  // They read what they have in flight, every block still unclaimed and this one before it would land.
+  const double others_done_ns = static_cast<double>(in_flight + pool_->unclaimed() + 1) / blocks_per_ns;
+  return others_done_ns <= own_ns;
 }
 
 }  // namespace kvstream

@@ -24,6 +24,7 @@ struct TierCounters {
   std::atomic<uint64_t> stalls{0};        // times the tier was marked stalled
   std::atomic<uint64_t> late_reads{0};    // reads that missed their deadline
   std::atomic<uint64_t> hedged_reads{0};  // reads abandoned and given to another holder
+  std::atomic<uint64_t> tail_blocks_left{0};  // blocks left to faster tiers at the end of a step
   // Failed reads, writes and file operations by kind (IoStatus).
   std::atomic<uint64_t> no_space_errors{0}, gone_errors{0}, media_errors{0};
   std::atomic<uint64_t> dropped_replicas{0};  // bad or gone replicas taken out of the index

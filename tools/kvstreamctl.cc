@@ -31,7 +31,8 @@ nlohmann::json TierJson(const TierStats& t) {
           {"checksum_failures", t.checksum_failures}, {"write_errors", t.write_errors}, {"evictions", t.evictions},
           {"bounce_reads", t.bounce_reads}, {"resubmits", t.resubmits}, {"fixed_ops", t.fixed_ops},
           {"reference_bandwidth_bps", t.reference_bandwidth_bps}, {"stalled", t.stalled}, {"stalls", t.stalls},
-          {"late_reads", t.late_reads}, {"hedged_reads", t.hedged_reads}, {"no_space_errors", t.no_space_errors},
+          {"late_reads", t.late_reads}, {"hedged_reads", t.hedged_reads},
+          {"tail_blocks_left", t.tail_blocks_left}, {"no_space_errors", t.no_space_errors},
           {"gone_errors", t.gone_errors}, {"media_errors", t.media_errors}, {"readable", t.readable},
           {"writable", t.writable}, {"condition", t.condition}, {"secondaries_dropped", t.secondaries_dropped},
           {"shared", t.shared}, {"foreign_chunks", t.foreign_chunks}, {"discovered", t.discovered}};

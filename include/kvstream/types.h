@@ -125,6 +125,7 @@ struct TierStats {
   uint64_t stalls = 0;          // times the tier was marked stalled
   uint64_t late_reads = 0;      // reads that missed their deadline
   uint64_t hedged_reads = 0;    // reads abandoned and served by another holder instead
+  uint64_t tail_blocks_left = 0;  // blocks left to faster tiers at a step's end (completion routing)
   uint64_t no_space_errors = 0; // failed operations by kind: no space (ENOSPC, EDQUOT),
   uint64_t gone_errors = 0;     // file or directory gone (ENOENT, ESTALE...),
   uint64_t media_errors = 0;    // bad bytes (EIO, a short file, a checksum mismatch)

@@ -423,8 +423,8 @@ int Main(int argc, char** argv) {
       ->capture_default_str();
   nodes_group->add_option("--window", nodes.window_s, "simulated seconds (default: 200 solo cycles of the slowest node)");
   nodes_group->add_flag("--no-takeover", nodes.no_takeover,
-                        "the NVMe tier never takes over a PFS straggler at the end of a step (one node is then exactly "
-                        "the two-tier completion model; the daemon does take over)");
+                        "no end-of-step handling: the PFS claims to the last block and the NVMe never takes over a PFS "
+                        "straggler (one node is then exactly the two-tier completion model; the daemon does both)");
   nodes_group->add_option("--validate-nodes", nodes.validate_path,
                           "predict the per-node PFS shares measured in this JSON and say whether each is within 5 "
                           "points (exit 1 if not): {\"pfs_bps\": B, \"nodes\": [{\"node\": \"n0\", \"nvme_bps\": b, "

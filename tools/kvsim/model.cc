@@ -37,7 +37,7 @@ double StaticPenalty(double g, double b0, double b1) {
 }
 
 double CompletionTime(double bytes, double block, uint32_t depth, const std::vector<double>& b,
-                      const std::vector<double>& delay, std::vector<double>* tier_bytes) {
+                      const std::vector<double>& delay, std::vector<double>* tier_bytes, bool leave_tail) {
   const size_t k_tiers = b.size();
   if (tier_bytes) tier_bytes->assign(k_tiers, 0);
   if (bytes <= 0) return 0;
@@ -47,6 +47,7 @@ double CompletionTime(double bytes, double block, uint32_t depth, const std::vec
   // Per tier: a FIFO of claimed blocks' sizes; the head is being transferred.
   struct Tier {
     std::queue<double> claimed;
+    double queued = 0;   // bytes claimed behind the head
     double free_at = 0;  // when the head transfer ends
   };
   std::vector<Tier> tiers(k_tiers);
@@ -55,8 +56,22 @@ double CompletionTime(double bytes, double block, uint32_t depth, const std::vec
   auto claim = [&](size_t k) {
     const double size = next + 1 == blocks ? last : block;
     ++next;
+    if (!tiers[k].claimed.empty()) tiers[k].queued += size;
     tiers[k].claimed.push(size);
     if (tier_bytes) (*tier_bytes)[k] += size;
+  };
+  // At time t, tier k (a block in flight) leaves the next block to the others (see leave_tail).
+  auto leaves = [&](size_t k, double t) {
+    if (!leave_tail || tiers[k].claimed.empty()) return false;
+    const double size = next + 1 == blocks ? last : block;
+    const double lands = tiers[k].free_at - t + (tiers[k].queued + size) / b[k];
+    double others_bytes = static_cast<double>(blocks - next - 1) * block + last, others_bps = 0;  // unclaimed
+    for (size_t j = 0; j < k_tiers; ++j) {
+      if (j == k || b[j] <= 0) continue;
+      others_bps += b[j];
+      if (!tiers[j].claimed.empty()) others_bytes += (tiers[j].free_at - t) * b[j] + tiers[j].queued;
+    }
+    return others_bps > 0 && others_bytes / others_bps <= lands;
   };
   for (size_t k = 0; k < k_tiers; ++k) {
     if (b[k] <= 0) continue;
@@ -72,10 +87,18 @@ double CompletionTime(double bytes, double block, uint32_t depth, const std::vec
     events.pop();
     end = std::max(end, t);
     tiers[k].claimed.pop();
-    if (next < blocks) claim(k);
     if (!tiers[k].claimed.empty()) {
+      tiers[k].queued -= tiers[k].claimed.front();
       tiers[k].free_at = t + tiers[k].claimed.front() / b[k];
       events.emplace(tiers[k].free_at, k);
+    }
+    if (next < blocks && !leaves(k, t)) {
+      const bool was_idle = tiers[k].claimed.empty();
+      claim(k);
+      if (was_idle) {
+        tiers[k].free_at = t + tiers[k].claimed.front() / b[k];
+        events.emplace(tiers[k].free_at, k);
+      }
     }
   }
   return end;

@@ -19,9 +19,13 @@ double StaticPenalty(double g, double b0, double b1);
 
 // Completion-driven routing at block granularity: every tier keeps `depth` blocks in flight and
 // claims the next unread block whenever one completes; a tier serves its blocks one after another
-// at its bandwidth (so the tail is what is in flight when the pool runs dry). Fills bytes per tier.
+// at its bandwidth (so the tail is what is in flight when the pool runs dry). With `leave_tail`
+// (the daemon's StepReader::LeavesToOthers) a tier that still has a block in flight does not claim
+// the next one when the other tiers would read all they hold and every unclaimed block, that one
+// included, before it would land. Fills bytes per tier.
 double CompletionTime(double bytes, double block, uint32_t depth, const std::vector<double>& bandwidth,
-                      const std::vector<double>& delay = {}, std::vector<double>* tier_bytes = nullptr);
+                      const std::vector<double>& delay = {}, std::vector<double>* tier_bytes = nullptr,
+                      bool leave_tail = true);
 
 // One tier only, all bytes at its bandwidth.
 inline double FastestTime(double bytes, double b0, double delay0 = 0) { return delay0 + bytes / b0; }

@@ -64,7 +64,7 @@ struct NodeState {
 
 double SoloStepTime(const Cluster& c, size_t i) {
   const NodeLoad& n = c.nodes[i];
-  return CompletionTime(n.step_bytes, c.block_bytes, c.queue_depth, {n.nvme_bps, PfsMax(c)});
+  return CompletionTime(n.step_bytes, c.block_bytes, c.queue_depth, {n.nvme_bps, PfsMax(c)}, {}, nullptr, c.takeover);
 }
 
 double GapForLoad(const Cluster& c, size_t i, double load) { return SoloStepTime(c, i) * (1 / load - 1); }
@@ -159,6 +159,21 @@ ClusterResult SimulateCluster(const Cluster& c) {
     tails.erase(std::find(tails.begin(), tails.end(), i));
     timed.emplace(t + draw_gap(i), kStart, i);
   };
+  // At the end of a step the PFS tier leaves the next block to the NVMe when the NVMe would read
+  // what it has claimed and every unclaimed block, that one included, before a PFS read claimed
+  // now would land at the present share; never while it has nothing in flight (as the daemon).
+  auto pfs_leaves = [&](size_t i) {
+    const NodeState& ns = s[i];
+    if (!c.takeover || ns.pfs.claimed.empty()) return false;
+    const double size = ns.next + 1 == ns.blocks ? ns.last : c.block_bytes;
+    double ahead = ns.pfs.head_done - v;  // PFS bytes (per reader) until its last claim lands
+    for (size_t j = 1; j < ns.pfs.claimed.size(); ++j) ahead += ns.pfs.claimed[j].size;
+    const double lands = (ahead + size) / PfsShare(c, readers);
+    double nvme_bytes = static_cast<double>(ns.blocks - ns.next - 1) * c.block_bytes + ns.last;  // unclaimed
+    for (size_t j = 1; j < ns.nvme.claimed.size(); ++j) nvme_bytes += ns.nvme.claimed[j].size;
+    const double nvme_head = ns.nvme.claimed.empty() ? 0 : ns.nvme.head_done - t;
+    return nvme_head + nvme_bytes / c.nodes[i].nvme_bps <= lands;
+  };
   // A head landed: the next claim takes its slot.
   auto landed = [&](size_t i, bool from_pfs) {
     NodeState& ns = s[i];
@@ -178,7 +193,7 @@ ClusterResult SimulateCluster(const Cluster& c) {
     } else if (from_pfs) {
       --readers;
     }
-    if (ns.reading && ns.next < ns.blocks) claim(i, from_pfs);  // into an empty tier, push starts the head
+    if (ns.reading && ns.next < ns.blocks && !(from_pfs && pfs_leaves(i))) claim(i, from_pfs);
     maybe_done(i);
   };
   // At the end of a step, the NVMe tier, with room and nothing left to claim, takes over the PFS

@@ -8,11 +8,13 @@
 //     the next step. A node with gap 0 reads back to back (load 1).
 //   - Within a step a node routes as CompletionTime (model.h): each of its two tiers keeps
 //     queue_depth blocks claimed and claims the next unread block whenever one completes, and
-//     serves its claimed blocks one after another. At the end of a step (nothing left to claim)
-//     the NVMe tier takes over a PFS block that would land, at the present share, more than
-//     max(4 NVMe block times, 10 ms) later, as the daemon does; the abandoned PFS read still holds
-//     its slot and its share of the PFS until it lands. Without takeover (takeover = false) one
-//     node is exactly CompletionTime.
+//     serves its claimed blocks one after another. At the end of a step, as the daemon does, the
+//     PFS tier (with a read in flight) leaves the next block to the NVMe when the NVMe would read
+//     all that is left before that PFS read would land at the present share, and the NVMe tier,
+//     with nothing left to claim, takes over a PFS block that would land more than max(4 NVMe
+//     block times, 10 ms) later; the abandoned PFS read still holds its slot and its share of the
+//     PFS until it lands. Without this end-of-step handling (takeover = false) one node is
+//     exactly CompletionTime.
 //   - The NVMe tier of a node reads at nvme_bps, whoever else reads.
 //   - The PFS delivers pfs_bps in all, split equally among the nodes that have a PFS read in
 //     flight at that instant (processor sharing per node, not per request: every node keeps the
@@ -47,7 +49,7 @@ struct Cluster {
   GapDistribution gaps = GapDistribution::kExponential;
   uint64_t seed = 1;
   double window_s = 0;          // simulated time; 0 = 200 solo cycles (SoloStepTime + gap) of the longest
-  bool takeover = true;         // the NVMe tier takes over PFS stragglers at the end of a step
+  bool takeover = true;         // end of a step: the PFS leaves the last blocks, the NVMe takes over stragglers
 };
 
 struct NodeResult {

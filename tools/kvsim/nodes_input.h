@@ -39,7 +39,7 @@ struct NodesFile {
 //    "queue_depth": 2,                     optional: blocks in flight per tier
 //    "gaps": "exponential",                optional: "fixed" | "exponential"
 //    "seed": 1, "window_s": 0,             optional: the simulation's (Cluster)
-//    "takeover": true,                     optional: the NVMe tier takes over PFS stragglers
+//    "takeover": true,                     optional: end-of-step handling (as the daemon)
 //    "nodes": [{"node": "n0",              a name to print
 //               "nvme_bps": 3e8,           the node's NVMe read bandwidth, measured alone
 //               "step_bytes": 268435456,   bytes per step (mean)

@@ -131,6 +131,7 @@ class TierStats:
     stalls: int = 0
     late_reads: int = 0
     hedged_reads: int = 0
+    tail_blocks_left: int = 0  # blocks left to faster tiers at a step's end (completion routing)
     no_space_errors: int = 0
     gone_errors: int = 0
     media_errors: int = 0
