@@ -2,7 +2,7 @@
 # SGLang's HiCache storage: HiCacheFile (SGLang's file backend) on the fast tier versus the kvstream
 # backend (kvstream.sglang, zero copy into SGLang's shared-memory host pool) on both tiers, same pages
 # and batches, on two emulated tiers (tools/tierlab: loop devices, O_DIRECT, blkio read caps of FAST
-# and SLOW MB/s); then kvbench on the same daemon with the same piece size and batch for the tiers'
+# and SLOW MB/s); then kvbench on the same daemon with the same piece size and batches for the tiers'
 # alone bandwidths and the bound ratio (b0+b1)/b0. Pages as SGLang sizes them for a 32B-class model
 # at TP 1 (64 layers x 8 KV heads x 128 dims, bf16, 64 tokens: 16 MiB, stored as 8 MiB K and V).
 # With --gbs the tier images go on tmpfs (BENCH_DIR default /dev/shm/kvstream-bench-sglang) and the
@@ -34,8 +34,8 @@ source "$root/tools/bench-tiers.sh"
 bench_up bench-sglang 7GiB "$out/kvstreamd-sglang.log"
 python="$("$root/deploy/python-env.sh" --sglang)"
 name="sglang-$fast-$slow"
-echo "== kvbench: the same batch (1 rank, $((batch * 2)) pieces of 8 MiB), tiers alone and completion"
-"$tierlab" run --dir "$work" -- "$build/tools/kvbench" --socket "$sock" --ranks 1 --steps 3 --requests 1 \
+echo "== kvbench: the same batches (1 rank, $((batch * 2)) pieces of 8 MiB a step, a step per batch), tiers alone and completion"
+"$tierlab" run --dir "$work" -- "$build/tools/kvbench" --socket "$sock" --ranks 1 --steps $(( (pages + batch - 1) / batch )) --requests 1 \
   --chunks $((batch * 2)) --hit-ratio 1 --chunk-size 8MiB --policies completion --write-policies "" \
   --json "$out/$name-kvbench.json"
 echo
