@@ -6,27 +6,40 @@
 # then LMCache's multi-process L2 layer: its fs adapter on the fast tier versus the kvstream L2
 # adapter on the same daemon (tools/bench_lmcache_l2.py: same keys, same load batches).
 # Needs root, a build (kvstreamd, kvbench) and the Python environment (deploy/python-env.sh).
-# Usage: sudo tools/bench-lmcache.sh [--fast MBPS] [--slow MBPS] [--steps N] [--requests R] [--chunks C] [--out DIR]
-# (R requests of C chunks of 8 MiB per step; default 4 x 8)
+# With --gbs the GB/s regime: tier images on tmpfs (BENCH_DIR default /dev/shm/kvstream-bench-lmcache),
+# caps 2000/700 MB/s, 4 steps, and L2 passes of 256 chunks (2 GiB: shorter passes last a few blkio
+# throttle slices, and both sides then read above the caps).
+# Usage: sudo tools/bench-lmcache.sh [--gbs] [--fast MBPS] [--slow MBPS] [--steps N] [--requests R]
+#          [--chunks C] [--mp-chunks M] [--out DIR]
+# (R requests of C chunks of 8 MiB per step; default 4 x 8; the L2 passes read M chunks, default R x C)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-fast=300 slow=150 steps=6 requests=4 chunks=8 out=/var/tmp/kvstream-bench-results
+fast="" slow="" steps="" requests=4 chunks=8 mp_chunks="" gbs="" out=/var/tmp/kvstream-bench-results
 while [ $# -gt 0 ]; do
   case $1 in
+    --gbs) gbs=1; shift ;;
     --fast) fast=$2; shift 2 ;;
     --slow) slow=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --requests) requests=$2; shift 2 ;;
     --chunks) chunks=$2; shift 2 ;;
+    --mp-chunks) mp_chunks=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     *) echo "bench-lmcache: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
 build="${BUILD_DIR:-$root/build}"
-work="${BENCH_DIR:-/var/tmp/kvstream-bench}"
+if [ -n "$gbs" ]; then
+  fast=${fast:-2000} slow=${slow:-700} steps=${steps:-4} mp_chunks=${mp_chunks:-256}
+  work="${BENCH_DIR:-/dev/shm/kvstream-bench-lmcache}"
+else
+  fast=${fast:-300} slow=${slow:-150} steps=${steps:-6}
+  work="${BENCH_DIR:-/var/tmp/kvstream-bench}"
+fi
 source "$root/tools/bench-tiers.sh"
-bench_up bench-lmcache 3GiB "$out/kvstreamd-lmcache.log"
+mp_chunks=${mp_chunks:-$((requests * chunks))}
+bench_up bench-lmcache 5GiB "$out/kvstreamd-lmcache.log"
 python="$("$root/deploy/python-env.sh")"
 echo "== kvbench: the same step shape (1 rank, $requests requests x $chunks chunks x 8 MiB), tiers alone and completion"
 "$tierlab" run --dir "$work" -- "$build/tools/kvbench" --socket "$sock" --ranks 1 --steps "$steps" --requests "$requests" \
@@ -38,7 +51,7 @@ echo "== LMCache StorageManager: LocalDiskBackend on t0 (O_DIRECT) vs the kvstre
   --disk-dir "$work/mnt/t0/lmcache-disk" --steps "$steps" --requests "$requests" --chunks "$chunks" --chunk-mib 8 \
   --kvbench "$out/lmcache-kvbench-${requests}x${chunks}.json" --json "$out/lmcache-${requests}x${chunks}.json"
 echo
-echo "== LMCache multi-process L2: the fs adapter on t0 vs the kvstream L2 adapter on t0+t1 ($((requests * chunks)) chunks of 8 MiB, loads of $chunks, $requests at once)"
+echo "== LMCache multi-process L2: the fs adapter on t0 vs the kvstream L2 adapter on t0+t1 ($mp_chunks chunks of 8 MiB, loads of $chunks, $requests at once)"
 "$tierlab" run --dir "$work" -- "$python" "$root/tools/bench_lmcache_l2.py" --daemon-socket "$sock" \
-  --fs-dir "$work/mnt/t0/lmcache-mp-fs" --chunks $((requests * chunks)) --chunk-mib 8 --batch "$chunks" \
+  --fs-dir "$work/mnt/t0/lmcache-mp-fs" --chunks "$mp_chunks" --chunk-mib 8 --batch "$chunks" \
   --concurrent "$requests" --passes 3

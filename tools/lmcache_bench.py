@@ -150,21 +150,26 @@ def main() -> int:
             if mode != "kvstream+step":
                 populate(sm, flat, shape, backend_name)
             drop_page_cache()
+            cpu = time.process_time()
             times = measure(sm, backend_name, steps, shape, step_batching=mode == "kvstream+step")
+            cpu = time.process_time() - cpu
         finally:
             sm.close()
         total = sum(times)
         results[mode] = {"seconds": total, "bps": step_bytes * len(times) / total,
-                         "step_seconds_median": sorted(times)[len(times) // 2]}
+                         "step_seconds_median": sorted(times)[len(times) // 2],
+                         "python_cpu_s_per_gb": cpu / (step_bytes * len(times) / 1e9)}
         print(f"lmcache_bench: {mode:14s} {total:8.3f} s  {results[mode]['bps'] / 1e6:8.1f} MB/s", file=sys.stderr)
     shutil.rmtree(args.disk_dir, ignore_errors=True)
 
     base = results["localdisk"]["bps"]
     print(f"\n{args.steps} steps of {args.requests} requests x {args.chunks} chunks x {args.chunk_mib} MiB "
           f"through LMCache's StorageManager (request after request)")
-    print(f"{'mode':16s} {'total_s':>8s} {'MB/s':>8s} {'vs localdisk':>13s}")
+    print(f"{'mode':16s} {'total_s':>8s} {'MB/s':>8s} {'vs localdisk':>13s} {'python cpu s/GB':>16s}")
     for mode, r in results.items():
-        print(f"{mode:16s} {r['seconds']:8.3f} {r['bps'] / 1e6:8.1f} {r['bps'] / base:12.2f}x")
+        print(f"{mode:16s} {r['seconds']:8.3f} {r['bps'] / 1e6:8.1f} {r['bps'] / base:12.2f}x "
+              f"{r['python_cpu_s_per_gb']:16.3f}")
+    print("(python cpu: user + system time of this process, all its threads, LMCache's disk I/O included)")
     summary: Dict[str, object] = {"args": vars(args), "results": results}
     if args.kvbench:
         with open(args.kvbench) as f:
