@@ -98,7 +98,7 @@ T Policy(const YAML::Node& node, const std::string& key, absl::StatusOr<T> (*par
 DaemonConfig Parse(const YAML::Node& root) {
   DaemonConfig c;
   RequireMap(root, "", {"socket", "sessions", "block_size", "staging", "verify_checksums", "reads", "policies", "logging",
-                        "metrics", "tiers", "node"});
+                        "metrics", "tiers", "node", "foreign_chunks_limit"});
   if (const auto s = root["socket"]) {
     RequireMap(s, "socket", {"path", "mode", "group"});
     if (s["path"]) c.socket_path = Str(s["path"], "socket.path");
@@ -164,6 +164,12 @@ DaemonConfig Parse(const YAML::Node& root) {
     if (m["listen"]) c.metrics_listen = Str(m["listen"], "metrics.listen");
   }
   if (root["node"]) c.store.node = Str(root["node"], "node");
+  if (root["foreign_chunks_limit"]) {
+    c.store.foreign_chunks_limit = Uint(root["foreign_chunks_limit"], "foreign_chunks_limit");
+    if (c.store.foreign_chunks_limit == 0) {
+      throw ConfigError{Where(root["foreign_chunks_limit"], "foreign_chunks_limit") + " must be at least 1"};
+    }
+  }
   const auto tiers = root["tiers"];
   if (!tiers || !tiers.IsSequence() || tiers.size() == 0) throw ConfigError{"'tiers' must list at least one tier"};
   for (size_t i = 0; i < tiers.size(); ++i) {

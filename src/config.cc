@@ -69,6 +69,7 @@ absl::StatusOr<StoreConfig> ValidateConfig(StoreConfig c) {
     }
     any_shared |= t.shared;
   }
+  if (c.foreign_chunks_limit == 0) return absl::InvalidArgumentError("foreign_chunks_limit must be at least 1");
   if (any_shared && c.node.empty()) {
     char host[256] = {};
     if (gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0') {

@@ -33,7 +33,7 @@ Engine::Engine(StoreConfig config, Tiers tiers, std::shared_ptr<Reactor> reactor
         std::vector<uint64_t> capacities;
         for (const TierConfig& t : config_.tiers) capacities.push_back(t.capacity_bytes);
         return capacities;
-      }()),
+      }(), config_.foreign_chunks_limit),
       stager_(config_.staging_limit_bytes, config_.staging_high_water, config_.block_size, reactor_.get()),
       regions_(tiers_),
       pool_(static_cast<int>(tiers_.size()), config_.routing, config_.batching),

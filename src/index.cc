@@ -8,12 +8,13 @@ namespace {
 absl::string_view Key(std::string_view s) { return {s.data(), s.size()}; }
 }  // namespace
 
-Index::Index(std::vector<uint64_t> capacities)
+Index::Index(std::vector<uint64_t> capacities, uint64_t foreign_limit)
     : capacity_(std::move(capacities)),
       used_(capacity_.size(), 0),
       reserved_(capacity_.size(), 0),
       lru_(capacity_.size()),
-      foreign_(capacity_.size(), 0) {}
+      foreign_(capacity_.size(), 0),
+      foreign_limit_(foreign_limit) {}
 
 IndexEntry* Index::Find(std::string_view key) {
   auto it = entries_.find(Key(key));
@@ -53,6 +54,7 @@ void Index::Unlink(IndexEntry* e, int tier) {
   if (e->foreign & bit) {
     e->foreign &= ~bit;
     --foreign_[tier];
+    if (e->foreign == 0) foreign_lru_.erase(e->foreign_lru);
   } else {
     lru_[tier].erase(e->lru[tier]);
     used_[tier] -= e->meta->file_size();
@@ -85,6 +87,7 @@ std::vector<Victim> Index::AddReplica(int tier, std::shared_ptr<const ChunkMeta>
   if (e.tiers == 0) ++live_;
   e.tiers |= bit;
   if (foreign) {
+    if (e.foreign == 0) e.foreign_lru = foreign_lru_.insert(foreign_lru_.end(), &e);
     e.foreign |= bit;
     ++foreign_[tier];
   } else {
@@ -108,6 +111,25 @@ void Index::Touch(IndexEntry* e) {
   for (int k = 0; k < tier_count(); ++k) {
     if (e->own() & (1u << k)) lru_[k].splice(lru_[k].end(), lru_[k], e->lru[k]);
   }
+  if (e->foreign != 0) foreign_lru_.splice(foreign_lru_.end(), foreign_lru_, e->foreign_lru);
+}
+
+uint64_t Index::ForgetForeign(int64_t now_ns, int64_t found_since_ns) {
+  uint64_t forgotten = 0;
+  for (auto it = foreign_lru_.begin(); foreign_lru_.size() > foreign_limit_ && it != foreign_lru_.end();) {
+    IndexEntry* e = *it++;  // Unlink below erases e's place in the list
+    if (e->read_pins > 0 || Locked(*e, now_ns) || e->foreign_checked_ns >= found_since_ns) continue;
+    for (int k = 0; k < tier_count(); ++k) {
+      if (e->foreign & (1u << k)) Unlink(e, k);
+    }
+    ++forgotten;
+    if (e->tiers == 0) {
+      const std::string key = e->meta->key;  // the entry owns the string erase would look up by
+      entries_.erase(key);
+    }
+  }
+  foreign_forgotten_ += forgotten;
+  return forgotten;
 }
 
 bool Index::MakeRoom(int tier, uint64_t bytes, int64_t now_ns, std::vector<Victim>* victims) {

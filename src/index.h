@@ -28,6 +28,7 @@ struct IndexEntry {
   uint32_t foreign = 0;
   uint32_t own() const { return tiers & ~foreign; }  // tiers holding this node's own file of it
   int64_t foreign_checked_ns = 0;  // when SharedLookup last found the foreign files in place
+  std::list<IndexEntry*>::iterator foreign_lru;  // its place in Index's foreign LRU while foreign != 0
   uint32_t read_pins = 0;   // steps reading it; capacity eviction skips pinned entries
   uint32_t locks = 0;       // clients' locks (Index::Lock); capacity eviction skips it while
   int64_t locked_until_ns = 0;  // ... any is held and the latest lease has not ended
@@ -44,7 +45,8 @@ struct Victim {
 
 class Index {
  public:
-  explicit Index(std::vector<uint64_t> capacities);
+  // `foreign_limit`: ForgetForeign keeps at most this many keys with a foreign replica.
+  explicit Index(std::vector<uint64_t> capacities, uint64_t foreign_limit = UINT64_MAX);
 
   IndexEntry* Find(std::string_view key);
   const IndexEntry* Find(std::string_view key) const;
@@ -88,6 +90,12 @@ class Index {
   // UINT64_MAX). Pinned entries are evicted too: their in-flight reads fail over or fail.
   void EvictLru(int tier, uint64_t bytes, std::vector<Victim>* victims);
 
+  // While more than foreign_limit keys have a foreign replica, forgets the foreign replicas of
+  // the least recently used (their files are other nodes': nothing is removed, and a later lookup
+  // finds them again on the file system), except keys pinned by a step, locked at `now_ns`, or
+  // found in place (foreign_checked_ns) at or after `found_since_ns` (a step about to be placed
+  // may want them). Returns how many keys it forgot.
+  uint64_t ForgetForeign(int64_t now_ns, int64_t found_since_ns);
   // Forgets every replica of `tier` (its files are gone or out of reach); returns how many.
   uint64_t DropTier(int tier);
   // The versions of this node's own files `tier` holds, least recently used first.
@@ -96,6 +104,9 @@ class Index {
   uint64_t capacity(int tier) const { return capacity_[tier]; }
   uint64_t replicas(int tier) const { return lru_[tier].size(); }  // this node's own
   uint64_t foreign_replicas(int tier) const { return foreign_[tier]; }
+  uint64_t foreign_keys() const { return foreign_lru_.size(); }       // keys with a foreign replica
+  bool foreign_over_limit() const { return foreign_lru_.size() > foreign_limit_; }
+  uint64_t foreign_forgotten() const { return foreign_forgotten_; }  // keys forgotten over the limit
   uint64_t size() const { return live_; }  // keys with at least one replica
   int tier_count() const { return static_cast<int>(capacity_.size()); }
 
@@ -106,6 +117,9 @@ class Index {
   std::vector<uint64_t> reserved_;
   std::vector<std::list<IndexEntry*>> lru_;  // this node's own replicas; front = least recently used
   std::vector<uint64_t> foreign_;            // foreign replicas per tier
+  std::list<IndexEntry*> foreign_lru_;       // keys with a foreign replica; front = least recently used
+  uint64_t foreign_limit_;
+  uint64_t foreign_forgotten_ = 0;
   absl::node_hash_map<std::string, IndexEntry> entries_;
   uint64_t live_ = 0;
 };
@@ -115,7 +129,8 @@ class Index {
 // across I/O, device calls or callbacks.
 class GuardedIndex {
  public:
-  explicit GuardedIndex(std::vector<uint64_t> capacities) : index_(std::move(capacities)) {}
+  explicit GuardedIndex(std::vector<uint64_t> capacities, uint64_t foreign_limit = UINT64_MAX)
+      : index_(std::move(capacities), foreign_limit) {}
   absl::Mutex& mu() const ABSL_LOCK_RETURNED(mu_) { return mu_; }
   Index& get() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return index_; }
   const Index& get_shared() const ABSL_SHARED_LOCKS_REQUIRED(mu_) { return index_; }

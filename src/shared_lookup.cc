@@ -7,6 +7,7 @@
 namespace kvstream {
 namespace {
 constexpr size_t kMaxRememberedMisses = 1 << 16;  // per tier; beyond it, expired ones are forgotten
+constexpr int64_t kForgetGraceNs = 1'000'000'000;  // foreign keys found this recently are never forgotten
 }  // namespace
 
 SharedLookup::SharedLookup(const StoreConfig& config, const Tiers& tiers, GuardedIndex* index, Reactor* reactor)
@@ -28,8 +29,10 @@ void SharedLookup::Discover(const std::vector<std::string>& keys, bool prefix_on
   std::vector<const std::string*> missing;
   std::vector<std::pair<const std::string*, uint32_t>> recheck;  // key, its foreign tiers
   const int64_t now = reactor_->NowNs();
+  bool over_limit = false;
   {
     absl::ReaderMutexLock lock(&index_->mu());
+    over_limit = index_->get_shared().foreign_over_limit();
     for (const std::string& key : keys) {
       const IndexEntry* e = index_->get_shared().FindLive(key);
       if (e == nullptr) {
@@ -38,6 +41,12 @@ void SharedLookup::Discover(const std::vector<std::string>& keys, bool prefix_on
         recheck.emplace_back(&key, e->foreign);
       }
     }
+  }
+  if (over_limit) {
+    // Keys found or checked within the recheck interval stay: among them every key an earlier
+    // call returned for a step not placed yet (and this call's keys, checked again below).
+    absl::MutexLock lock(&index_->mu());
+    index_->get().ForgetForeign(now, now - std::max(recheck_ns_, kForgetGraceNs));
   }
   for (const auto& [key, tiers] : recheck) {
     if (!Recheck(*key, tiers, now)) missing.push_back(key);

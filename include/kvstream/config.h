@@ -31,6 +31,10 @@ struct StoreConfig {
   std::vector<TierConfig> tiers;          // in read-preference order (first = primary)
   // This node's name on shared tiers ([A-Za-z0-9_.-]{1,64}, unique per node); "" = the host name.
   std::string node;
+  // Shared tiers: at most this many keys with a replica in another node's file stay indexed (an
+  // index entry each, with the chunk's segment checksums); the least recently used are forgotten
+  // past it and found again on the file system when next looked up. At least 1.
+  uint64_t foreign_chunks_limit = 262144;
   uint32_t block_size = 1 << 20;          // bytes per read block and per checksummed segment
   uint64_t staging_limit_bytes = 256ull << 20;  // staged, not yet durable chunk images
   double staging_high_water = 0.75;       // fraction of the limit above which writes run during reads

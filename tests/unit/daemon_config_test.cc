@@ -87,12 +87,16 @@ TEST_CASE("a key given twice and an arena limit of zero are refused") {
 TEST_CASE("a shared tier takes the node name, defaulting to the host name, bad names and keys are refused") {
   auto c = ParseDaemonConfig(R"(
 node: gpu-node-07
+foreign_chunks_limit: 1000
 tiers:
   - {name: nvme, path: /x, capacity: 1GiB}
   - {name: pfs, path: /mnt/pfs/kvstream, capacity: 10TiB, shared: true, miss_ttl: 250ms}
 )", "test.yaml");
   REQUIRE(c.ok());
   CHECK(c->store.node == "gpu-node-07");
+  CHECK(c->store.foreign_chunks_limit == 1000);
+  CHECK(ErrorOf("foreign_chunks_limit: 0\ntiers:\n  - {name: a, path: /x, capacity: 1GiB}\n").find("at least 1") !=
+        std::string::npos);
   CHECK_FALSE(c->store.tiers[0].shared);
   CHECK(c->store.tiers[1].shared);
   CHECK(c->store.tiers[1].miss_ttl_seconds == Approx(0.25));

@@ -107,6 +107,51 @@ TEST_CASE("a pinned entry outlives its last replica until unpinned") {
   CHECK(idx.Find("a") == nullptr);
 }
 
+TEST_CASE("past the limit the least recently used foreign keys are forgotten, pinned, locked, recent and own ones kept") {
+  Index idx({1 << 20, 1 << 20}, /*foreign_limit=*/3);
+  auto found = [&](const char* key, int64_t at) {
+    idx.AddReplica(1, Meta(key, 8192), /*foreign=*/true);
+    idx.Find(key)->foreign_checked_ns = at;
+  };
+  found("a", 10);
+  found("b", 10);
+  found("c", 10);
+  idx.AddReplica(0, Meta("c", 8192));  // "c" is also this node's own on tier 0
+  idx.Touch(idx.Find("a"));  // foreign LRU order now b, c, a
+  found("d", 10);
+  CHECK(idx.foreign_keys() == 4);   // nothing is forgotten by adding
+  CHECK(idx.foreign_over_limit());
+  CHECK(idx.ForgetForeign(100, 50) == 1);
+  CHECK(idx.Find("b") == nullptr);  // forgotten: the least recently used
+  CHECK(idx.foreign_keys() == 3);
+  CHECK(idx.foreign_replicas(1) == 3);
+  CHECK(idx.size() == 3);
+  // Pinned, locked and recently found keys stay; the next least recently used goes instead.
+  // Forgetting "c" keeps its own replica on tier 0 (its file is this node's: nothing is removed).
+  idx.Pin(idx.Find("a"));
+  idx.Lock(idx.Find("d"), /*until_ns=*/1000);
+  found("e", 60);  // found after `found_since` below
+  CHECK(idx.ForgetForeign(100, 50) == 1);
+  REQUIRE(idx.Find("c") != nullptr);
+  CHECK(idx.Find("c")->tiers == 1u);
+  CHECK(idx.Find("c")->foreign == 0u);
+  CHECK(idx.used(0) == 4096 + 8192);
+  CHECK(idx.foreign_keys() == 3);  // a (pinned), d (locked), e (recent)
+  found("f", 70);
+  CHECK(idx.ForgetForeign(100, 50) == 0);  // every other key is pinned, locked or recent: the limit yields
+  CHECK(idx.foreign_keys() == 4);
+  CHECK(idx.ForgetForeign(2000, 50) == 1);  // d's lease ended: d is the least recently used left
+  CHECK(idx.Find("d") == nullptr);
+  CHECK(idx.foreign_forgotten() == 3);
+  // A foreign key that becomes this node's own leaves the foreign keys.
+  idx.AddReplica(1, Meta("f", 8192));
+  CHECK(idx.foreign_keys() == 2);
+  CHECK(idx.Find("f")->foreign == 0u);
+  idx.Unpin("a");
+  CHECK(idx.DropTier(1) == 3);  // a, e (foreign) and f (own)
+  CHECK(idx.foreign_keys() == 0);
+}
+
 TEST_CASE("EvictLru frees at least the requested bytes oldest first") {
   Index idx({1 << 20});
   for (const char* k : {"a", "b", "c"}) idx.AddReplica(0, Meta(k, 4096));

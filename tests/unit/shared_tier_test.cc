@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -343,6 +344,35 @@ StoreConfig OnlyShared(const TempDir& dir, const std::string& name, const std::s
   StoreConfig c = Node(dir, name, shared);
   c.tiers.erase(c.tiers.begin());
   return c;
+}
+
+TEST_CASE("a node keeps at most foreign_chunks_limit other nodes' keys indexed and finds the rest again") {
+  TempDir dir;
+  const std::string shared = dir.sub("pfs");
+  auto writer = OpenStoreOrSkip(OnlyShared(dir, "writer", shared));
+  std::vector<std::string> keys;
+  for (int i = 0; i < 12; ++i) {
+    keys.push_back("limited-" + std::to_string(i));
+    const auto data = Data(keys.back());
+    REQUIRE(writer->Persist(keys.back(), data.data(), data.size()).ok());
+  }
+  writer->Flush();
+  StoreConfig c = OnlyShared(dir, "reader", shared);
+  c.foreign_chunks_limit = 4;
+  auto reader = OpenStoreOrSkip(c);
+  // One step wants all 12: keys just found are never forgotten before it is placed.
+  CHECK(OkCount(ReadKeys(*reader, keys)) == 12);
+  CHECK(TierNamed(reader->Stats(), "pfs").foreign_chunks == 12);
+  // A second later the next lookup brings the index back to the limit (the least recently used go).
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  const auto data = Data("limited-new");
+  REQUIRE(writer->Persist("limited-new", data.data(), data.size()).ok());
+  writer->Flush();
+  CHECK(reader->Lookup({"limited-new"})[0].present);
+  CHECK(TierNamed(reader->Stats(), "pfs").foreign_chunks <= 5);
+  // Forgotten keys are found again on the file system, byte-identical.
+  CHECK(OkCount(ReadKeys(*reader, keys)) == 12);
+  CHECK(TierNamed(reader->Stats(), "pfs").discovered >= 13 + 8);
 }
 
 TEST_CASE("a file its owner replaced or another node republished: the new version is read, never the old metadata") {
