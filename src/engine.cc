@@ -42,11 +42,12 @@ Engine::Engine(StoreConfig config, Tiers tiers, std::shared_ptr<Reactor> reactor
       replicator_(config_, tiers_, &index_, &stager_, reactor_.get(), &counters_),
       shared_lookup_(config_, tiers_, &index_, reactor_.get()),
       policies_(PoliciesOf(config_)) {
-  reader_.set_on_foreign_read([this](const ChunkRead& read, size_t size) { StageForeignRead(read, size); });
+  reader_.set_on_foreign_read(
+      [this](const ChunkRead& read, const ChunkMeta& meta) { StageForeignRead(read, meta); });
   reader_.set_on_foreign_bad([this](int tier, const ChunkMeta& meta) { shared_lookup_.MarkBad(tier, meta); });
 }
 
-void Engine::StageForeignRead(const ChunkRead& read, size_t size) {
+void Engine::StageForeignRead(const ChunkRead& read, const ChunkMeta& meta) {
   // One copy per key at a time (steps reading one prefix at once), and only while staging has
   // room to spare: these copies are opportunistic, never a reason for writes during reads or for
   // a producer to wait. Never waits itself (the loop must not).
@@ -56,9 +57,11 @@ void Engine::StageForeignRead(const ChunkRead& read, size_t size) {
     return;
   }
   const PersistCallback done = [this](const std::string& key, const PersistResult&) { foreign_copies_.erase(key); };
-  const absl::Status s = read.dst_fd >= 0
-                             ? stager_.StageFromFile(read.key, {read.dst_fd, read.dst_fd_offset, size}, done, false)
-                             : stager_.Stage(read.key, read.dst, size, done, false);
+  // Its bytes were verified against `meta`'s checksums as they landed: the copy keeps those.
+  const size_t size = meta.payload_size;
+  const absl::Status s =
+      read.dst_fd >= 0 ? stager_.StageFromFile(read.key, {read.dst_fd, read.dst_fd_offset, size}, done, false, &meta)
+                       : stager_.Stage(read.key, read.dst, size, done, false, &meta);
   if (s.ok()) foreign_copies_.insert(read.key);
   ++(s.ok() ? counters_.shared_copies : counters_.shared_copies_skipped);
 }

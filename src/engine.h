@@ -90,7 +90,7 @@ class Engine final : public Store {
   void MaybeApplyPolicies();
   // Loop: stages a chunk just read from another node's file on a shared tier for this node's own
   // tiers (cross-node reuse), unless staging is full.
-  void StageForeignRead(const ChunkRead& read, size_t size);
+  void StageForeignRead(const ChunkRead& read, const ChunkMeta& meta);
   // Loop: whether everything taken in is done (no step, no write, nothing staged).
   bool Idle() const;
   // Loop, about once a second: each tier's Condition; a tier whose directory was deleted is made

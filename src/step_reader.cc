@@ -437,7 +437,7 @@ void StepReader::Deliver(ReadStep* step, uint32_t chunk, absl::Status status) {
     }
     index_->get().Unpin(step->reads[chunk].key);
   }
-  if (copy) on_foreign_read_(step->reads[chunk], result.size);
+  if (copy) on_foreign_read_(step->reads[chunk], *step->metas[chunk]);
   if (result.status.ok()) {
     ++counters_->retrieve_hits;
   } else if (absl::IsNotFound(result.status)) {

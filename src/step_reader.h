@@ -104,7 +104,7 @@ class StepReader {
   // Called (loop thread) for each chunk delivered from another node's file on a shared tier while
   // this node holds no copy of its own that the step's replication policy wants: its bytes are
   // in the destination until the step's on_done, so they can be staged for the node's tiers.
-  using ForeignRead = std::function<void(const ChunkRead& read, size_t size)>;
+  using ForeignRead = std::function<void(const ChunkRead& read, const ChunkMeta& meta)>;
   void set_on_foreign_read(ForeignRead fn) { on_foreign_read_ = std::move(fn); }
   // Called (loop thread) when another node's file on shared tier `tier` failed its checksum, so
   // lookups stop finding that file.

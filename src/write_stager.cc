@@ -20,22 +20,22 @@ WriteStager::WriteStager(uint64_t limit_bytes, double high_water, uint32_t block
     : limit_bytes_(limit_bytes), high_water_(high_water), block_size_(block_size), reactor_(reactor) {}
 
 absl::Status WriteStager::Stage(std::string_view key, const void* data, size_t size, PersistCallback on_durable,
-                                bool block) {
+                                bool block, const ChunkMeta* verified) {
   auto copy = [&](uint8_t* payload) {
     std::memcpy(payload, data, size);
     return absl::OkStatus();
   };
-  return StageWith(key, size, copy, std::move(on_durable), block);
+  return StageWith(key, size, copy, std::move(on_durable), block, verified);
 }
 
 absl::Status WriteStager::StageFromFile(std::string_view key, const FileRange& source, PersistCallback on_durable,
-                                        bool block) {
+                                        bool block, const ChunkMeta* verified) {
   auto read = [&](uint8_t* payload) { return ReadClientMemory(source, payload); };
-  return StageWith(key, source.size, read, std::move(on_durable), block);
+  return StageWith(key, source.size, read, std::move(on_durable), block, verified);
 }
 
 absl::Status WriteStager::StageWith(std::string_view key, size_t size, absl::FunctionRef<absl::Status(uint8_t*)> fill,
-                                    PersistCallback on_durable, bool block) {
+                                    PersistCallback on_durable, bool block, const ChunkMeta* verified) {
   if (absl::Status s = ValidateKey(key); !s.ok()) return s;
   if (size == 0) return absl::InvalidArgumentError("empty chunk");
   auto chunk = std::make_unique<StagedChunk>();
@@ -72,8 +72,12 @@ absl::Status WriteStager::StageWith(std::string_view key, size_t size, absl::Fun
     Unreserve(*chunk);
     return filled;
   }
-  // Checksummed in staging, after the copy: what is written is what was hashed.
-  auto meta = std::make_shared<ChunkMeta>(DescribeChunk(key, payload, size, block_size_, UnixNowNs()));
+  // Checksummed in staging, after the copy: what is written is what was hashed; or, for bytes
+  // verified before the copy, what was verified (a copy that differs then fails its reads).
+  const bool reuse = verified != nullptr && verified->key == key && verified->payload_size == size &&
+                     verified->segment_size == block_size_;
+  auto meta = std::make_shared<ChunkMeta>(reuse ? *verified
+                                                : DescribeChunk(key, payload, size, block_size_, UnixNowNs()));
   EncodeChunkHeader(*meta, chunk->image.get());
   chunk->stem = FileStem(key);
   chunk->meta = std::move(meta);

@@ -43,10 +43,16 @@ class WriteStager {
   // Copies the chunk into staging. When staging is full: waits for space if `block`, else
   // ResourceExhausted. InvalidArgument for a bad key, an empty chunk or one larger than staging;
   // Unavailable once stopped.
-  absl::Status Stage(std::string_view key, const void* data, size_t size, PersistCallback on_durable, bool block);
+  // `verified`: the payload's checksums, already verified (a chunk read from another node's
+  // file): reused instead of hashing the copy when its segment size is this stager's block size.
+  // A byte of the source that changed since it was verified then fails the copy's reads (never
+  // served, the replica dropped), where hashing the copy would store it as valid.
+  absl::Status Stage(std::string_view key, const void* data, size_t size, PersistCallback on_durable, bool block,
+                     const ChunkMeta* verified = nullptr);
   // As Stage, copying the payload from a file with pread (client_memory.h): FailedPrecondition,
   // and nothing staged, when the file no longer covers the range.
-  absl::Status StageFromFile(std::string_view key, const FileRange& source, PersistCallback on_durable, bool block);
+  absl::Status StageFromFile(std::string_view key, const FileRange& source, PersistCallback on_durable, bool block,
+                             const ChunkMeta* verified = nullptr);
 
   // Loop: moves the chunks staged since the last call (oldest first) to `out`.
   void TakeStaged(std::vector<std::unique_ptr<StagedChunk>>* out);
@@ -85,9 +91,9 @@ class WriteStager {
 
  private:
   // Reserves staging for a chunk of `size` payload bytes, lets `fill` write the payload into the
-  // image, then checksums it there and writes the header.
+  // image, then checksums it there (or takes `verified`'s checksums, see Stage) and writes the header.
   absl::Status StageWith(std::string_view key, size_t size, absl::FunctionRef<absl::Status(uint8_t*)> fill,
-                         PersistCallback on_durable, bool block);
+                         PersistCallback on_durable, bool block, const ChunkMeta* verified);
   // Stopping, producers waiting for space, or staging above `fraction` of its limit.
   bool Above(double fraction) const ABSL_LOCKS_EXCLUDED(mu_);
   // Gives back a reservation whose chunk was never staged.

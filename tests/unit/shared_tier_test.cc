@@ -121,6 +121,14 @@ TEST_CASE("two and four nodes on one shared directory read each other's chunks b
     CHECK(TierNamed(s, "pfs").foreign_chunks == keys[writer].size());
     CHECK(TierNamed(s, "pfs").chunks == 6);  // the foreign ones are not its own
     for (const LookupResult& l : stores[reader]->Lookup(keys[writer])) CHECK(l.tier_mask == 3u);
+    // The copies are valid: read again, the NVMe serves blocks of them and none fails its checksum
+    // (they keep the checksums their bytes were verified against on the shared tier).
+    const uint64_t nvme_before = TierNamed(stores[reader]->Stats(), "nvme").bytes_read;
+    CHECK(OkCount(ReadKeys(*stores[reader], keys[writer])) == keys[writer].size());
+    const StoreStats again = stores[reader]->Stats();
+    CHECK(TierNamed(again, "nvme").bytes_read > nvme_before);
+    CHECK(TierNamed(again, "nvme").checksum_failures == 0);
+    CHECK(TierNamed(again, "nvme").chunks == 6 + keys[writer].size());
   }
   // Every published file is owned by exactly the node that wrote it.
   for (int n = 0; n < nodes; ++n) {

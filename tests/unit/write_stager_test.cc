@@ -43,6 +43,33 @@ TEST_CASE("bad chunks are refused without taking staging space") {
   CHECK(reactor.wakes == 0);
 }
 
+TEST_CASE("a copy of bytes already verified keeps their checksums; another segment size or key is hashed") {
+  CountingReactor reactor;
+  WriteStager stager(16 * kBlock, 0.75, kBlock, &reactor);
+  auto data = Payload(3 * kBlock + 100, 7);
+  const ChunkMeta verified = DescribeChunk("k", data.data(), data.size(), kBlock, 12345);
+  // The source changed after it was verified: the copy keeps what was verified, so reading the
+  // copy fails its checksums (never served) instead of storing the changed bytes as valid.
+  data[kBlock + 5] ^= 0x40;
+  REQUIRE(stager.Stage("k", data.data(), data.size(), nullptr, false, &verified).ok());
+  const ChunkMeta other_size = DescribeChunk("o", data.data(), data.size(), kBlock / 2, 1);
+  REQUIRE(stager.Stage("o", data.data(), data.size(), nullptr, false, &other_size).ok());
+  REQUIRE(stager.Stage("w", data.data(), data.size(), nullptr, false, &verified).ok());  // not its key
+  std::vector<std::unique_ptr<StagedChunk>> staged;
+  stager.TakeStaged(&staged);
+  REQUIRE(staged.size() == 3);
+  CHECK(staged[0]->meta->segment_checksums == verified.segment_checksums);
+  CHECK(staged[0]->meta->payload_checksum == verified.payload_checksum);
+  CHECK(staged[0]->meta->created_unix_ns == 12345);
+  CHECK(staged[0]->meta->segment_checksums[1] != Checksum(data.data() + kBlock, kBlock));  // the changed segment
+  const ChunkMeta hashed = DescribeChunk("o", data.data(), data.size(), kBlock, 0);
+  CHECK(staged[1]->meta->segment_size == kBlock);
+  CHECK(staged[1]->meta->segment_checksums == hashed.segment_checksums);
+  CHECK(staged[2]->meta->key == "w");
+  CHECK(staged[2]->meta->segment_checksums == hashed.segment_checksums);
+  for (auto& c : staged) stager.Finish(std::move(c), PersistResult{});
+}
+
 TEST_CASE("a full staging refuses or blocks producers until a chunk is finished") {
   CountingReactor reactor;
   const uint64_t image = ImageBytes(kBlock);
