@@ -34,6 +34,16 @@ double ModelTime(const std::string& label, double d, double block, uint32_t dept
   return NAN;
 }
 
+// The read policy of a kvbench run: its own label, or for the runs that also write
+// (`replication:<policy>`, bench.sh --replication) serial for single-tier offloading and
+// completion routing for every replication policy (reads are modelled as if every chunk read
+// were on both tiers, true where the step's chunks were stored before: populated ones).
+std::string ReadPolicy(const std::string& label) {
+  constexpr std::string_view kReplication = "replication:";
+  if (label.rfind(kReplication, 0) != 0) return label;
+  return label.substr(kReplication.size()) == "serial" ? "serial" : "completion";
+}
+
 // kvbench --json: each step's bound from the same step read by each tier alone (only:<tier> runs),
 // so the model sees the bandwidths the step really had (they vary per step on a fluctuating tier).
 int ValidateKvbench(const std::string& path, const nlohmann::json& j) {
@@ -71,7 +81,7 @@ int ValidateKvbench(const std::string& path, const nlohmann::json& j) {
       }
       // Serial per request pays no extra latency here: kvbench's serial reads chunk after chunk
       // on the daemon, whose per-chunk cost is inside the measured alone bandwidths.
-      model += ModelTime(label, steps[i].at("bytes").get<double>(), block, depth, chunk, 0, bw);
+      model += ModelTime(ReadPolicy(label), steps[i].at("bytes").get<double>(), block, depth, chunk, 0, bw);
     }
     const double measured = r.at("total_seconds").get<double>();
     std::printf("%-28s %12.4f %12.4f %+7.1f%%\n", label.c_str(), measured, model, 100 * (model / measured - 1));
