@@ -57,11 +57,13 @@ void Engine::StageForeignRead(const ChunkRead& read, const ChunkMeta& meta) {
     return;
   }
   const PersistCallback done = [this](const std::string& key, const PersistResult&) { foreign_copies_.erase(key); };
-  // Its bytes were verified against `meta`'s checksums as they landed: the copy keeps those.
+  // Its bytes were verified against `meta`'s checksums as they landed: the copy keeps those
+  // (with verification off nothing was checked, so the copy is hashed).
   const size_t size = meta.payload_size;
+  const ChunkMeta* verified = config_.verify_checksums ? &meta : nullptr;
   const absl::Status s =
-      read.dst_fd >= 0 ? stager_.StageFromFile(read.key, {read.dst_fd, read.dst_fd_offset, size}, done, false, &meta)
-                       : stager_.Stage(read.key, read.dst, size, done, false, &meta);
+      read.dst_fd >= 0 ? stager_.StageFromFile(read.key, {read.dst_fd, read.dst_fd_offset, size}, done, false, verified)
+                       : stager_.Stage(read.key, read.dst, size, done, false, verified);
   if (s.ok()) foreign_copies_.insert(read.key);
   ++(s.ok() ? counters_.shared_copies : counters_.shared_copies_skipped);
 }

@@ -116,9 +116,17 @@ void Index::Touch(IndexEntry* e) {
 
 uint64_t Index::ForgetForeign(int64_t now_ns, int64_t found_since_ns) {
   uint64_t forgotten = 0;
-  for (auto it = foreign_lru_.begin(); foreign_lru_.size() > foreign_limit_ && it != foreign_lru_.end();) {
-    IndexEntry* e = *it++;  // Unlink below erases e's place in the list
-    if (e->read_pins > 0 || Locked(*e, now_ns) || e->foreign_checked_ns >= found_since_ns) continue;
+  // Kept keys go to the back (they are in use), so a call looks at each at most once and the
+  // next call starts past them; at most this many looks per call (under the index lock).
+  uint64_t looks = foreign_lru_.size() > foreign_limit_
+                       ? std::min<uint64_t>(foreign_lru_.size(), foreign_lru_.size() - foreign_limit_ + 1024)
+                       : 0;
+  while (foreign_lru_.size() > foreign_limit_ && looks-- > 0) {
+    IndexEntry* e = foreign_lru_.front();
+    if (e->read_pins > 0 || Locked(*e, now_ns) || e->foreign_checked_ns >= found_since_ns) {
+      foreign_lru_.splice(foreign_lru_.end(), foreign_lru_, e->foreign_lru);
+      continue;
+    }
     for (int k = 0; k < tier_count(); ++k) {
       if (e->foreign & (1u << k)) Unlink(e, k);
     }

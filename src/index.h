@@ -94,7 +94,8 @@ class Index {
   // the least recently used (their files are other nodes': nothing is removed, and a later lookup
   // finds them again on the file system), except keys pinned by a step, locked at `now_ns`, or
   // found in place (foreign_checked_ns) at or after `found_since_ns` (a step about to be placed
-  // may want them). Returns how many keys it forgot.
+  // may want them; such keys move to the back, and one call looks at no more than the excess plus
+  // 1024 keys, so the index lock is held briefly). Returns how many keys it forgot.
   uint64_t ForgetForeign(int64_t now_ns, int64_t found_since_ns);
   // Forgets every replica of `tier` (its files are gone or out of reach); returns how many.
   uint64_t DropTier(int tier);

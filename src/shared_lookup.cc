@@ -7,7 +7,7 @@
 namespace kvstream {
 namespace {
 constexpr size_t kMaxRememberedMisses = 1 << 16;  // per tier; beyond it, expired ones are forgotten
-constexpr int64_t kForgetGraceNs = 1'000'000'000;  // foreign keys found this recently are never forgotten
+constexpr int64_t kForgetGraceNs = 1'000'000'000;  // from a lookup to its step's placement, at most
 }  // namespace
 
 SharedLookup::SharedLookup(const StoreConfig& config, const Tiers& tiers, GuardedIndex* index, Reactor* reactor)
@@ -43,10 +43,10 @@ void SharedLookup::Discover(const std::vector<std::string>& keys, bool prefix_on
     }
   }
   if (over_limit) {
-    // Keys found or checked within the recheck interval stay: among them every key an earlier
-    // call returned for a step not placed yet (and this call's keys, checked again below).
+    // A key a call vouched for was found or checked at most recheck_ns_ before that call, and its
+    // step is placed (pinned) well within kForgetGraceNs of it: such keys stay.
     absl::MutexLock lock(&index_->mu());
-    index_->get().ForgetForeign(now, now - std::max(recheck_ns_, kForgetGraceNs));
+    index_->get().ForgetForeign(now, now - recheck_ns_ - kForgetGraceNs);
   }
   for (const auto& [key, tiers] : recheck) {
     if (!Recheck(*key, tiers, now)) missing.push_back(key);

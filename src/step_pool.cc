@@ -51,7 +51,7 @@ void StepPool::Take(Step* s, uint32_t index, BlockRef* out) {
   *out = {s, index};
 }
 
-void StepPool::Unclaim(BlockRef ref) {
+bool StepPool::Unclaim(BlockRef ref, int tier) {
   Step* s = ref.step;
   StepBlock& blk = s->blocks[ref.block];
   assert(blk.state == BlockState::kInFlight);
@@ -59,6 +59,9 @@ void StepPool::Unclaim(BlockRef ref) {
   --s->chunks[blk.chunk].in_flight;
   ++s->unclaimed;
   s->retry.push_back(ref.block);  // the claiming tier's cursor has moved past it
+  const bool again = blk.left_by & (1u << tier);
+  blk.left_by |= 1u << tier;
+  return again;
 }
 
 uint64_t StepPool::unclaimed() const {

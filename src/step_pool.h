@@ -25,6 +25,7 @@ struct StepBlock {
   uint32_t segment = 0;
   int8_t pinned = -1;  // tier that must read it (static/fastest routing), or -1 for any holder
   BlockState state = BlockState::kUnclaimed;
+  uint32_t left_by = 0;  // tiers that gave it back unread at the end of the step (StepPool::Unclaim)
 };
 
 struct StepChunk {
@@ -73,8 +74,9 @@ class StepPool {
 
   // The next block `tier` should read, marked in flight. False when it has nothing to claim.
   bool Claim(int tier, BlockRef* out);
-  // Gives a block just claimed back unread: claimable again at once, by any holder.
-  void Unclaim(BlockRef ref);
+  // `tier` gives a block it just claimed back unread: claimable again at once, by any holder.
+  // Returns whether `tier` gave this block back before.
+  bool Unclaim(BlockRef ref, int tier);
   // Blocks of the queued steps not yet claimed (an upper bound of what is left to read).
   uint64_t unclaimed() const;
   // The block arrived intact.

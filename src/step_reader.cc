@@ -122,9 +122,10 @@ int64_t StepReader::Schedule(int t) {
   BlockRef ref;
   while (!slots_[t].free.empty() && pool_->Claim(t, &ref)) {
     if (LeavesToOthers(t, ref)) {
-      pool_->Unclaim(ref);
-      ++tiers_[t]->counters.tail_blocks_left;
-      return kNoDeadline;  // the others finish the step sooner: nothing to take over either
+      if (!pool_->Unclaim(ref, t)) ++tiers_[t]->counters.tail_blocks_left;
+      // The others finish the step sooner: nothing to take over either. (Its next claim would
+      // find this block first again, so `t` claims nothing more until a read lands.)
+      return kNoDeadline;
     }
     Issue(t, ref);
   }

@@ -76,8 +76,11 @@ absl::Status WriteStager::StageWith(std::string_view key, size_t size, absl::Fun
   // verified before the copy, what was verified (a copy that differs then fails its reads).
   const bool reuse = verified != nullptr && verified->key == key && verified->payload_size == size &&
                      verified->segment_size == block_size_;
-  auto meta = std::make_shared<ChunkMeta>(reuse ? *verified
-                                                : DescribeChunk(key, payload, size, block_size_, UnixNowNs()));
+  const int64_t now = UnixNowNs();
+  auto meta = std::make_shared<ChunkMeta>(reuse ? *verified : DescribeChunk(key, payload, size, block_size_, now));
+  // Versions of a key are ordered by this clock's time: a copy is never newer than a write made
+  // here after it (another node's clock may run ahead).
+  if (reuse) meta->created_unix_ns = std::min(meta->created_unix_ns, now);
   EncodeChunkHeader(*meta, chunk->image.get());
   chunk->stem = FileStem(key);
   chunk->meta = std::move(meta);

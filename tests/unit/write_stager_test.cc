@@ -55,9 +55,13 @@ TEST_CASE("a copy of bytes already verified keeps their checksums; another segme
   const ChunkMeta other_size = DescribeChunk("o", data.data(), data.size(), kBlock / 2, 1);
   REQUIRE(stager.Stage("o", data.data(), data.size(), nullptr, false, &other_size).ok());
   REQUIRE(stager.Stage("w", data.data(), data.size(), nullptr, false, &verified).ok());  // not its key
+  ChunkMeta ahead = verified;  // from a node whose clock runs ahead
+  ahead.key = "f";
+  ahead.created_unix_ns = INT64_MAX / 2;
+  REQUIRE(stager.Stage("f", data.data(), data.size(), nullptr, false, &ahead).ok());
   std::vector<std::unique_ptr<StagedChunk>> staged;
   stager.TakeStaged(&staged);
-  REQUIRE(staged.size() == 3);
+  REQUIRE(staged.size() == 4);
   CHECK(staged[0]->meta->segment_checksums == verified.segment_checksums);
   CHECK(staged[0]->meta->payload_checksum == verified.payload_checksum);
   CHECK(staged[0]->meta->created_unix_ns == 12345);
@@ -67,6 +71,9 @@ TEST_CASE("a copy of bytes already verified keeps their checksums; another segme
   CHECK(staged[1]->meta->segment_checksums == hashed.segment_checksums);
   CHECK(staged[2]->meta->key == "w");
   CHECK(staged[2]->meta->segment_checksums == hashed.segment_checksums);
+  // Never newer than a write made here after it: the copy takes this clock's time at the latest.
+  CHECK(staged[3]->meta->segment_checksums == verified.segment_checksums);
+  CHECK(staged[3]->meta->created_unix_ns < INT64_MAX / 2);
   for (auto& c : staged) stager.Finish(std::move(c), PersistResult{});
 }
 
