@@ -48,6 +48,17 @@ struct Arena {
     }
     return true;
   }
+  // Clears the arena and reads chunks prefix0.. (as many as `data`) in one step: every one must
+  // be a hit and land intact.
+  StepRecord ReadStep(Engine& engine, const std::string& prefix, const std::vector<std::vector<uint8_t>>& data,
+                      size_t chunk) {
+    std::memset(base, 0, size);
+    std::vector<ChunkResult> results;
+    StepRecord rec = engine.Retrieve(Reads(prefix, static_cast<int>(data.size()), chunk), &results);
+    REQUIRE(rec.hits == data.size());
+    CHECK(Holds(data, chunk));
+    return rec;
+  }
 };
 
 SimFaultHook HangReadsFrom(uint64_t first_index) {
@@ -151,12 +162,8 @@ TEST_CASE("at the end of a step an idle fast tier takes over a very slow tier's 
   auto data = rig.Populate("k", 8, kChunk);
   Arena arena(*rig.engine, 8 * kChunk);
   const double alone = 8.0 * kChunk / (300 * MBps);  // t0 reading the whole step
-  std::vector<ChunkResult> results;
   for (int step = 0; step < 4; ++step) {
-    std::memset(arena.base, 0, arena.size);
-    StepRecord rec = rig.engine->Retrieve(arena.Reads("k", 8, kChunk), &results);
-    REQUIRE(rec.hits == 8);
-    CHECK(arena.Holds(data, kChunk));
+    const StepRecord rec = arena.ReadStep(*rig.engine, "k", data, kChunk);
     INFO("step " << step << ": " << rec.wall_seconds << " s, t0 alone " << alone << " s");
     if (step >= 1) CHECK(rec.wall_seconds <= 1.3 * alone);  // once t1's read time is known
   }
@@ -175,13 +182,9 @@ TEST_CASE("an idle fast tier takes over a slow tier's last blocks when they woul
   auto data = rig.Populate("k", 8, kChunk);
   Arena arena(*rig.engine, 8 * kChunk);
   const double bound = 8.0 * kChunk / (330 * MBps);
-  std::vector<ChunkResult> results;
   double worst = 0;
   for (int step = 0; step < 6; ++step) {
-    std::memset(arena.base, 0, arena.size);
-    StepRecord rec = rig.engine->Retrieve(arena.Reads("k", 8, kChunk), &results);
-    REQUIRE(rec.hits == 8);
-    CHECK(arena.Holds(data, kChunk));
+    const StepRecord rec = arena.ReadStep(*rig.engine, "k", data, kChunk);
     if (step >= 2) worst = std::max(worst, rec.wall_seconds);  // once both tiers' read times are known
   }
   INFO("worst step " << worst << " s, bound " << bound << " s");
@@ -193,6 +196,7 @@ TEST_CASE("an idle fast tier takes over a slow tier's last blocks when they woul
   Policies fixed = rig.engine->policies();
   fixed.routing = *ParseRouting("static:0.5");
   rig.engine->SetPolicies(fixed);
+  std::vector<ChunkResult> results;
   for (int step = 0; step < 2; ++step) rig.engine->Retrieve(arena.Reads("k", 8, kChunk), &results);
   const TierStats after = rig.engine->Stats().tiers[1];
   CHECK(after.hedged_reads == before.hedged_reads);
@@ -210,13 +214,9 @@ TEST_CASE("a slower tier leaves a step's last blocks to a faster one that reads 
   auto data = rig.Populate("k", 8, kChunk);
   Arena arena(*rig.engine, 8 * kChunk);
   const double bound = 8.0 * kChunk / (400 * MBps);
-  std::vector<ChunkResult> results;
   double total = 0;
   for (int step = 0; step < 8; ++step) {
-    std::memset(arena.base, 0, arena.size);
-    StepRecord rec = rig.engine->Retrieve(arena.Reads("k", 8, kChunk), &results);
-    REQUIRE(rec.hits == 8);
-    CHECK(arena.Holds(data, kChunk));
+    const StepRecord rec = arena.ReadStep(*rig.engine, "k", data, kChunk);
     if (step >= 2) total += rec.wall_seconds;  // once both tiers' read times are known
   }
   const double mean = total / 6;
@@ -232,11 +232,7 @@ TEST_CASE("a slower tier leaves a step's last blocks to a faster one that reads 
     REQUIRE(rig.engine->Evict({.key = "solo" + std::to_string(i), .tier = "t0"}).ok());
   }
   for (int step = 0; step < 2; ++step) {
-    std::memset(arena.base, 0, arena.size);
-    StepRecord rec = rig.engine->Retrieve(arena.Reads("solo", 8, kChunk), &results);
-    CHECK(rec.hits == 8);
-    CHECK(rec.tiers[1].blocks == 32);
-    CHECK(arena.Holds(solo, kChunk));
+    CHECK(arena.ReadStep(*rig.engine, "solo", solo, kChunk).tiers[1].blocks == 32);
   }
 }
 
@@ -255,10 +251,7 @@ TEST_CASE("an idle tier takes over a slower tier's read once it is overdue, even
   rig.devices[1]->SetFaultHook(
       [](const SimOpInfo& op) { return op.op == SimOp::kRead ? SimFault::Delay(200'000'000) : SimFault::None(); });
   const uint64_t hedged = rig.engine->Stats().tiers[1].hedged_reads;
-  std::memset(arena.base, 0, arena.size);
-  StepRecord rec = rig.engine->Retrieve(arena.Reads("k", 2, kChunk), &results);
-  REQUIRE(rec.hits == 2);
-  CHECK(arena.Holds(data, kChunk));
+  const StepRecord rec = arena.ReadStep(*rig.engine, "k", data, kChunk);
   INFO("step " << rec.wall_seconds << " s");
   CHECK(rig.engine->Stats().tiers[1].hedged_reads > hedged);
   CHECK(rec.wall_seconds < 0.08);  // not the 200 ms delay, nor the loop's 100 ms idle wait
@@ -278,10 +271,7 @@ TEST_CASE("a fast tier only briefly late keeps its block: it is not read again f
     return op.op == SimOp::kRead && slow_once.fetch_sub(1) == 1 ? SimFault::Delay(700'000'000) : SimFault::None();
   });
   const uint64_t hedged_before = rig.engine->Stats().tiers[0].hedged_reads;
-  std::memset(arena.base, 0, arena.size);
-  StepRecord rec = rig.engine->Retrieve(arena.Reads("k", 4, kChunk), &results);
-  REQUIRE(rec.hits == 4);
-  CHECK(arena.Holds(data, kChunk));
+  const StepRecord rec = arena.ReadStep(*rig.engine, "k", data, kChunk);
   const TierStats t0 = rig.engine->Stats().tiers[0];
   CHECK(t0.stalls == 1);                          // it was late, so stalled while late...
   CHECK(t0.hedged_reads == hedged_before);        // ...but its block was not given to t1
