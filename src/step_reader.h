@@ -150,6 +150,9 @@ class StepReader {
   // The block arrived intact: counted, and its chunk delivered once complete.
   void Accept(int tier, BlockRef ref, uint32_t payload);
   int64_t Deadline(int tier) const;
+  // How long `tier` takes for one block: from its bandwidth in steps (smooth), else its read
+  // time; 0 before either is measured.
+  double BlockNs(int tier) const;
   void ReadLate(int tier, ReadSlot* slot, int64_t now);
   void ReadLanded(int tier, ReadSlot* slot, int64_t now);
   // Abandons the slot's read and gives its block to another holder; false when that is unsafe

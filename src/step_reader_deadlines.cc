@@ -14,6 +14,11 @@ constexpr double kTailFloorNs = 10e6;      // and at least this late (healthy ti
 
 }  // namespace
 
+double StepReader::BlockNs(int t) const {
+  const double bps = tiers_[t]->reference_bps;
+  return bps > 0 ? config_.block_size / bps * 1e9 : slots_[t].read_ns;
+}
+
 int64_t StepReader::Deadline(int t) const {
   const double floor = config_.read_deadline_floor_seconds * 1e9, cap = config_.read_deadline_cap_seconds * 1e9;
   const double usual = slots_[t].read_ns;
@@ -26,8 +31,7 @@ int64_t StepReader::HedgeAfter(int t, const ReadSlot& slot) const {
   double fastest = -1;  // ns the fastest other holder that can read needs for a block
   for (size_t h = 0; h < tiers_.size(); ++h) {
     if (!(others & (1u << h)) || slots_[h].late > 0 || !tiers_[h]->readable) continue;
-    const double bps = tiers_[h]->reference_bps;
-    const double block_ns = bps > 0 ? config_.block_size / bps * 1e9 : slots_[h].read_ns;
+    const double block_ns = BlockNs(static_cast<int>(h));
     if (fastest < 0 || block_ns < fastest) fastest = block_ns;
   }
   return std::max(Deadline(t), static_cast<int64_t>(std::max(0.0, fastest)));
@@ -121,9 +125,7 @@ bool StepReader::Hedge(int t, ReadSlot* slot) {
 }
 
 bool StepReader::HedgeTail(int h, int64_t* recheck) {
-  // How long `h` takes for one block: from its bandwidth in steps (smooth), else its read time.
-  const double bps = tiers_[h]->reference_bps;
-  const double block_ns = bps > 0 ? config_.block_size / bps * 1e9 : slots_[h].read_ns;
+  const double block_ns = BlockNs(h);
   if (block_ns == 0) return false;  // no measure of this tier yet
   const double margin = std::max(kTailFactor * block_ns, kTailFloorNs);
   const int64_t now = reactor_->NowNs();
