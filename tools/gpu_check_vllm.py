@@ -6,7 +6,10 @@ load_format=dummy, no download, no tokenizer), and runs vLLM with KVStreamConnec
 kvstream LMCache plugin twice over the same long prompts, with vLLM's own prefix cache off:
   pass 1 computes the prompts and stores their KV through LMCache into kvstreamd;
   pass 2 must load it back: the daemon's step records must show retrieves that carry the chunks
-  of several requests at once (step batching) and the outputs must equal pass 1's.
+  of several requests at once (step batching) and the outputs must equal pass 1's;
+  pass 3 does the same with LMCache's CPU pool in shared memory (extra_config shm_name, pinned by
+  LMCache with cudaHostRegister): the pool is handed to the daemon as a client region, chunks
+  land in LMCache's MemoryObjs in place and go from there to the GPU; outputs must equal pass 1's.
 Usage (in the environment of deploy/python-env.sh, from the repository root, after a build):
   python tools/gpu_check_vllm.py [--build build] [--dir /var/tmp/kvs-gpu-check]
 Exit status 0 when every check passes.
@@ -44,14 +47,17 @@ def main() -> int:
     (work / "model" / "config.json").write_text(json.dumps(TINY_LLAMA))
     sock = work / "kvstreamd.sock"
     (work / "kvstreamd.yaml").write_text(
-        f'socket: {{path: {sock}, mode: "0600"}}\nlogging: {{level: warn}}\ntiers:\n'
+        f'socket: {{path: {sock}, mode: "0600"}}\nlogging: {{level: info}}\ntiers:\n'
         f"  - {{name: t0, path: {work}/t0, capacity: 8GiB}}\n  - {{name: t1, path: {work}/t1, capacity: 8GiB}}\n")
-    (work / "lmcache.yaml").write_text(
-        "chunk_size: 256\nlocal_cpu: false\nmax_local_cpu_size: 2\nstorage_plugins: [kvstream]\nextra_config:\n"
-        "  storage_plugin.kvstream.module_path: kvstream.lmcache\n"
-        "  storage_plugin.kvstream.class_name: KVStreamBackend\n"
-        f"  kvstream.socket_path: {sock}\n")
-    daemon = subprocess.Popen([str(Path(args.build) / "daemon" / "kvstreamd"), "--config", str(work / "kvstreamd.yaml")])
+    lmcache_yaml = ("chunk_size: 256\nlocal_cpu: false\nmax_local_cpu_size: 2\nstorage_plugins: [kvstream]\n"
+                    "extra_config:\n"
+                    "  storage_plugin.kvstream.module_path: kvstream.lmcache\n"
+                    "  storage_plugin.kvstream.class_name: KVStreamBackend\n"
+                    f"  kvstream.socket_path: {sock}\n")
+    daemon_log = work / "kvstreamd.log"
+    with open(daemon_log, "wb") as log:
+        daemon = subprocess.Popen([str(Path(args.build) / "daemon" / "kvstreamd"), "--config", str(work / "kvstreamd.yaml")],
+                                  stderr=log)
     try:
         for _ in range(500):
             if sock.exists():
@@ -67,7 +73,12 @@ def main() -> int:
                    for r in range(args.requests)]
         params = SamplingParams(max_tokens=8, temperature=0.0)
         outputs = []
-        for _ in range(2):
+        regions_before_pass_3 = 0
+        for n in range(3):
+            shm = f"  shm_name: kvs_gpu_check_{os.getpid()}\n" if n == 2 else ""  # pass 3: the pool in /dev/shm
+            (work / "lmcache.yaml").write_text(lmcache_yaml + shm)
+            if n == 2:
+                regions_before_pass_3 = daemon_log.read_text().count("client region")
             llm = LLM(model=str(work / "model"), load_format="dummy", skip_tokenizer_init=True, seed=0,
                       enable_prefix_caching=False, disable_hybrid_kv_cache_manager=True, gpu_memory_utilization=0.3,
                       max_model_len=4096, kv_transfer_config=KVTransferConfig(
@@ -83,6 +94,9 @@ def main() -> int:
             "outputs of pass 2 equal pass 1": outputs[0] == outputs[1],
             "pass 2 read stored chunks": sum(s.hits for s in steps) >= args.requests * (chunks_per_request - 1),
             "a retrieve carried several requests' chunks (step batching)": bool(batched),
+            "outputs of pass 3 (LMCache's pool in shared memory, zero copy) equal pass 1": outputs[0] == outputs[2],
+            "pass 3 handed LMCache's pool to the daemon":
+                daemon_log.read_text().count("client region") > regions_before_pass_3,
         }
         for name, ok in checks.items():
             print(f"{'ok  ' if ok else 'FAIL'} {name}")

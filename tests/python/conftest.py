@@ -21,14 +21,14 @@ KVSTREAMD = os.environ.get("KVSTREAMD", str(REPO / "build" / "daemon" / "kvstrea
 class Daemon:
     """kvstreamd with its state in `root` (kept across restart)."""
 
-    def __init__(self, root: Path, extra_yaml: str = "") -> None:
+    def __init__(self, root: Path, extra_yaml: str = "", sessions: str = "{max_arena: 512MiB}") -> None:
         self.root = root
         self.socket = str(root / "kvstreamd.sock")
         self.config = root / "kvstreamd.yaml"
         self.log = root / "kvstreamd.log"
         self.config.write_text(
             f'socket: {{path: {self.socket}, mode: "0600"}}\n'
-            "sessions: {max_arena: 512MiB}\n"
+            f"sessions: {sessions}\n"
             "block_size: 256KiB\n"
             "logging: {level: warn}\n"
             f"{extra_yaml}"

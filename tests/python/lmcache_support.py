@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import os
 from typing import List, Optional
 
 import torch
@@ -22,6 +24,15 @@ def plugin_extra_config(socket_path: str, **overrides: object) -> dict:
     extra = extra_config(socket_path, arena_bytes=64 << 20, retry_interval=0.05, connect_timeout=1.0)
     extra.update(overrides)  # full extra_config keys
     return extra
+
+
+_pools = itertools.count()
+
+
+def shm_pool(shared: bool = True) -> dict:
+    """extra_config entries that make LMCache allocate its CPU pool in POSIX shared memory (a new
+    /dev/shm name each call), or none for its default private pool."""
+    return {"shm_name": f"kvstest_{os.getpid()}_{next(_pools)}"} if shared else {}
 
 
 def make_config(socket_path: str, local_cpu: bool = False, plugins: Optional[List[str]] = None,

@@ -15,7 +15,7 @@ import torch  # noqa: E402
 
 import kvstream  # noqa: E402
 from kvstream.lmcache import KVStreamBackend  # noqa: E402
-from lmcache_support import free_chunk_buffers, key, make_storage_manager, random_chunks  # noqa: E402
+from lmcache_support import free_chunk_buffers, key, make_storage_manager, random_chunks, shm_pool  # noqa: E402
 
 
 class Captured(logging.Handler):
@@ -39,9 +39,12 @@ def captured():
         lg.removeHandler(handler)
 
 
-@pytest.fixture
-def manager(daemon):
-    sm = make_storage_manager(daemon.socket)
+@pytest.fixture(params=["shm", "anonymous"])
+def manager(daemon, request):
+    """LMCache with its CPU pool in POSIX shared memory (extra_config shm_name: gets land in place)
+    or in private memory (gets are copied through the session arena)."""
+    sm = make_storage_manager(daemon.socket, **shm_pool(request.param == "shm"))
+    assert backend_of(sm).zero_copy == (request.param == "shm")
     yield sm
     sm.close()
 

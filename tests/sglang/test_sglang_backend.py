@@ -66,6 +66,16 @@ def test_zero_copy_round_trip_through_the_shared_memory_pool(daemon, pool_factor
         backend.close()
 
 
+def test_zero_copy_off_copies_a_shared_memory_pool_through_the_arena(daemon, pool_factory):
+    _, host = pool_factory("page_first", "shm")
+    backend = make_backend(daemon, host, extra={"kvstream.zero_copy": False})
+    try:
+        assert not backend.zero_copy  # kvstream.zero_copy false: the pool is not handed over
+        round_trip(backend, host, seed=4, tag="z")
+    finally:
+        backend.close()
+
+
 def test_copy_path_for_a_pool_that_is_not_shared_memory_reads_what_zero_copy_wrote(daemon, pool_factory):
     _, shm_host = pool_factory("page_first", "shm")
     _, plain_host = pool_factory("page_first", "default")

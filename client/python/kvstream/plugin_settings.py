@@ -15,6 +15,17 @@ DEFAULT_SOCKET = "/run/kvstream/kvstreamd.sock"
 MAX_PIN_LEASE = 3600.0  # kvstreamd's longest lock (LookupRequest.lock_seconds)
 
 
+def flag(raw: Any) -> bool:
+    """A boolean setting: a bool, 0/1, or one of true/false/yes/no/on/off (any case)."""
+    if isinstance(raw, bool):
+        return raw
+    if isinstance(raw, int) and raw in (0, 1):
+        return bool(raw)
+    if isinstance(raw, str) and raw.strip().lower() in ("true", "yes", "on", "1", "false", "no", "off", "0"):
+        return raw.strip().lower() in ("true", "yes", "on", "1")
+    raise ValueError(f"not a boolean: {raw!r}")
+
+
 class Settings:
     """The plugin's keys in the engine's extra configuration (all optional)."""
 
@@ -26,6 +37,9 @@ class Settings:
         "kvstream.connect_timeout": ("connect_timeout", float, CONNECT_TIMEOUT_S),
         "kvstream.retry_interval": ("retry_interval", float, 1.0),  # between reconnect attempts
         "kvstream.pin_lease": ("pin_lease", float, 60.0),  # seconds a pin (lookup lock) lasts at most
+        # Hand the engine's CPU pool to the daemon when it is shared memory (LMCache's shm_name,
+        # SGLang's "allocator": "shm"): reads land in it and persists copy out of it, no copy in Python.
+        "kvstream.zero_copy": ("zero_copy", flag, True),
     }
 
     def __init__(self, extra_config: Optional[Dict[str, Any]]) -> None:
@@ -35,8 +49,9 @@ class Settings:
             try:
                 value = cast(raw)
             except (TypeError, ValueError):
-                raise ValueError(f"extra_config {key}: cannot read {raw!r} as {cast.__name__}") from None
-            if cast is not str and value <= 0:
+                kind = "a boolean" if cast is flag else cast.__name__
+                raise ValueError(f"extra_config {key}: cannot read {raw!r} as {kind}") from None
+            if cast in (int, float) and value <= 0:
                 raise ValueError(f"extra_config {key} must be positive, got {raw!r}")
             setattr(self, attr, value)
         if self.pin_lease > MAX_PIN_LEASE:

@@ -12,9 +12,12 @@ Each LMCache worker (one per tensor-parallel rank) attaches its own session; the
 reads of all sessions into one step. Keys are CacheEngineKey.to_string(). A stored chunk is the
 MemoryObj's bytes behind a small self-describing header (chunk_codec), so any process can read it.
 
-Data path: a get reads every key of the call in ONE daemon retrieve into the session arena; as
-each chunk lands (the others still in flight) it is copied once into a MemoryObj allocated from
-LMCache's LocalCPUBackend. A put takes a reference on each MemoryObj and returns at once; a worker
+Data path: a get reads every key of the call in ONE daemon retrieve. When LMCache's CPU pool is
+shared memory (LMCache's own `extra_config: {shm_name: <name>}`; kvstream.zero_copy true, the
+default), the pool is handed to the daemon as a client region and the chunks land by O_DIRECT in
+MemoryObjs allocated from LocalCPUBackend: no copy (`zero_copy` says whether this path is live).
+Otherwise they land in the session arena and, as each lands (the others still in flight), it is
+copied once into a MemoryObj allocated from LocalCPUBackend. A put takes a reference on each MemoryObj and returns at once; a worker
 thread copies the chunks into the arena and persists them (the daemon stages them and writes them
 while no read is pending), drops the reference once the daemon has staged the bytes, and calls
 `on_complete_callback(key)` once the chunk is durable.
@@ -33,6 +36,7 @@ import asyncio
 import concurrent.futures
 from typing import Any, Callable, List, Optional, Sequence
 
+import torch
 from lmcache.logging import init_logger
 from lmcache.utils import CacheEngineKey
 from lmcache.v1.memory_management import MemoryObj
@@ -40,10 +44,12 @@ from lmcache.v1.storage_backend.abstract_backend import StoragePluginInterface
 
 from ..client import Client
 from ..daemon_link import DaemonLink, Session
+from ..errors import KVStreamError
 from .gets import Gets
 from .lookups import Lookups
 from .puts import Puts
 from .settings import Settings, extra_config
+from .shared_pool import SharedPool
 
 __all__ = ["KVStreamBackend", "Settings", "extra_config"]
 
@@ -62,15 +68,24 @@ class KVStreamBackend(StoragePluginInterface):
         # The scheduler only looks keys up: it has no LocalCPUBackend to allocate into.
         self.with_session = role != "scheduler" and local_cpu_backend is not None
         s = self.settings
+        self.pool = _shared_pool(local_cpu_backend) if self.with_session and s.zero_copy else None
         if self.with_session:
             model = getattr(metadata, "model_name", "") or ""
             rank = int(getattr(metadata, "worker_id", 0) or 0)
             world = int(getattr(metadata, "world_size", 1) or 1)
 
             def connect() -> Session:
-                return Session(Client.attach(s.socket_path, model=model, rank=rank, world_size=world,
-                                             arena_bytes=s.arena_bytes, timeout=s.connect_timeout,
-                                             rpc_timeout=s.lookup_timeout))
+                client = Client.attach(s.socket_path, model=model, rank=rank, world_size=world,
+                                       arena_bytes=s.arena_bytes, timeout=s.connect_timeout,
+                                       rpc_timeout=s.lookup_timeout)
+                if self.pool is None:
+                    return Session(client)
+                try:
+                    return Session(client, client.add_region(self.pool.fd, self.pool.size))
+                except KVStreamError as e:  # e.g. over the daemon's arena budget: the arena serves
+                    logger.warning("kvstream: LMCache's CPU pool (%d bytes) cannot be handed to kvstreamd (%s); "
+                                   "chunks are copied through the session arena", self.pool.size, e)
+                    return Session(client)
             describe = f"kvstreamd on {s.socket_path} (session for {model or 'model'} rank {rank}/{world})"
         else:
             def connect() -> Session:
@@ -78,12 +93,22 @@ class KVStreamBackend(StoragePluginInterface):
             describe = f"kvstreamd on {s.socket_path} (lookups only, role {role or 'unknown'})"
         self.link = DaemonLink(describe, connect, logger, retry_interval=s.retry_interval)
         self.lookups = Lookups(self.link)
-        self.gets = Gets(self.link, self.lookups, local_cpu_backend, s.io_timeout, logger)
+        self.gets = Gets(self.link, self.lookups, local_cpu_backend, s.io_timeout, logger, self.pool)
         self.puts = Puts(self.link, self.lookups, s.io_timeout, logger)
         self.link.connect_now()  # connect now if the daemon is up; otherwise say so once and retry later
 
     def __str__(self) -> str:
         return "KVStreamBackend"
+
+    @property
+    def zero_copy(self) -> bool:
+        """True while the live session holds LMCache's CPU pool: gets land in MemoryObjs in place."""
+        session = self.link.session()
+        return session is not None and session.region != 0
+
+    def status(self) -> dict:
+        """Which data path serves gets, and how many chunks each delivered (in_place, copied)."""
+        return {"zero_copy": self.zero_copy, "pool": self.pool.path if self.pool else None, **self.gets.counts()}
 
     # -- lookups -----------------------------------------------------------------------------
 
@@ -210,3 +235,19 @@ class KVStreamBackend(StoragePluginInterface):
             return
         self.release_prefetched()
         self.link.close()
+        self.gets.release_held_back()
+        if self.pool is not None:
+            self.pool.close()
+
+
+def _shared_pool(local_cpu_backend: Any) -> Optional[SharedPool]:
+    """The shared-memory file behind LocalCPUBackend's pinned pool (MixedMemoryAllocator.buffer),
+    or None when the pool is anonymous memory (no shm_name) or not one buffer."""
+    buffer = getattr(getattr(local_cpu_backend, "memory_allocator", None), "buffer", None)
+    if not isinstance(buffer, torch.Tensor) or buffer.device.type != "cpu" or not buffer.is_contiguous():
+        return None
+    pool = SharedPool.find(buffer.data_ptr(), buffer.numel() * buffer.element_size())
+    logger.info("kvstream: LMCache's CPU pool %s", f"is shared with the daemon ({pool.path})" if pool
+                else "is private memory: chunks are copied through the session arena (set extra_config "
+                     "shm_name for zero copy)")
+    return pool

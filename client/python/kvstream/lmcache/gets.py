@@ -1,10 +1,18 @@
-"""Gets: chunks read from kvstreamd through the session arena into LMCache MemoryObjs.
+"""Gets: chunks read from kvstreamd into LMCache MemoryObjs, in place or through the session arena.
 
-A read retrieves its keys in waves, each as many chunks as the arena holds (one wave when it holds
-them all); as each chunk lands it is decoded (chunk_codec) and copied once into a MemoryObj
-allocated from LMCache's LocalCPUBackend, and its arena range is freed. A prefetch starts such a
-read on a thread and parks one future per key; the gets that follow take their keys from there.
-Every MemoryObj handed out holds one reference for its taker; unclaimed prefetches are released.
+Zero copy (LMCache's CPU pool is shared memory the session holds as a client region, shared_pool):
+a read allocates, for each chunk, a raw MemoryObj of its stored size from LocalCPUBackend and ONE
+retrieve lands every chunk in its object by O_DIRECT; as each lands, its header (chunk_codec) is
+read and the object becomes a MemoryObj of the stored layout over the same memory, just past the
+header: no byte of the chunk is copied in Python.
+
+Copy (any other pool): a read retrieves its keys in waves, each as many chunks as the arena holds
+(one wave when it holds them all); as each chunk lands it is decoded and copied once into a
+MemoryObj allocated from LocalCPUBackend, and its arena range is freed.
+
+A prefetch starts such a read on a thread and parks one future per key; the gets that follow take
+their keys from there. Every MemoryObj handed out holds one reference for its taker; unclaimed
+prefetches are released.
 """
 
 from __future__ import annotations
@@ -16,13 +24,19 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from lmcache.utils import CacheEngineKey
-from lmcache.v1.memory_management import MemoryFormat, MemoryObj
+from lmcache.v1.memory_management import MemoryFormat, MemoryObj, MemoryObjMetadata, TensorMemoryObj
 
 from ..errors import Code, KVStreamError
 from ..types import Chunk
 from . import chunk_codec
 from ..daemon_link import DaemonLink, Session
 from .lookups import Lookups
+from .shared_pool import SharedPool
+
+# Formats LMCache's pinned pool allocates and frees (MixedMemoryAllocator); a chunk stored in
+# another format (BINARY_BUFFER lives elsewhere) is copied into an object of its own.
+_POOL_FORMATS = frozenset(f.name for f in (MemoryFormat.KV_2LTD, MemoryFormat.KV_2TD, MemoryFormat.KV_T2D,
+                                            MemoryFormat.KV_MLA_FMT))
 
 
 def _release_result(future: "concurrent.futures.Future[Optional[MemoryObj]]") -> None:
@@ -37,14 +51,19 @@ class Gets:
     cannot be read is None)."""
 
     def __init__(self, link: DaemonLink, lookups: Lookups, local_cpu_backend: Any, io_timeout: float,
-                 log: logging.Logger) -> None:
+                 log: logging.Logger, pool: Optional[SharedPool] = None) -> None:
         self._link = link
         self._lookups = lookups
         self._local_cpu_backend = local_cpu_backend
         self._io_timeout = io_timeout
         self._log = log
+        self._pool = pool  # LMCache's CPU pool as shared memory; used while the session holds it as a region
         self._lock = threading.Lock()
         self._prefetched: Dict[CacheEngineKey, "concurrent.futures.Future[Optional[MemoryObj]]"] = {}
+        # Chunks delivered in place / copied through the arena; pool bytes held back after a failed
+        # retrieve (a read may still land there, so LMCache must not reuse them).
+        self._counts = {"in_place": 0, "copied": 0, "held_back_bytes": 0}  # guarded by _lock
+        self._held_back: List[MemoryObj] = []  # guarded by _lock
 
     def get(self, keys: List[CacheEngineKey]) -> List[Optional[MemoryObj]]:
         """Every key in ONE daemon retrieve (keys prefetched for the step are taken from there).
@@ -140,6 +159,8 @@ class Gets:
         for i, size in enumerate(sizes):
             if not size:
                 deliver(i, None)
+        if self._pool is not None and session.region:
+            pending = self._read_in_place(session, names, sizes, pending, deliver, prefetch=futures is not None)
         allocator = session.allocator
         while pending:
             # As many chunks as the arena holds now: wait for room only for the first one.
@@ -163,6 +184,85 @@ class Gets:
         for i in pending:
             deliver(i, None)
         return out
+
+    def _read_in_place(self, session: Session, names: List[str], sizes: List[Optional[int]], pending: List[int],
+                       deliver: Callable[[int, Optional[MemoryObj]], None], prefetch: bool) -> List[int]:
+        """ONE retrieve of the `pending` chunks straight into raw MemoryObjs of LMCache's pool (the
+        session's client region). Returns the indices left for the arena path (an object LMCache
+        placed outside the pool); every other chunk is delivered, None where it failed."""
+        pool = self._pool
+        assert pool is not None
+        wave: List[Tuple[int, MemoryObj]] = []
+        rest: List[int] = []
+        for i in pending:
+            raw = self._allocate(names[i], torch.Size([sizes[i] or 0]), torch.uint8, MemoryFormat.KV_2LTD,
+                                 on_demand=not prefetch)
+            if raw is None:
+                deliver(i, None)
+            elif pool.offset_of(raw.data_ptr, raw.get_physical_size()) is None:
+                raw.ref_count_down()
+                rest.append(i)
+            else:
+                wave.append((i, raw))
+        if not wave:
+            return rest
+        chunks = [Chunk(names[i], pool.offset_of(raw.data_ptr, raw.get_physical_size()), raw.get_physical_size(),
+                        session.region) for i, raw in wave]
+        delivered = [False] * len(wave)
+
+        def on_chunk(r: Any) -> None:
+            i, raw = wave[r.index]
+            if r.ok:
+                obj = self._in_place(names[i], raw, r.size)
+            else:
+                raw.ref_count_down()
+                obj = None
+            delivered[r.index] = True
+            deliver(i, obj)
+
+        try:
+            session.client.retrieve(chunks, on_chunk=on_chunk, timeout=self._io_timeout)
+            if not all(delivered):
+                raise KVStreamError(Code.DATA_LOSS, "kvstreamd ended a retrieve without completing every chunk")
+        except Exception as e:  # noqa: BLE001 - daemon gone or call refused: misses
+            self._log.error("kvstream: retrieve of %d chunks failed: %s", len(chunks), e)
+            self._link.fail(session, e)
+            held = [raw for n, (_, raw) in enumerate(wave) if not delivered[n]]
+            with self._lock:  # a read may still land in these: LMCache must never reuse them
+                self._held_back.extend(held)
+                self._counts["held_back_bytes"] += sum(raw.get_physical_size() for raw in held)
+            for n, (i, _) in enumerate(wave):
+                if not delivered[n]:
+                    deliver(i, None)
+        return rest
+
+    def _in_place(self, name: str, raw: MemoryObj, size: int) -> Optional[MemoryObj]:
+        """The MemoryObj of the stored layout over the chunk that landed in `raw` (its header
+        skipped), which takes over raw's allocation and reference. Takes raw in every case: a
+        layout the pool does not allocate is copied into an object of its own and raw freed; an
+        unreadable chunk frees raw and is None (logged)."""
+        try:
+            layout, data = chunk_codec.decode(raw.byte_array[:size])
+            shapes, dtypes, fmt = self._layout(layout)
+        except (chunk_codec.ChunkFormatError, KeyError, TypeError, ValueError) as e:
+            self._log.error("kvstream: chunk %s is not readable as an LMCache chunk: %s", name, e)
+            raw.ref_count_down()
+            return None
+        if fmt.name not in _POOL_FORMATS or not isinstance(raw, TensorMemoryObj):
+            copy = self._copied(name, layout, data, on_demand=True)
+            raw.ref_count_down()
+            return copy
+        header = size - layout.nbytes
+        meta = raw.meta
+        obj = TensorMemoryObj(raw.raw_data[header:size],
+                              MemoryObjMetadata(shape=shapes[0], dtype=dtypes[0], address=meta.address,
+                                                phy_size=meta.phy_size, ref_count=1, fmt=fmt,
+                                                shapes=shapes, dtypes=dtypes),
+                              raw.parent_allocator)
+        raw.invalidate()  # its allocation is obj's now: obj's last reference frees it
+        with self._lock:
+            self._counts["in_place"] += 1
+        return obj
 
     def _read_wave(self, session: Session, names: List[str], sizes: List[Optional[int]],
                    wave: List[Tuple[int, int]], deliver: Callable[[int, Optional[MemoryObj]], None],
@@ -207,39 +307,75 @@ class Gets:
 
     def _to_memory_obj(self, session: Session, name: str, offset: int, size: int,
                        on_demand: bool = True) -> Optional[MemoryObj]:
-        """Allocates a MemoryObj for the chunk that landed at `offset` and copies its bytes in.
-        None (logged) if the chunk is unreadable or no CPU memory is left; an on-demand read
-        first takes memory back from landed, unclaimed prefetches."""
+        """A MemoryObj holding a copy of the chunk that landed at `offset` of the arena. None
+        (logged) if the chunk is unreadable or no CPU memory is left."""
         try:
             layout, data = chunk_codec.decode(session.client.arena[offset: offset + size])
-            shapes = [torch.Size(s) for s in layout.shapes]
-            dtypes = [getattr(torch, d, None) for d in layout.dtypes]
-            if not all(isinstance(d, torch.dtype) for d in dtypes):
-                raise chunk_codec.ChunkFormatError(f"unknown dtype in {layout.dtypes}")
-            fmt = MemoryFormat[layout.fmt]
-        except (chunk_codec.ChunkFormatError, KeyError, TypeError, ValueError) as e:
+        except chunk_codec.ChunkFormatError as e:
             self._log.error("kvstream: chunk %s is not readable as an LMCache chunk: %s", name, e)
             return None
+        return self._copied(name, layout, data, on_demand)
+
+    @staticmethod
+    def _layout(layout: chunk_codec.ChunkLayout) -> Tuple[List[torch.Size], List[torch.dtype], MemoryFormat]:
+        """LMCache's shapes, dtypes and format of a stored layout (KeyError/ValueError if unknown)."""
+        shapes = [torch.Size(s) for s in layout.shapes]
+        dtypes = [getattr(torch, d, None) for d in layout.dtypes]
+        if not all(isinstance(d, torch.dtype) for d in dtypes):
+            raise ValueError(f"unknown dtype in {layout.dtypes}")
+        return shapes, dtypes, MemoryFormat[layout.fmt]
+
+    def _allocate(self, name: str, shapes: Any, dtypes: Any, fmt: MemoryFormat, on_demand: bool) -> Optional[MemoryObj]:
+        """A MemoryObj from LocalCPUBackend (one reference), or None (logged) when no CPU memory is
+        left; an on-demand read first takes memory back from landed, unclaimed prefetches."""
         obj = None
+        for _ in range(3):
+            obj = self._local_cpu_backend.allocate(shapes, dtypes, fmt, busy_loop=False)
+            # A get that cannot find memory takes it back from chunks prefetched for later requests.
+            if obj is not None or not on_demand or self._drop_landed_prefetches() == 0:
+                break
+        if obj is None:
+            self._log.error("kvstream: no CPU memory for chunk %s; reporting a miss", name)
+        return obj
+
+    def _copied(self, name: str, layout: chunk_codec.ChunkLayout, data: memoryview,
+                on_demand: bool) -> Optional[MemoryObj]:
+        """A MemoryObj of `layout` allocated from LocalCPUBackend with `data` copied in, or None (logged)."""
         try:
-            for _ in range(3):
-                obj = self._local_cpu_backend.allocate(shapes if len(shapes) > 1 else shapes[0],
-                                                       dtypes if len(dtypes) > 1 else dtypes[0], fmt, busy_loop=False)
-                # A get that cannot find memory takes it back from chunks prefetched for later requests.
-                if obj is not None or not on_demand or self._drop_landed_prefetches() == 0:
-                    break
-            if obj is None:
-                self._log.error("kvstream: no CPU memory for chunk %s (%d bytes); reporting a miss",
-                                name, layout.nbytes)
-                return None
+            shapes, dtypes, fmt = self._layout(layout)
+        except (KeyError, TypeError, ValueError) as e:
+            self._log.error("kvstream: chunk %s is not readable as an LMCache chunk: %s", name, e)
+            return None
+        obj = self._allocate(name, shapes if len(shapes) > 1 else shapes[0], dtypes if len(dtypes) > 1 else dtypes[0],
+                             fmt, on_demand)
+        if obj is None:
+            return None
+        try:
             if obj.get_size() != layout.nbytes:
                 if layout.nbytes > obj.get_physical_size():
                     raise ValueError(f"it holds {layout.nbytes} bytes, its layout {obj.get_size()}")
                 obj.set_used_size(layout.nbytes)
-            obj.byte_array.cast("B")[:] = data
-            return obj
+            # byte_array: a memoryview ("<B") of pool memory, or a bytearray (BINARY_BUFFER)
+            memoryview(obj.byte_array).cast("B")[:] = data.cast("B")
         except Exception as e:  # noqa: BLE001 - one bad chunk is a miss, not a failed session
             self._log.error("kvstream: cannot load chunk %s into LMCache memory: %s", name, e)
-            if obj is not None:
-                obj.ref_count_down()
+            obj.ref_count_down()
             return None
+        with self._lock:
+            self._counts["copied"] += 1
+        return obj
+
+    def counts(self) -> Dict[str, int]:
+        """Chunks delivered in place and copied through the arena, and pool bytes held back."""
+        with self._lock:
+            return dict(self._counts)
+
+    def release_held_back(self) -> int:
+        """Gives LMCache back the pool memory held after failed retrieves; only once no read of the
+        daemon that failed can land there any more (the backend's close). Returns how many objects."""
+        with self._lock:
+            held, self._held_back = self._held_back, []
+            self._counts["held_back_bytes"] = 0
+        for raw in held:
+            raw.ref_count_down()
+        return len(held)

@@ -64,6 +64,7 @@ from ..daemon_link import DaemonLink, Session
 from ..errors import KVStreamError
 from ..plugin_settings import DEFAULT_SOCKET, MAX_PIN_LEASE
 from ..types import Chunk
+from .shared_pool import SharedPool
 
 logger = init_logger(__name__)
 
@@ -153,58 +154,6 @@ class KVStreamL2AdapterConfig(L2AdapterConfigBase):
                 + "\n".join(f"- {n} ({k.__name__}, default {d!r})" for n, (k, d) in cls.PARAMS.items()))
 
 
-class _L1Region:
-    """The shared-memory file behind LMCache's L1 pool, when it is one: its descriptor, size, and
-    where the pool's base address lies in it."""
-
-    def __init__(self, fd: int, size: int, base: int, base_offset: int, length: int, path: str) -> None:
-        self.fd, self.size, self.base, self.base_offset, self.length, self.path = fd, size, base, base_offset, length, path
-
-    def offset_of(self, address: int, nbytes: int) -> Optional[int]:
-        """The file offset of [address, address + nbytes), or None when it is not inside the pool."""
-        if self.base <= address and address + nbytes <= self.base + self.length:
-            return address - self.base + self.base_offset
-        return None
-
-    @classmethod
-    def find(cls, ptr: int, size: int) -> Optional["_L1Region"]:
-        """Looks up the mapping holding [ptr, ptr + size) in /proc/self/maps; a /dev/shm file (POSIX
-        shm) or a memfd is opened read-write. None for anonymous memory (a pinned or lazy pool)."""
-        try:
-            with open("/proc/self/maps") as maps:
-                lines = maps.readlines()
-        except OSError:
-            return None
-        for line in lines:
-            fields = line.split(maxsplit=5)
-            if len(fields) < 6:
-                continue
-            start, end = (int(x, 16) for x in fields[0].split("-"))
-            if not (start <= ptr < end):
-                continue
-            path = fields[5].strip()
-            if ptr + size > end or "w" not in fields[1] or "s" not in fields[1]:
-                return None  # split over several mappings, or not a shared writable mapping
-            if path.startswith("/dev/shm/"):
-                opener = path
-            elif path.startswith("/memfd:"):
-                opener = f"/proc/self/map_files/{fields[0]}"
-            else:
-                return None
-            try:
-                fd = os.open(opener.removesuffix(" (deleted)"), os.O_RDWR | os.O_CLOEXEC)
-            except OSError as e:
-                logger.info("kvstream: the L1 pool (%s) cannot be opened for the daemon (%s); copying", path, e)
-                return None
-            return cls(fd, os.fstat(fd).st_size, ptr, ptr - start + int(fields[2], 16), size, path)
-        return None
-
-    def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-
-
 def _bitmap(n: int, hits: Sequence[int]) -> Bitmap:
     bitmap = Bitmap(n)
     for i in hits:
@@ -233,9 +182,9 @@ class KVStreamL2Adapter(L2AdapterInterface):
         self._pending_unlocks: List[Tuple[List[str], float]] = []  # (names, give up at), lookup worker only
         self._closed = False
 
-        self._l1: Optional[_L1Region] = None
+        self._l1: Optional[SharedPool] = None
         if config.zero_copy and l1_memory_desc is not None:
-            self._l1 = _L1Region.find(int(l1_memory_desc.ptr), int(l1_memory_desc.size))
+            self._l1 = SharedPool.find(int(l1_memory_desc.ptr), int(l1_memory_desc.size))
         c = config
         where = f"kvstreamd on {c.socket} (LMCache L2 adapter)"
         self.link = DaemonLink(where, self._connect, logger, retry_interval=c.retry_interval)

@@ -112,7 +112,7 @@ class KVStreamHiCache(HiCacheStorage):
 
     def _connect(self) -> Session:
         """Attaches this rank's session and hands it the pool (the zero-copy path) when it can."""
-        if self._shm_fd is not None:
+        if self._shm_fd is not None and self.settings.zero_copy:
             client = self._attach(REGION_ARENA_BYTES)
             try:
                 return Session(client, client.add_region(self._shm_fd, self._shm_size))
