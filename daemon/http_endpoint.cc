@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "health.h"
 #include "metrics.h"
+#include "thread_name.h"
 
 namespace kvstream {
 
@@ -41,7 +42,10 @@ absl::Status HttpEndpoint::Start(const std::string& listen) {
     server_.reset();
     return absl::UnavailableError(absl::StrCat("cannot listen on ", listen, " (metrics.listen): taken or not local"));
   }
-  thread_ = std::thread([this] { server_->listen_after_bind(); });
+  thread_ = std::thread([this] {
+    NameThisThread("kvs-http");
+    server_->listen_after_bind();
+  });
   return absl::OkStatus();
 }
 

@@ -27,6 +27,7 @@
 #include "sessions.h"
 #include "spdlog/sinks/stdout_sinks.h"
 #include "spdlog/spdlog.h"
+#include "thread_name.h"
 
 namespace kvstream {
 namespace {
@@ -58,6 +59,7 @@ class Watchdog {
     if (period_us <= 0) return;
     const auto half = std::chrono::microseconds(period_us / 2);
     thread_ = std::thread([this, store, half] {
+      NameThisThread("kvs-watchdog");
       absl::MutexLock lock(&mu_);
       while (!stop_) {
         if (store->Stats().loop_lag_seconds < std::chrono::duration<double>(half).count()) Notify("WATCHDOG=1");

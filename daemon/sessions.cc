@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "data_socket.h"
 #include "spdlog/spdlog.h"
+#include "thread_name.h"
 
 namespace kvstream {
 namespace {
@@ -120,7 +121,10 @@ absl::Status SessionManager::Start(uint32_t mode) {
   }
   chmod(data_socket_.c_str(), mode);
   stop_fd_ = eventfd(0, EFD_CLOEXEC);
-  thread_ = std::thread([this] { Serve(); });
+  thread_ = std::thread([this] {
+    NameThisThread("kvs-data");
+    Serve();
+  });
   return absl::OkStatus();
 }
 

@@ -1,10 +1,15 @@
 #include "staging_worker.h"
+#include "thread_name.h"
 
 #include <utility>
 
 namespace kvstream {
 
-StagingWorker::StagingWorker() : thread_([this] { Run(); }) {}
+StagingWorker::StagingWorker()
+    : thread_([this] {
+        NameThisThread("kvs-staging");
+        Run();
+      }) {}
 
 StagingWorker::~StagingWorker() {
   {

@@ -4,6 +4,7 @@
 
 #include "chunk_format.h"
 #include "client_memory.h"
+#include "thread_name.h"
 
 namespace kvstream {
 namespace {
@@ -21,7 +22,12 @@ void Run(VerifyJob* job) {
 }  // namespace
 
 BlockVerifier::BlockVerifier(int threads, Reactor* reactor) : reactor_(reactor) {
-  for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { Work(); });
+  for (int i = 0; i < threads; ++i) {
+    workers_.emplace_back([this] {
+      NameThisThread("kvs-verify");
+      Work();
+    });
+  }
 }
 
 BlockVerifier::~BlockVerifier() {

@@ -11,6 +11,7 @@
 #include "reconcile.h"
 #include "recovery.h"
 #include "spdlog/spdlog.h"
+#include "thread_name.h"
 
 namespace kvstream {
 namespace {
@@ -90,10 +91,16 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(StoreConfig config,
     absl::MutexLock lock(&engine->index_.mu());
     if (absl::Status s = RecoverIndex(engine->tiers_, &engine->index_.get(), &from_checkpoint); !s.ok()) return s;
   }
-  engine->thread_ = std::thread([e = engine.get()] { e->Loop(); });
+  engine->thread_ = std::thread([e = engine.get()] {
+    NameThisThread("kvs-loop");
+    e->Loop();
+  });
   if (std::find(from_checkpoint.begin(), from_checkpoint.end(), true) != from_checkpoint.end()) {
     engine->reconciling_.store(true);
-    engine->reconcile_thread_ = std::thread([e = engine.get(), from_checkpoint] { e->Reconcile(from_checkpoint); });
+    engine->reconcile_thread_ = std::thread([e = engine.get(), from_checkpoint] {
+      NameThisThread("kvs-reconcile");
+      e->Reconcile(from_checkpoint);
+    });
   }
   return engine;
 }
