@@ -120,9 +120,10 @@ uint64_t Client::session_id() const { return impl_->session_id; }
 uint8_t* Client::arena() const { return impl_->arena ? impl_->arena->data() : nullptr; }
 uint64_t Client::arena_size() const { return impl_->arena ? impl_->arena->size() : 0; }
 
-absl::StatusOr<uint32_t> Client::AddRegion(int fd, uint64_t size) {
+absl::StatusOr<uint32_t> Client::AddRegion(int fd, uint64_t size, bool device_pinned) {
   if (!impl_->session) return absl::FailedPreconditionError("a connection without a session has no regions");
-  return AskDataSocket(impl_->data_socket, DataOp::kAddRegion, impl_->token, size, fd);
+  return AskDataSocket(impl_->data_socket, device_pinned ? DataOp::kAddPinnedRegion : DataOp::kAddRegion,
+                       impl_->token, size, fd);
 }
 
 absl::Status Client::RemoveRegion(uint32_t region) {

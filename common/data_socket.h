@@ -3,7 +3,7 @@
 //
 // A client connects once per request and sends one fixed frame: the operation (1 byte), the
 // session's token (32 bytes) and an argument (8 bytes, little-endian), with a descriptor attached
-// for kAddRegion. The daemon answers kFetchArena with one byte carrying the arena's descriptor
+// for kAddRegion and kAddPinnedRegion. The daemon answers kFetchArena with one byte carrying the arena's descriptor
 // (or closes the connection: unknown token, or the arena was handed out already), and the region
 // operations with a reply frame: status code (4 bytes), value (4 bytes), message length (4 bytes),
 // message; all little-endian.
@@ -21,6 +21,7 @@ namespace kvstream {
 enum class DataOp : char {
   kFetchArena = 'A',    // argument unused; the reply carries the session arena's descriptor
   kAddRegion = 'R',     // argument: the region's size in bytes; descriptor attached; value: region id
+  kAddPinnedRegion = 'P',  // as kAddRegion, for memory a device has pinned (reads land through bounce buffers)
   kRemoveRegion = 'U',  // argument: the region id; value unused
 };
 

@@ -39,6 +39,7 @@ absl::StatusOr<Admitted> CheckChunks(std::shared_ptr<Session> session,
         return refuse(absl::StatusCode::kOutOfRange, r.message());
       }
       target.data = m.data() + c.offset();
+      target.bounce = region->device_pinned;
       if (!m.sealed()) {
         target.fd = m.fd();
         target.fd_offset = c.offset();

@@ -28,6 +28,7 @@ struct ChunkTarget {
   uint8_t* data = nullptr;
   int fd = -1;
   uint64_t fd_offset = 0;
+  bool bounce = false;  // a device-pinned region: reads land through bounce buffers (ChunkRead)
 };
 
 // An admitted request: its session, each chunk's target in request order, and the client regions

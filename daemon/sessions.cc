@@ -168,7 +168,8 @@ void SessionManager::HandOver(int c) {
   if (!ReceiveFrame(c, frame, &fd)) return;
   const auto [op, token, argument] = ParseDataRequest(frame);
   std::shared_ptr<Session> session = FindByToken(token);
-  if (op != DataOp::kAddRegion && fd >= 0) {
+  const bool adds_region = op == DataOp::kAddRegion || op == DataOp::kAddPinnedRegion;
+  if (!adds_region && fd >= 0) {
     close(fd);
     fd = -1;
   }
@@ -185,12 +186,13 @@ void SessionManager::HandOver(int c) {
       }
       return;
     case DataOp::kAddRegion:
+    case DataOp::kAddPinnedRegion:
       if (session == nullptr) {
         if (fd >= 0) close(fd);
       } else if (fd < 0) {
         answer = absl::InvalidArgumentError("adding a region needs its descriptor attached");
       } else {
-        answer = AddRegion(*session, fd, argument);
+        answer = AddRegion(*session, fd, argument, op == DataOp::kAddPinnedRegion);
       }
       break;
     case DataOp::kRemoveRegion:
@@ -216,7 +218,7 @@ std::shared_ptr<Session> SessionManager::FindByToken(const char* token) const {
   return nullptr;
 }
 
-absl::StatusOr<uint32_t> SessionManager::AddRegion(Session& session, int fd, uint64_t size) {
+absl::StatusOr<uint32_t> SessionManager::AddRegion(Session& session, int fd, uint64_t size, bool device_pinned) {
   {
     absl::MutexLock lock(&session.regions_mu);
     if (session.regions.size() >= Session::kMaxRegions) {
@@ -232,10 +234,13 @@ absl::StatusOr<uint32_t> SessionManager::AddRegion(Session& session, int fd, uin
   region->memory = *std::move(memory);
   region->budget = budget_;
   region->bytes = size;
+  region->device_pinned = device_pinned;
   ClientRegion& m = *region->memory;
   // Fixed-buffer reads where the tiers allow it; with the descriptor, so the store can take pages
-  // back from a stalled read (it punches the client's file under that range only).
-  if (store_ != nullptr) store_->RegisterMemory(m.data(), m.size(), m.fd(), 0).IgnoreError();
+  // back from a stalled read (it punches the client's file under that range only). Not memory a
+  // device pinned: punched pages would leave the device reading the old ones (reads into it go
+  // through bounce buffers instead, ChunkRead::bounce).
+  if (store_ != nullptr && !device_pinned) store_->RegisterMemory(m.data(), m.size(), m.fd(), 0).IgnoreError();
   uint32_t id;
   {
     absl::MutexLock lock(&session.regions_mu);
@@ -243,8 +248,9 @@ absl::StatusOr<uint32_t> SessionManager::AddRegion(Session& session, int fd, uin
     region->id = id;
     session.regions[id] = region;
   }
-  spdlog::info("session {}: client region {} added: {} bytes, {}", session.id, id, m.size(),
-               m.sealed() ? "sealed memfd" : "unsealed (reached through its descriptor)");
+  spdlog::info("session {}: client region {} added: {} bytes, {}{}", session.id, id, m.size(),
+               m.sealed() ? "sealed memfd" : "unsealed (reached through its descriptor)",
+               device_pinned ? ", pinned by a device (reads through bounce buffers)" : "");
   return id;
 }
 

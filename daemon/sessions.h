@@ -47,6 +47,7 @@ struct SessionRegion {
     if (budget) budget->Give(bytes);
   }
   uint32_t id = 0;
+  bool device_pinned = false;  // a device reads it too: never registered with the store (no take-back)
   std::unique_ptr<ClientRegion> memory;
   std::shared_ptr<ArenaBudget> budget;
   uint64_t bytes = 0;
@@ -103,8 +104,10 @@ class SessionManager {
   void Remove(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
   // Adopts `fd` (owned from here on) as a new client region of `session` of `size` bytes and
   // returns its id. Refused with a clear error when the descriptor is unfit (ClientRegion::Adopt),
-  // the session has Session::kMaxRegions, or the arena budget cannot cover it.
-  absl::StatusOr<uint32_t> AddRegion(Session& session, int fd, uint64_t size);
+  // the session has Session::kMaxRegions, or the arena budget cannot cover it. `device_pinned`:
+  // a device reads the region too (cudaHostRegister), so the store never replaces its pages; reads
+  // into it go through bounce buffers (ChunkRead::bounce).
+  absl::StatusOr<uint32_t> AddRegion(Session& session, int fd, uint64_t size, bool device_pinned = false);
   // Forgets client region `id`: later requests cannot name it; it is unmapped (and its budget given
   // back) once no retrieval or persist uses it. NotFound when there is no such region.
   absl::Status RemoveRegion(Session& session, uint32_t id);

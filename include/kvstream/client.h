@@ -41,8 +41,11 @@ class Client {
   // read-write, at least `size` bytes long; the caller keeps its descriptor. A file that is not a
   // memfd sealed against shrinking may be truncated at any time: chunks in flight into the part
   // that went away fail (FailedPrecondition), nothing else does. Counts against the node's arena
-  // budget; at most 64 per session.
-  absl::StatusOr<uint32_t> AddRegion(int fd, uint64_t size);
+  // budget; at most 64 per session. `device_pinned`: a device reads this memory too (it was
+  // registered with cudaHostRegister): the daemon then never replaces its pages under a stalled
+  // read, and reads into it land through its bounce buffers (one copy in the daemon) instead of
+  // straight by O_DIRECT.
+  absl::StatusOr<uint32_t> AddRegion(int fd, uint64_t size, bool device_pinned = false);
   // The daemon forgets the region; retrievals and persists in flight into it finish first.
   absl::Status RemoveRegion(uint32_t region);
 

@@ -36,12 +36,18 @@ namespace kvstream {
 // copied in with pwrite. It loads from dst only to verify a block, under a SIGBUS guard that
 // turns a vanished page into an error. A destination that shrank fails its chunk with
 // FailedPrecondition and counts against no tier.
+//
+// With `bounce`, every block goes through a bounce buffer and is copied in once verified: for
+// memory a device has pinned (cudaHostRegister), whose pages the store must never replace under
+// a stalled read (RegisterMemory's take-back would leave the device reading the old ones), yet a
+// stalled read must still be abandoned for another tier's.
 struct ChunkRead {
   std::string key;
   void* dst = nullptr;
   size_t dst_capacity = 0;
   int dst_fd = -1;
   uint64_t dst_fd_offset = 0;
+  bool bounce = false;
 };
 
 // Bytes to persist that live in a file another process may shrink at any time: `size` bytes of

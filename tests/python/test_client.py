@@ -83,6 +83,31 @@ def test_client_region_round_trip_and_truncation(daemon):
         os.close(fd)
 
 
+def test_a_device_pinned_region_is_read_through_the_daemons_bounce_buffers(daemon):
+    """add_region(device_pinned=True): the daemon never replaces its pages (a GPU would keep
+    reading the old ones); reads land in its bounce buffers and are copied in, intact."""
+    import mmap
+
+    size = 4 << 20
+    fd = os.memfd_create("kvs-py-pinned", os.MFD_CLOEXEC)
+    try:
+        os.ftruncate(fd, size)
+        pool = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        with kvstream.Client.attach(daemon.socket, arena_bytes=1 << 20) as c:
+            region = c.add_region(fd, size, device_pinned=True)
+            data = bytes((i * 7) % 253 for i in range(1 << 20))
+            pool[0: 1 << 20] = data
+            assert c.persist([kvstream.Chunk("pin@0", 0, 1 << 20, region)])[0].ok
+            before = sum(t.bounce_reads for t in c.stats().tiers)
+            results, _ = c.retrieve([("pin@0", 2 << 20, 1 << 20, region)])
+            assert results[0].ok and pool[2 << 20: 3 << 20] == data
+            assert sum(t.bounce_reads for t in c.stats().tiers) > before
+            c.remove_region(region)
+        pool.close()
+    finally:
+        os.close(fd)
+
+
 def test_lookup_prefix_and_sizes(daemon):
     with kvstream.Client.attach(daemon.socket, arena_bytes=4 << 20) as c:
         fill(c, 0, 8192, 1)

@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -130,6 +131,48 @@ TEST_CASE("a read straight into memory that cannot be taken back is waited for")
   rig.devices[1]->ReleaseHung();
   while (!done) std::this_thread::yield();
   RequireIntact(batch, data, results);
+}
+
+TEST_CASE("reads through bounce buffers into memory a device pinned are hedged, and late ones never land in it") {
+  // Memory a device pinned (ChunkRead::bounce) is never taken back, yet a hung tier must not
+  // stall the step: its blocks land in the store's bounce buffers and are copied in once verified,
+  // so an abandoned read lands only in a bounce buffer.
+  SimRig rig({300 * MBps, 150 * MBps});
+  constexpr size_t kChunk = 4 * kBlock;
+  auto data = rig.Populate("k", 8, kChunk);
+  auto batch = SimRig::MakeBatch("k", 8, kChunk);  // plain heap buffers, not registered
+  for (ChunkRead& r : batch.reads) r.bounce = true;
+  rig.devices[1]->SetFaultHook(HangReadsFrom(1));  // t1 answers once, then hangs
+  auto bounced = [&] {
+    uint64_t n = 0;
+    for (const TierStats& t : rig.engine->Stats().tiers) n += t.bounce_reads;
+    return n;
+  };
+  const uint64_t bounced_before = bounced();
+  std::atomic<bool> done{false};
+  std::vector<ChunkResult> results(8);
+  rig.engine->RetrieveAsync(batch.reads, [&](const ChunkResult& r) { results[r.index] = r; },
+                            [&](StepRecord) { done = true; });
+  for (int i = 0; i < 2000 && !done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  CHECK(done);  // hedged: the step did not wait for t1
+  if (!done) {
+    rig.devices[1]->ReleaseHung();
+    while (!done) std::this_thread::yield();
+  }
+  RequireIntact(batch, data, results);
+  TierStats t1 = rig.engine->Stats().tiers[1];
+  CHECK(t1.hedged_reads >= 1);
+  CHECK(bounced() - bounced_before >= 8 * 4);  // every block of the step, re-reads included
+  // Scribble over the destinations, let the hung reads land: they must not touch them.
+  for (auto& buf : batch.buffers) std::memset(buf.data(), 0x5A, buf.size());
+  rig.devices[1]->SetFaultHook(nullptr);
+  rig.devices[1]->ReleaseHung();
+  for (int i = 0; i < 200 && rig.engine->Stats().tiers[1].stalled; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  for (auto& buf : batch.buffers) {
+    CHECK(std::all_of(buf.begin(), buf.end(), [](uint8_t b) { return b == 0x5A; }));
+  }
 }
 
 TEST_CASE("deferred writes do not wait for a stalled tier's reads") {

@@ -1,9 +1,9 @@
 """The data socket: receiving the session arena's memfd and mapping it; adding client regions.
 
 Each request is one connection and one frame: the operation (b"A" fetch the arena, b"R" add a
-region, b"U" remove one), the session's 32-byte token and an 8-byte little-endian argument (the
-region's size for b"R", its id for b"U"), with the region's descriptor attached for b"R"
-(SCM_RIGHTS). The daemon hands the arena's descriptor, once, with one data byte; the arena must be
+region, b"P" add one a device has pinned, b"U" remove one), the session's 32-byte token and an
+8-byte little-endian argument (the region's size for b"R"/b"P", its id for b"U"), with the
+region's descriptor attached for b"R"/b"P" (SCM_RIGHTS). The daemon hands the arena's descriptor, once, with one data byte; the arena must be
 a memfd sealed against shrinking and growing (so the mapping can never fault with SIGBUS). Region
 requests get a reply frame: status code, value, message length (4 bytes each, little-endian) and
 the message.
@@ -25,6 +25,7 @@ HANDOVER_TIMEOUT_S = 5.0  # the daemon answers at once or not at all
 
 OP_FETCH_ARENA = b"A"
 OP_ADD_REGION = b"R"
+OP_ADD_PINNED_REGION = b"P"
 OP_REMOVE_REGION = b"U"
 
 

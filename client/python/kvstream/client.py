@@ -19,7 +19,7 @@ import grpc
 from . import _convert
 from ._convert import ChunkLike
 from ._proto import pb, pb_grpc
-from ._session import OP_ADD_REGION, OP_REMOVE_REGION, Arena, receive_arena_fd, region_request
+from ._session import OP_ADD_PINNED_REGION, OP_ADD_REGION, OP_REMOVE_REGION, Arena, receive_arena_fd, region_request
 from .errors import Code, KVStreamError, Unavailable, from_rpc_error
 from .types import ChunkResult, EvictResult, Health, LookupEntry, PersistResult, Policies, Stats, StepRecord
 
@@ -214,16 +214,20 @@ class Client:
         """Bytes in the arena (0 without a session)."""
         return self._arena.size if self._arena is not None else 0
 
-    def add_region(self, fd: int, size: int) -> int:
+    def add_region(self, fd: int, size: int, device_pinned: bool = False) -> int:
         """Hands the daemon `size` bytes of shared memory of the caller's own as a client region of
         this session and returns its id, for Chunk.region: chunks are then retrieved into and
         persisted from memory the caller already uses (a shared-memory KV pool, say). `fd`: a memfd
         or a /dev/shm (or hugetlbfs) file open read-write, at least `size` bytes long; the caller
         keeps its descriptor. A file that is not a memfd sealed against shrinking may be truncated
         at any time: chunks in flight into the part that went away fail (FAILED_PRECONDITION), and
-        nothing else does. Counts against the node's arena budget; at most 64 per session."""
+        nothing else does. Counts against the node's arena budget; at most 64 per session.
+        `device_pinned`: a device reads this memory too (cudaHostRegister, e.g. an engine's pinned
+        host pool): the daemon never replaces its pages under a stalled read, and reads into it land
+        through the daemon's bounce buffers (one copy there) instead of straight by O_DIRECT."""
         self._need_session("add_region")
-        return region_request(self._data_socket, self._token, OP_ADD_REGION, int(size), fd=fd)
+        op = OP_ADD_PINNED_REGION if device_pinned else OP_ADD_REGION
+        return region_request(self._data_socket, self._token, op, int(size), fd=fd)
 
     def remove_region(self, region: int) -> None:
         """The daemon forgets the region; retrievals and persists in flight into it finish first."""

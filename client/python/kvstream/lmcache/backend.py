@@ -80,8 +80,9 @@ class KVStreamBackend(StoragePluginInterface):
                                        rpc_timeout=s.lookup_timeout)
                 if self.pool is None:
                     return Session(client)
-                try:
-                    return Session(client, client.add_region(self.pool.fd, self.pool.size))
+                try:  # with a GPU, LMCache pins its pool (cudaHostRegister): the daemon must know
+                    pinned = torch.cuda.is_available()
+                    return Session(client, client.add_region(self.pool.fd, self.pool.size, device_pinned=pinned))
                 except KVStreamError as e:  # e.g. over the daemon's arena budget: the arena serves
                     logger.warning("kvstream: LMCache's CPU pool (%d bytes) cannot be handed to kvstreamd (%s); "
                                    "chunks are copied through the session arena", self.pool.size, e)

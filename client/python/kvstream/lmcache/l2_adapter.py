@@ -211,7 +211,8 @@ class KVStreamL2Adapter(L2AdapterInterface):
         if self._l1 is None:
             return Session(client)
         try:
-            return Session(client, client.add_region(self._l1.fd, self._l1.size))
+            # With a GPU, LMCache pins its L1 pool (cudaHostRegister): the daemon must know.
+            return Session(client, client.add_region(self._l1.fd, self._l1.size, device_pinned=torch.cuda.is_available()))
         except KVStreamError as e:  # e.g. over sessions.arena_budget: the copy path serves
             logger.warning("kvstream: the L1 pool (%d bytes) cannot be handed to kvstreamd (%s); chunks are "
                            "copied through the session arena", self._l1.size, e)

@@ -115,7 +115,9 @@ class KVStreamHiCache(HiCacheStorage):
         if self._shm_fd is not None and self.settings.zero_copy:
             client = self._attach(REGION_ARENA_BYTES)
             try:
-                return Session(client, client.add_region(self._shm_fd, self._shm_size))
+                # With a GPU, SGLang pins its host pool (cudaHostRegister): the daemon must know.
+                pinned = torch.cuda.is_available()
+                return Session(client, client.add_region(self._shm_fd, self._shm_size, device_pinned=pinned))
             except KVStreamError as e:  # e.g. over the daemon's arena budget: the copy path serves
                 logger.warning("kvstream: the host pool cannot be handed to kvstreamd (%s); pages are copied "
                                "through the session's arena", e)
