@@ -2,6 +2,7 @@
 
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -241,6 +242,12 @@ absl::StatusOr<uint32_t> SessionManager::AddRegion(Session& session, int fd, uin
   // device pinned: punched pages would leave the device reading the old ones (reads into it go
   // through bounce buffers instead, ChunkRead::bounce).
   if (store_ != nullptr && !device_pinned) store_->RegisterMemory(m.data(), m.size(), m.fd(), 0).IgnoreError();
+  // Registration faults a region's pages in once, here; a device-pinned one is copied into by the
+  // loop thread instead, so its pages are faulted in now rather than by the first steps' copies.
+  if (device_pinned && madvise(m.data(), m.size(), MADV_POPULATE_WRITE) != 0) {
+    spdlog::warn("session {}: cannot fault in the pinned region's pages ({}); the first reads into it pay for that",
+                 session.id, std::strerror(errno));
+  }
   uint32_t id;
   {
     absl::MutexLock lock(&session.regions_mu);

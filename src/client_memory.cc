@@ -63,29 +63,17 @@ absl::Status ReadClientMemory(const FileRange& range, void* out) {
   return absl::OkStatus();
 }
 
-absl::Status WriteClientMemory(int fd, uint64_t offset, const void* data, size_t size) {
-  const FileRange range{fd, offset, size};
-  struct stat st;
-  if (fstat(fd, &st) != 0) return Failed("examining", range);
-  if (static_cast<uint64_t>(st.st_size) < offset + size) {
-    return Shrank(range, static_cast<uint64_t>(st.st_size) > offset ? st.st_size - offset : 0);
-  }
-  // A truncation between the check and the write grows the file back over the range: the client
-  // sees bytes in memory it gave up, which is harmless to the daemon and to other clients.
-  size_t done = 0;
-  while (done < size) {
-    const ssize_t n = pwrite(fd, static_cast<const uint8_t*>(data) + done, size - done,
-                             static_cast<off_t>(offset + done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return Failed("writing", range);
-    done += static_cast<size_t>(n);
-  }
-  return absl::OkStatus();
-}
+namespace {
 
-absl::StatusOr<uint64_t> GuardedChecksum(const uint8_t* data, size_t size) {
+void EnsureGuard() {
   static std::once_flag installed;
   std::call_once(installed, InstallGuard);
+}
+
+}  // namespace
+
+absl::StatusOr<uint64_t> GuardedChecksum(const uint8_t* data, size_t size) {
+  EnsureGuard();
   sigjmp_buf recover;
   // Without saving the signal mask (no system call per block): SA_NODEFER leaves SIGBUS unblocked
   // in the handler, so there is nothing to restore after the jump.
@@ -98,6 +86,20 @@ absl::StatusOr<uint64_t> GuardedChecksum(const uint8_t* data, size_t size) {
   std::atomic_signal_fence(std::memory_order_seq_cst);
   t_guard = nullptr;
   return sum;
+}
+
+absl::Status GuardedCopy(uint8_t* dst, const void* src, size_t size) {
+  EnsureGuard();
+  sigjmp_buf recover;
+  if (sigsetjmp(recover, 0) != 0) {
+    return absl::FailedPreconditionError("the client's memory is gone under the block (truncated?)");
+  }
+  t_guard = &recover;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  std::memcpy(dst, src, size);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  t_guard = nullptr;
+  return absl::OkStatus();
 }
 
 }  // namespace kvstream

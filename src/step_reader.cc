@@ -249,8 +249,7 @@ bool StepReader::CopyIn(ReadStep* step, uint32_t chunk, const ReadSlot& slot) {
     std::memcpy(slot.dst, slot.buffer, slot.payload);
     return true;
   }
-  const uint64_t offset = read.dst_fd_offset + (slot.dst - static_cast<uint8_t*>(read.dst));
-  absl::Status copied = WriteClientMemory(read.dst_fd, offset, slot.buffer, slot.payload);
+  absl::Status copied = GuardedCopy(slot.dst, slot.buffer, slot.payload);
   if (copied.ok()) return true;
   DestinationGone(step, chunk, std::move(copied));
   return false;

@@ -19,8 +19,8 @@
 // completion is ignored, and it can no longer be seen because it targets a bounce buffer or
 // memory the store took back (memory_regions.h). A read straight into other memory is never
 // hedged: it is waited for. A destination in client memory that may shrink (ChunkRead::dst_fd)
-// is never stored to by the CPU (bounced blocks go in with pwrite) and is hashed under a SIGBUS
-// guard (client_memory.h); a destination that vanished fails only its chunk. Loop thread only.
+// is copied into (bounced blocks) and hashed only under a SIGBUS guard (client_memory.h); a
+// destination that vanished fails only its chunk. Loop thread only.
 #pragma once
 
 #include <cstdint>
@@ -183,7 +183,7 @@ class StepReader {
   // its owner's doing, not a fault of the tier.
   void ReadFailed(int tier, ReadStep* step, BlockRef ref, std::string why, IoStatus kind, bool checksum,
                   bool may_drop = true, bool absent = false);
-  // Copies a bounced block into its destination (pwrite for client memory that may shrink).
+  // Copies a bounced block into its destination (guarded for client memory that may shrink).
   // False when the destination is gone: the chunk has failed (DestinationGone).
   bool CopyIn(ReadStep* step, uint32_t chunk, const ReadSlot& slot);
   // The chunk's destination in client memory shrank away: the chunk fails with `why`, its other

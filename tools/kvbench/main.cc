@@ -89,9 +89,10 @@ void AddOptions(CLI::App& app, Options& o) {
   app.add_option("--json", o.json, "write the results as JSON to this file");
   app.add_option("--plot", o.plot, "write a PNG plot (per-step time vs bound, tier share) to this file");
   app.add_option("--check", o.check, "exit 3 if the completion policy's gap exceeds this (e.g. 0.03)");
-  app.add_option("--read-into", o.read_into, "arena | region: read into each session's arena, or into a client region "
-                 "(an unsealed /dev/shm file the daemon reaches through its descriptor, as an engine's own pool)")
-      ->check(CLI::IsMember({"arena", "region"}))
+  app.add_option("--read-into", o.read_into, "arena | region | pinned-region: read into each session's arena, or into a "
+                 "client region (an unsealed /dev/shm file the daemon reaches through its descriptor, as an engine's own "
+                 "pool), added as device-pinned for pinned-region (reads through the daemon's bounce buffers)")
+      ->check(CLI::IsMember({"arena", "region", "pinned-region"}))
       ->capture_default_str();
   app.add_option("--key-prefix", o.key_prefix, "put this in front of every chunk key (several benches on one shared tier: "
                  "keys of their own, or the same keys on purpose)");
@@ -206,8 +207,10 @@ int Main(int argc, char** argv) {
   if (!o.no_populate) {
     if (absl::Status s = bench.Populate(); !s.ok()) return Fail("populate", s, 1);
   }
-  if (o.read_into == "region") {
-    if (absl::Status s = bench.ReadIntoClientRegions(); !s.ok()) return Fail("client regions", s, 1);
+  if (o.read_into != "arena") {
+    if (absl::Status s = bench.ReadIntoClientRegions(o.read_into == "pinned-region"); !s.ok()) {
+      return Fail("client regions", s, 1);
+    }
   }
   sync();
   std::this_thread::sleep_for(std::chrono::seconds(o.settle));

@@ -84,7 +84,7 @@ Bench::~Bench() {
   }
 }
 
-absl::Status Bench::ReadIntoClientRegions() {
+absl::Status Bench::ReadIntoClientRegions(bool device_pinned) {
   for (uint32_t r = 0; r < ranks_.size(); ++r) {
     ClientRegion region;
     region.size = ranks_[r]->arena_size();
@@ -102,7 +102,7 @@ absl::Status Bench::ReadIntoClientRegions() {
     }
     region.data = static_cast<uint8_t*>(data);
     regions_.push_back(region);
-    auto id = ranks_[r]->AddRegion(region.fd, region.size);
+    auto id = ranks_[r]->AddRegion(region.fd, region.size, device_pinned);
     if (!id.ok()) return id.status();
     regions_.back().id = *id;
   }

@@ -46,8 +46,9 @@ class Bench {
 
   // From now on every rank reads into a client region instead of its arena: an unsealed
   // /dev/shm file of the arena's size (as a serving engine's own shared-memory pool), which the
-  // daemon reaches through its descriptor (client_region.h).
-  absl::Status ReadIntoClientRegions();
+  // daemon reaches through its descriptor (client_region.h); `device_pinned`: added as memory a
+  // device pinned (the daemon reads into it through bounce buffers).
+  absl::Status ReadIntoClientRegions(bool device_pinned);
 
   // Stores every chunk the steps read, on every tier, skipping those already there.
   absl::Status Populate();
