@@ -8,8 +8,9 @@ kvstream LMCache plugin twice over the same long prompts, with vLLM's own prefix
   pass 2 must load it back: the daemon's step records must show retrieves that carry the chunks
   of several requests at once (step batching) and the outputs must equal pass 1's;
   pass 3 does the same with LMCache's CPU pool in shared memory (extra_config shm_name, pinned by
-  LMCache with cudaHostRegister): the pool is handed to the daemon as a client region, chunks
-  land in LMCache's MemoryObjs in place and go from there to the GPU; outputs must equal pass 1's.
+  LMCache with cudaHostRegister): the pool is handed to the daemon as a device-pinned client
+  region, chunks land in LMCache's MemoryObjs in place (through the daemon's bounce buffers) and
+  go from there to the GPU; outputs must equal pass 1's.
 Usage (in the environment of deploy/python-env.sh, from the repository root, after a build):
   python tools/gpu_check_vllm.py [--build build] [--dir /var/tmp/kvs-gpu-check]
 Exit status 0 when every check passes.
@@ -97,6 +98,8 @@ def main() -> int:
             "outputs of pass 3 (LMCache's pool in shared memory, zero copy) equal pass 1": outputs[0] == outputs[2],
             "pass 3 handed LMCache's pool to the daemon":
                 daemon_log.read_text().count("client region") > regions_before_pass_3,
+            "as device-pinned memory (CUDA present: reads land through the daemon's bounce buffers)":
+                "pinned by a device" in daemon_log.read_text(),
         }
         for name, ok in checks.items():
             print(f"{'ok  ' if ok else 'FAIL'} {name}")
