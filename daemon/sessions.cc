@@ -135,6 +135,12 @@ void SessionManager::Stop() {
     [[maybe_unused]] ssize_t n = write(stop_fd_, &one, sizeof(one));
     thread_.join();
   }
+  std::vector<std::thread> populating;
+  {
+    absl::MutexLock lock(&populate_mu_);
+    populating.swap(populating_);
+  }
+  for (std::thread& t : populating) t.join();
   if (listen_fd_ >= 0) {
     close(listen_fd_);
     unlink(data_socket_.c_str());
@@ -244,9 +250,19 @@ absl::StatusOr<uint32_t> SessionManager::AddRegion(Session& session, int fd, uin
   if (store_ != nullptr && !device_pinned) store_->RegisterMemory(m.data(), m.size(), m.fd(), 0).IgnoreError();
   // Registration faults a region's pages in once, here; a device-pinned one is copied into by the
   // loop thread instead, so its pages are faulted in now rather than by the first steps' copies.
-  if (device_pinned && madvise(m.data(), m.size(), MADV_POPULATE_WRITE) != 0) {
-    spdlog::warn("session {}: cannot fault in the pinned region's pages ({}); the first reads into it pay for that",
-                 session.id, std::strerror(errno));
+  // In the background: a pool of hundreds of GiB takes longer than the client waits for the
+  // answer, and reads into it work meanwhile (they fault what is not in yet). The thread holds
+  // the region, so it stays mapped until the thread is done; Stop joins it.
+  if (device_pinned) {
+    absl::MutexLock lock(&populate_mu_);
+    populating_.emplace_back([region, session_id = session.id] {
+      NameThisThread("kvs-populate");
+      const ClientRegion& r = *region->memory;
+      if (madvise(r.data(), r.size(), MADV_POPULATE_WRITE) != 0) {
+        spdlog::warn("session {}: cannot fault in the pinned region's pages ({}); the first reads into it pay for that",
+                     session_id, std::strerror(errno));
+      }
+    });
   }
   uint32_t id;
   {

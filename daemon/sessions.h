@@ -133,6 +133,9 @@ class SessionManager {
   int listen_fd_ = -1;
   int stop_fd_ = -1;
   std::thread thread_;
+  // Faulting in device-pinned regions' pages (AddRegion), joined by Stop.
+  absl::Mutex populate_mu_;
+  std::vector<std::thread> populating_ ABSL_GUARDED_BY(populate_mu_);
 };
 
 }  // namespace kvstream

@@ -16,7 +16,8 @@
 namespace kvstream {
 namespace {
 
-// The jump back into GuardedChecksum while this thread hashes client memory, else null.
+// The jump back into GuardedChecksum or GuardedCopy while this thread hashes or copies into client
+// memory, else null.
 // initial-exec: read in a signal handler, where a lazily allocated TLS block could not be.
 __attribute__((tls_model("initial-exec"))) thread_local sigjmp_buf* t_guard = nullptr;
 

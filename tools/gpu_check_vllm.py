@@ -74,6 +74,8 @@ def main() -> int:
                    for r in range(args.requests)]
         params = SamplingParams(max_tokens=8, temperature=0.0)
         outputs = []
+        steps_of_pass = []  # the daemon's step records of each pass
+        last_step_id = -1
         regions_before_pass_3 = 0
         for n in range(3):
             shm = f"  shm_name: kvs_gpu_check_{os.getpid()}\n" if n == 2 else ""  # pass 3: the pool in /dev/shm
@@ -87,15 +89,19 @@ def main() -> int:
                           kv_role="kv_both"))
             outputs.append([o.outputs[0].token_ids for o in llm.generate(prompts, params)])
             del llm
-        with kvstream.Client.connect(str(sock)) as c:
-            steps = c.steps(64)
+            with kvstream.Client.connect(str(sock)) as c:
+                steps = [s for s in c.steps(1024) if s.id > last_step_id]
+            steps_of_pass.append(steps)
+            last_step_id = max([last_step_id] + [s.id for s in steps])
         chunks_per_request = args.prompt_tokens // 256
-        batched = [s for s in steps if s.hits > chunks_per_request]
+        stored = args.requests * (chunks_per_request - 1)  # every full chunk of every prompt
+        batched = [s for s in steps_of_pass[1] if s.hits > chunks_per_request]
         checks = {
             "outputs of pass 2 equal pass 1": outputs[0] == outputs[1],
-            "pass 2 read stored chunks": sum(s.hits for s in steps) >= args.requests * (chunks_per_request - 1),
+            "pass 2 read stored chunks": sum(s.hits for s in steps_of_pass[1]) >= stored,
             "a retrieve carried several requests' chunks (step batching)": bool(batched),
             "outputs of pass 3 (LMCache's pool in shared memory, zero copy) equal pass 1": outputs[0] == outputs[2],
+            "pass 3 read stored chunks": sum(s.hits for s in steps_of_pass[2]) >= stored,
             "pass 3 handed LMCache's pool to the daemon":
                 daemon_log.read_text().count("client region") > regions_before_pass_3,
             "as device-pinned memory (CUDA present: reads land through the daemon's bounce buffers)":
@@ -103,7 +109,8 @@ def main() -> int:
         }
         for name, ok in checks.items():
             print(f"{'ok  ' if ok else 'FAIL'} {name}")
-        print(f"daemon steps: {[(s.chunks, s.hits) for s in steps]}")
+        for n, steps in enumerate(steps_of_pass):
+            print(f"pass {n + 1} daemon steps (chunks, hits): {[(s.chunks, s.hits) for s in steps]}")
         return 0 if all(checks.values()) else 1
     finally:
         daemon.send_signal(signal.SIGTERM)

@@ -31,11 +31,11 @@ namespace kvstream {
 //
 // With dst_fd >= 0, dst maps the file dst_fd from dst_fd_offset, and that file belongs to someone
 // who may shrink it at any time (a client's unsealed shared memory), where a plain load or store
-// of a vanished page would kill the process (SIGBUS). The store then never stores to dst with the
-// CPU except under a SIGBUS guard that turns a vanished page into an error: reads land there by
-// O_DIRECT (a vanished page fails that read), a bounced block is copied in, and a block is
-// verified there, each under the guard. A destination that shrank fails its chunk with
-// FailedPrecondition and counts against no tier.
+// of a vanished page would kill the process (SIGBUS). The store then touches dst with the CPU only
+// under a SIGBUS guard that turns a vanished page into an error (copying a bounced block in,
+// hashing a block to verify it); reads land there by O_DIRECT, where a vanished page fails that
+// read. A destination that shrank fails its chunk with FailedPrecondition and counts against no
+// tier.
 //
 // With `bounce`, every block goes through a bounce buffer and is copied in once verified: for
 // memory a device has pinned (cudaHostRegister), whose pages the store must never replace under

@@ -223,3 +223,43 @@ def test_a_chunk_in_a_format_the_pool_does_not_hold_is_copied_and_its_landing_me
     assert backend.status()["copied"] == 1 and backend.status()["in_place"] == 0
     obj.ref_count_down()
     assert free_chunk_buffers(shared) == free_before
+
+
+def test_a_narrowed_chunk_lands_with_its_own_size_not_its_shapes(shared):
+    """A MemoryObj LMCache narrowed (set_used_size) is stored with fewer bytes than its shapes
+    imply: it comes back with exactly those bytes (copied), never a view past its allocation."""
+    backend = backend_of(shared)
+    objs, tensors = random_chunks(shared, 1, seed=13)
+    obj = objs[0]
+    used = obj.get_size() // 2
+    obj.set_used_size(used)
+    expected = bytes(obj.byte_array)
+    k = key(13)
+    shared.batched_put([k], objs)
+    assert backend.flush(30)
+    got = backend.get_blocking(k)
+    assert got is not None and got.get_size() == used and bytes(got.byte_array) == expected
+    assert backend.status()["in_place"] == 0 and backend.status()["copied"] == 1
+    got.ref_count_down()
+
+
+def test_a_chunk_lmcache_cannot_allocate_is_one_miss_not_a_failed_get(shared, daemon):
+    """LocalCPUBackend refuses some formats (UNDEFINED) with an exception: that chunk is a miss;
+    the get's other chunks land and the session stays."""
+    import kvstream
+    from kvstream.lmcache.chunk_codec import ChunkLayout
+
+    backend = backend_of(shared)
+    good = [key(20)]
+    tensors = put(shared, good, seed=14)
+    bad = key(21)
+    data = bytes(4096)
+    header = ChunkLayout("UNDEFINED", [[len(data)]], ["uint8"], len(data)).encode_header()
+    with kvstream.Client.attach(daemon.socket, arena_bytes=1 << 20) as c:
+        c.arena[0:len(header) + len(data)] = header + data
+        c.persist([(bad.to_string(), 0, len(header) + len(data))])
+    session = backend.link.session()
+    objs = backend.batched_get_blocking([good[0], bad])
+    assert objs[1] is None and objs[0] is not None and torch.equal(objs[0].tensor, tensors[0])
+    objs[0].ref_count_down()
+    assert backend.link.session() is session  # not dropped

@@ -14,8 +14,9 @@ MemoryObj's bytes behind a small self-describing header (chunk_codec), so any pr
 
 Data path: a get reads every key of the call in ONE daemon retrieve. When LMCache's CPU pool is
 shared memory (LMCache's own `extra_config: {shm_name: <name>}`; kvstream.zero_copy true, the
-default), the pool is handed to the daemon as a client region and the chunks land by O_DIRECT in
-MemoryObjs allocated from LocalCPUBackend: no copy (`zero_copy` says whether this path is live).
+default), the pool is handed to the daemon as a client region and the chunks land in MemoryObjs
+allocated from LocalCPUBackend (by O_DIRECT; through the daemon's bounce buffers when a GPU pinned
+the pool): no copy in Python (`zero_copy` says whether this path is live).
 Otherwise they land in the session arena and, as each lands (the others still in flight), it is
 copied once into a MemoryObj allocated from LocalCPUBackend. A put takes a reference on each MemoryObj and returns at once; a worker
 thread copies the chunks into the arena and persists them (the daemon stages them and writes them
@@ -49,7 +50,7 @@ from .gets import Gets
 from .lookups import Lookups
 from .puts import Puts
 from .settings import Settings, extra_config
-from .shared_pool import SharedPool
+from .shared_pool import SharedPool, pinned_by_a_device
 
 __all__ = ["KVStreamBackend", "Settings", "extra_config"]
 
@@ -80,9 +81,9 @@ class KVStreamBackend(StoragePluginInterface):
                                        rpc_timeout=s.lookup_timeout)
                 if self.pool is None:
                     return Session(client)
-                try:  # with a GPU, LMCache pins its pool (cudaHostRegister): the daemon must know
-                    pinned = torch.cuda.is_available()
-                    return Session(client, client.add_region(self.pool.fd, self.pool.size, device_pinned=pinned))
+                try:
+                    return Session(client, client.add_region(self.pool.fd, self.pool.size,
+                                                             device_pinned=pinned_by_a_device()))
                 except KVStreamError as e:  # e.g. over the daemon's arena budget: the arena serves
                     logger.warning("kvstream: LMCache's CPU pool (%d bytes) cannot be handed to kvstreamd (%s); "
                                    "chunks are copied through the session arena", self.pool.size, e)
@@ -249,6 +250,6 @@ def _shared_pool(local_cpu_backend: Any) -> Optional[SharedPool]:
         return None
     pool = SharedPool.find(buffer.data_ptr(), buffer.numel() * buffer.element_size())
     logger.info("kvstream: LMCache's CPU pool %s", f"is shared with the daemon ({pool.path})" if pool
-                else "is private memory: chunks are copied through the session arena (set extra_config "
-                     "shm_name for zero copy)")
+                else "is not handed to the daemon (private memory, or a file that is no longer its own): "
+                     "chunks are copied through the session arena (extra_config shm_name gives zero copy)")
     return pool

@@ -2,9 +2,11 @@
 
 Zero copy (LMCache's CPU pool is shared memory the session holds as a client region, shared_pool):
 a read allocates, for each chunk, a raw MemoryObj of its stored size from LocalCPUBackend and ONE
-retrieve lands every chunk in its object by O_DIRECT; as each lands, its header (chunk_codec) is
-read and the object becomes a MemoryObj of the stored layout over the same memory, just past the
-header: no byte of the chunk is copied in Python.
+retrieve lands every chunk in its object (by O_DIRECT; through the daemon's bounce buffers when a
+GPU pinned the pool); as each lands, its header (chunk_codec) is read and the object becomes a
+MemoryObj of the stored layout over the same memory, just past the header: no byte of the chunk
+is copied in Python. After failed retrieves hold back more than a quarter of the pool (a read may
+still land there, so LMCache must not reuse it) the copy path serves instead.
 
 Copy (any other pool): a read retrieves its keys in waves, each as many chunks as the arena holds
 (one wave when it holds them all); as each chunk lands it is decoded and copied once into a
@@ -36,7 +38,21 @@ from .shared_pool import SharedPool
 # Formats LMCache's pinned pool allocates and frees (MixedMemoryAllocator); a chunk stored in
 # another format (BINARY_BUFFER lives elsewhere) is copied into an object of its own.
 _POOL_FORMATS = frozenset(f.name for f in (MemoryFormat.KV_2LTD, MemoryFormat.KV_2TD, MemoryFormat.KV_T2D,
-                                            MemoryFormat.KV_MLA_FMT))
+                                            MemoryFormat.KV_MLA_FMT, MemoryFormat.EC_TD, MemoryFormat.HS_TD))
+
+
+class _InPlaceMemoryObj(TensorMemoryObj):
+    """A MemoryObj over a chunk that landed in a raw allocation, `header` bytes into it. It frees the
+    whole allocation (meta.address, meta.phy_size) but reports the physical size that lies past
+    its data pointer, so [data_ptr, data_ptr + get_physical_size()) stays inside the allocation."""
+
+    def __init__(self, raw_data: torch.Tensor, metadata: MemoryObjMetadata, parent_allocator: Any,
+                 header: int) -> None:
+        super().__init__(raw_data, metadata, parent_allocator)
+        self._header = header
+
+    def get_physical_size(self) -> int:
+        return self.meta.phy_size - self._header
 
 
 def _release_result(future: "concurrent.futures.Future[Optional[MemoryObj]]") -> None:
@@ -64,6 +80,7 @@ class Gets:
         # retrieve (a read may still land there, so LMCache must not reuse them).
         self._counts = {"in_place": 0, "copied": 0, "held_back_bytes": 0}  # guarded by _lock
         self._held_back: List[MemoryObj] = []  # guarded by _lock
+        self._copying_since_held_back = False  # guarded by _lock
 
     def get(self, keys: List[CacheEngineKey]) -> List[Optional[MemoryObj]]:
         """Every key in ONE daemon retrieve (keys prefetched for the step are taken from there).
@@ -159,7 +176,7 @@ class Gets:
         for i, size in enumerate(sizes):
             if not size:
                 deliver(i, None)
-        if self._pool is not None and session.region:
+        if self._pool is not None and session.region and not self._holding_too_much():
             pending = self._read_in_place(session, names, sizes, pending, deliver, prefetch=futures is not None)
         allocator = session.allocator
         while pending:
@@ -213,7 +230,7 @@ class Gets:
         def on_chunk(r: Any) -> None:
             i, raw = wave[r.index]
             if r.ok:
-                obj = self._in_place(names[i], raw, r.size)
+                obj = self._in_place(names[i], raw, r.size, on_demand=not prefetch)
             else:
                 raw.ref_count_down()
                 obj = None
@@ -236,11 +253,12 @@ class Gets:
                     deliver(i, None)
         return rest
 
-    def _in_place(self, name: str, raw: MemoryObj, size: int) -> Optional[MemoryObj]:
+    def _in_place(self, name: str, raw: MemoryObj, size: int, on_demand: bool) -> Optional[MemoryObj]:
         """The MemoryObj of the stored layout over the chunk that landed in `raw` (its header
         skipped), which takes over raw's allocation and reference. Takes raw in every case: a
-        layout the pool does not allocate is copied into an object of its own and raw freed; an
-        unreadable chunk frees raw and is None (logged)."""
+        layout the pool does not allocate, or whose byte count differs from its shapes', is copied
+        into an object of its own and raw freed; an unreadable chunk frees raw and is None (logged).
+        Never raises: one bad chunk is a miss."""
         try:
             layout, data = chunk_codec.decode(raw.byte_array[:size])
             shapes, dtypes, fmt = self._layout(layout)
@@ -248,17 +266,23 @@ class Gets:
             self._log.error("kvstream: chunk %s is not readable as an LMCache chunk: %s", name, e)
             raw.ref_count_down()
             return None
-        if fmt.name not in _POOL_FORMATS or not isinstance(raw, TensorMemoryObj):
-            copy = self._copied(name, layout, data, on_demand=True)
+        implied = sum(s.numel() * d.itemsize for s, d in zip(shapes, dtypes))
+        if fmt.name not in _POOL_FORMATS or not isinstance(raw, TensorMemoryObj) or layout.nbytes != implied:
+            copy = self._copied(name, layout, data, on_demand)  # narrowed or odd objects: as LMCache makes them
             raw.ref_count_down()
             return copy
         header = size - layout.nbytes
         meta = raw.meta
-        obj = TensorMemoryObj(raw.raw_data[header:size],
-                              MemoryObjMetadata(shape=shapes[0], dtype=dtypes[0], address=meta.address,
-                                                phy_size=meta.phy_size, ref_count=1, fmt=fmt,
-                                                shapes=shapes, dtypes=dtypes),
-                              raw.parent_allocator)
+        try:
+            obj = _InPlaceMemoryObj(raw.raw_data[header:size],
+                                    MemoryObjMetadata(shape=shapes[0], dtype=dtypes[0], address=meta.address,
+                                                      phy_size=meta.phy_size, ref_count=1, fmt=fmt,
+                                                      shapes=shapes, dtypes=dtypes),
+                                    raw.parent_allocator, header)
+        except Exception as e:  # noqa: BLE001 - one bad chunk is a miss, not a failed retrieve
+            self._log.error("kvstream: cannot make a MemoryObj of chunk %s in place: %s", name, e)
+            raw.ref_count_down()
+            return None
         raw.invalidate()  # its allocation is obj's now: obj's last reference frees it
         with self._lock:
             self._counts["in_place"] += 1
@@ -330,7 +354,11 @@ class Gets:
         left; an on-demand read first takes memory back from landed, unclaimed prefetches."""
         obj = None
         for _ in range(3):
-            obj = self._local_cpu_backend.allocate(shapes, dtypes, fmt, busy_loop=False)
+            try:
+                obj = self._local_cpu_backend.allocate(shapes, dtypes, fmt, busy_loop=False)
+            except Exception as e:  # noqa: BLE001 - e.g. a format LocalCPUBackend refuses: a miss
+                self._log.error("kvstream: LMCache cannot allocate chunk %s (%s); reporting a miss", name, e)
+                return None
             # A get that cannot find memory takes it back from chunks prefetched for later requests.
             if obj is not None or not on_demand or self._drop_landed_prefetches() == 0:
                 break
@@ -364,6 +392,19 @@ class Gets:
         with self._lock:
             self._counts["copied"] += 1
         return obj
+
+    def _holding_too_much(self) -> bool:
+        """True once failed retrieves hold back over a quarter of the pool: gets copy from then on
+        (logged once), so repeated failures cannot starve LMCache of memory."""
+        with self._lock:
+            held = self._counts["held_back_bytes"]
+            too_much = self._pool is not None and held > self._pool.length // 4
+            first = too_much and not self._copying_since_held_back
+            self._copying_since_held_back = self._copying_since_held_back or too_much
+        if first:
+            self._log.error("kvstream: %d bytes of LMCache's pool are held back after failed retrieves; gets copy "
+                            "through the arena from now on", held)
+        return too_much
 
     def counts(self) -> Dict[str, int]:
         """Chunks delivered in place and copied through the arena, and pool bytes held back."""

@@ -64,7 +64,7 @@ from ..daemon_link import DaemonLink, Session
 from ..errors import KVStreamError
 from ..plugin_settings import DEFAULT_SOCKET, MAX_PIN_LEASE
 from ..types import Chunk
-from .shared_pool import SharedPool
+from .shared_pool import SharedPool, pinned_by_a_device
 
 logger = init_logger(__name__)
 
@@ -211,8 +211,7 @@ class KVStreamL2Adapter(L2AdapterInterface):
         if self._l1 is None:
             return Session(client)
         try:
-            # With a GPU, LMCache pins its L1 pool (cudaHostRegister): the daemon must know.
-            return Session(client, client.add_region(self._l1.fd, self._l1.size, device_pinned=torch.cuda.is_available()))
+            return Session(client, client.add_region(self._l1.fd, self._l1.size, device_pinned=pinned_by_a_device()))
         except KVStreamError as e:  # e.g. over sessions.arena_budget: the copy path serves
             logger.warning("kvstream: the L1 pool (%d bytes) cannot be handed to kvstreamd (%s); chunks are "
                            "copied through the session arena", self._l1.size, e)

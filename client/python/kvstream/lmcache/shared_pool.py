@@ -4,7 +4,8 @@ LMCache allocates its pinned CPU pool from POSIX shared memory when asked to (th
 engine's `extra_config: {shm_name: ...}`, the MP server's `--shm-name`); otherwise it is anonymous
 memory no other process can map. A pool in a /dev/shm file or a memfd can be handed to kvstreamd as
 a client region (Client.add_region), so the daemon reads chunks straight into LMCache's MemoryObjs
-by O_DIRECT and copies stored chunks out of them: no byte of a chunk passes through Python.
+(by O_DIRECT, or through its bounce buffers when a device pinned the pool: pinned_by_a_device) and
+copies stored chunks out of them: no byte of a chunk passes through Python.
 """
 
 from __future__ import annotations
@@ -14,6 +15,20 @@ import os
 from typing import Optional
 
 logger = logging.getLogger(__name__)
+
+
+def pinned_by_a_device() -> bool:
+    """Whether LMCache pins its pools for an accelerator (cudaHostRegister or its platform's
+    equivalent), which it does whenever one is present: the pool then goes to the daemon as
+    device-pinned memory, whose pages it must never replace (Client.add_region)."""
+    try:
+        from lmcache.v1.platform import torch_dev
+
+        return bool(torch_dev.is_available())
+    except Exception:  # noqa: BLE001 - an LMCache without its platform layer
+        import torch
+
+        return torch.cuda.is_available()
 
 
 class SharedPool:
