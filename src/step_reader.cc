@@ -71,6 +71,8 @@ void StepReader::Place(std::unique_ptr<ReadStep> owned, const Policies& policies
   step->foreign.assign(n, 0);
   step->foreign_missing.assign(n, 0);
   step->real_failure.assign(n, 0);
+  step->held.assign(n, 0);
+  step->place_when_landed.assign(n, 0);
   step->use.resize(tiers_.size());
   std::vector<uint32_t> finished;  // delivered after the index lock is released
   {
@@ -191,6 +193,7 @@ void StepReader::Issue(int t, BlockRef ref) {
   slot.busy = true;
   slot.late = false;
   slot.hedge_pending = false;
+  slot.held = false;
   slot.issued_ns = now;
   tier.device->Queue(&slot);
 }
@@ -207,10 +210,15 @@ void StepReader::Complete(int t, const IoCompletion& c) {
   step->use[t].ReadEnded(now);
   --step->reads_in_flight;
   const bool bounced = slot.buffer != slot.dst;
+  const bool held = slot.held;
+  slot.held = false;
   if (blk.state == BlockState::kAbandoned || c.status != IoStatus::kOk || !config_.verify_checksums || !bounced) {
     FreeSlot(t, index);  // a bounced block keeps its slot (the bytes) until verified and copied
   }
-  if (blk.state == BlockState::kAbandoned) return;  // hedged, or its chunk is being read again
+  if (blk.state == BlockState::kAbandoned) {  // hedged, or its chunk is being read again
+    if (held) HeldReadLanded(step, blk.chunk);
+    return;
+  }
   const ChunkRead& read = step->reads[blk.chunk];
   if (c.status != IoStatus::kOk) {
     if (read.dst_fd >= 0 && !bounced && c.error == EFAULT) {  // the client unmapped its memory, not the tier's fault
@@ -256,6 +264,7 @@ bool StepReader::CopyIn(ReadStep* step, uint32_t chunk, const ReadSlot& slot) {
 }
 
 void StepReader::DestinationGone(ReadStep* step, uint32_t chunk, absl::Status why) {
+  HoldOrTakeBack(step, chunk);
   pool_->ReplaceChunk(step, chunk, 0, 0);  // abandons its other blocks in flight
   Deliver(step, chunk, std::move(why));
   if (step->unfinished == 0) Finish(step);
@@ -359,16 +368,25 @@ bool StepReader::PlaceAgainIfRewritten(ReadStep* step, uint32_t chunk) {
   }
   if (++step->placements[chunk] > kMaxPlacements) {
     step->errors[chunk] = absl::StrCat("rewritten ", kMaxPlacements, " times while being read");
+    HoldOrTakeBack(step, chunk);
     pool_->ReplaceChunk(step, chunk, 0, 1);  // no holder: fails once nothing is in flight
     Settle(step, chunk);
     return true;
   }
   if (read.dst_capacity < current->payload_size) {
+    HoldOrTakeBack(step, chunk);
     pool_->ReplaceChunk(step, chunk, 0, 0);
     Deliver(step, chunk, absl::OutOfRangeError(absl::StrCat("'", read.key, "' was rewritten as ", current->payload_size,
                                                             " bytes, more than its destination of ",
                                                             read.dst_capacity)));
     if (step->unfinished == 0) Finish(step);
+    return true;
+  }
+  if (HoldOrTakeBack(step, chunk) > 0) {
+    // Reads of the old version still land in the destination: the new one is read once they have.
+    --step->placements[chunk];  // counted when it is placed
+    step->place_when_landed[chunk] = 1;
+    pool_->ReplaceChunk(step, chunk, 0, 0);
     return true;
   }
   step->metas[chunk] = current;
@@ -396,7 +414,45 @@ void StepReader::DropReplica(ReadStep* step, uint32_t chunk, int t) {
   RemoveReplicaFiles(tiers_, victims);
 }
 
+uint32_t StepReader::HoldOrTakeBack(ReadStep* step, uint32_t chunk) {
+  uint32_t held = 0;
+  for (size_t t = 0; t < slots_.size(); ++t) {
+    for (ReadSlot& slot : slots_[t].slots) {
+      if (!slot.busy || slot.held || slot.ref.step != step || slot.buffer != slot.dst) continue;
+      const StepBlock& blk = step->blocks[slot.ref.block];
+      if (blk.chunk != chunk || blk.state != BlockState::kInFlight) continue;
+      if (regions_->TakeBack(static_cast<int>(t), slot.region, static_cast<uint8_t*>(slot.buffer), slot.length)) {
+        tiers_[t]->device->Abandon(&slot);  // lands in pages nobody maps any more
+        continue;
+      }
+      slot.held = true;
+      ++step->held[chunk];
+      ++step->held_total;
+      ++held;
+    }
+  }
+  return held;
+}
+
+void StepReader::HeldReadLanded(ReadStep* step, uint32_t chunk) {
+  --step->held_total;
+  if (--step->held[chunk] == 0) {
+    if (step->place_when_landed[chunk]) {
+      step->place_when_landed[chunk] = 0;
+      if (!PlaceAgainIfRewritten(step, chunk)) {  // removed meanwhile
+        step->errors[chunk] = "rewritten, then removed, while being read";
+        pool_->ReplaceChunk(step, chunk, 0, 1);  // no holder: fails now (nothing in flight)
+        Settle(step, chunk);
+      }
+    } else if (!step->chunks[chunk].finished) {
+      Settle(step, chunk);
+    }
+  }
+  if (step->unfinished == 0) Finish(step);
+}
+
 void StepReader::Settle(ReadStep* step, uint32_t chunk) {
+  if (step->held[chunk] > 0) return;  // reads abandoned straight into its destination still land
   switch (StepPool::ChunkOutcome(*step, chunk)) {
     case StepPool::Outcome::kPending:
       return;
@@ -450,7 +506,7 @@ void StepReader::Deliver(ReadStep* step, uint32_t chunk, absl::Status status) {
 
 void StepReader::Finish(ReadStep* step) {
   // A step ends once no verify thread reads its memory (an abandoned block's job may be left).
-  if (step->end_ns != 0 || step->verifying > 0) return;
+  if (step->end_ns != 0 || step->verifying > 0 || step->held_total > 0) return;
   step->end_ns = std::max(reactor_->NowNs(), step->start_ns + 1);
   pool_->Remove(step);
   std::vector<double> reference(tiers_.size());

@@ -58,6 +58,13 @@ struct ReadStep : Step {
   std::vector<uint32_t> foreign;
   std::vector<uint8_t> foreign_missing;
   std::vector<uint8_t> real_failure;
+  // Per chunk: reads that went straight into its destination and were abandoned (the chunk placed
+  // again, failed or its destination gone) in memory the store could not take back, so they still
+  // land there. The chunk is neither delivered nor placed again, and the step does not end, until
+  // they have landed (a late one would overwrite newer bytes, or memory the caller reused).
+  std::vector<uint32_t> held;
+  std::vector<uint8_t> place_when_landed;  // the chunk was rewritten: placed again once they land
+  uint32_t held_total = 0;
   ChunkCallback on_chunk;
   std::function<void(StepRecord)> on_done;
   int64_t start_ns = 0;
@@ -127,6 +134,7 @@ class StepReader {
     bool busy = false;
     bool late = false;          // past its deadline; its tier is stalled until it lands
     bool hedge_pending = false; // late, its block not yet read again elsewhere (HedgeAfter)
+    bool held = false;          // abandoned while straight into memory not taken back (ReadStep::held)
     int64_t issued_ns = 0;
   };
   struct TierReads {
@@ -189,8 +197,15 @@ class StepReader {
   // The chunk's destination in client memory shrank away: the chunk fails with `why`, its other
   // blocks are abandoned, and nothing counts against a tier.
   void DestinationGone(ReadStep* step, uint32_t chunk, absl::Status why);
-  // Places the chunk again if the index holds another version of it than the one placed.
+  // Places the chunk again if the index holds another version of it than the one placed (once
+  // the reads of the old version still landing in its destination have landed).
   bool PlaceAgainIfRewritten(ReadStep* step, uint32_t chunk);
+  // Before the chunk's blocks in flight are abandoned: the pages under each read that went
+  // straight into its destination are taken back (memory_regions.h); a read whose pages cannot be
+  // is held (ReadStep::held). Returns how many were held.
+  uint32_t HoldOrTakeBack(ReadStep* step, uint32_t chunk);
+  // A held read of the chunk landed: once none is left, the chunk is placed again or settled.
+  void HeldReadLanded(ReadStep* step, uint32_t chunk);
   void DropReplica(ReadStep* step, uint32_t chunk, int tier);
   void Settle(ReadStep* step, uint32_t chunk);
   void Deliver(ReadStep* step, uint32_t chunk, absl::Status status);

@@ -262,5 +262,45 @@ TEST_CASE("a key rewritten while a step reads it is read again as the new versio
   CHECK(rig.engine->Lookup({"k0"})[0].tier_mask == 3u);
 }
 
+TEST_CASE("a rewritten key's old reads straight into memory not taken back land before its new version and the step's end") {
+  // Plain heap memory cannot be taken back: the old version's reads still in flight when the key
+  // is placed again must land before the new version is read into the same bytes, and before
+  // on_done (after which the caller may reuse the memory). (The simulated device fails a read
+  // whose file was replaced instead of landing old bytes, so what is checked is the order.)
+  StoreConfig c = WithRouting("completion");
+  c.writes = WritePolicy::kImmediate;
+  SimRig rig({300 * MBps, 100 * MBps}, c);
+  rig.Populate("k", 1, 4 * kBlock);
+  rig.devices[0]->SetFaultHook([](const SimOpInfo& op) { return op.op == SimOp::kRead ? SimFault::Delay(50'000'000) : SimFault::None(); });
+  rig.devices[1]->SetFaultHook([](const SimOpInfo& op) { return op.op == SimOp::kRead ? SimFault::Delay(400'000'000) : SimFault::None(); });
+  std::vector<uint8_t> out(8 * kBlock);
+  std::atomic<bool> done{false};
+  std::vector<ChunkResult> results(1);
+  StepRecord rec;
+  rig.clock->Pause();
+  const int64_t start_ns = rig.clock->NowNs();
+  rig.engine->RetrieveAsync({{"k0", out.data(), out.size()}}, [&](const ChunkResult& r) { results[r.index] = r; },
+                            [&](StepRecord r) {
+                              rec = r;
+                              done = true;
+                            });
+  const auto newer = Payload(4 * kBlock, 78);
+  REQUIRE(rig.engine->Persist("k0", newer.data(), newer.size()).ok());
+  rig.clock->WaitUntilQuiescent();
+  rig.clock->Resume();
+  rig.engine->Flush();
+  while (!done) std::this_thread::yield();
+  REQUIRE(results[0].status.ok());
+  CHECK(std::memcmp(out.data(), newer.data(), newer.size()) == 0);
+  int64_t last_read_ns = 0;  // when the last read of either tier landed
+  for (SimDevice* d : rig.devices) {
+    for (const SimOpRecord& op : d->ops()) {
+      if (op.kind == IoKind::kRead) last_read_ns = std::max(last_read_ns, op.done_ns);
+    }
+  }
+  CHECK(last_read_ns > start_ns + 400'000'000);  // the slow tier's old reads were in flight
+  CHECK(start_ns + static_cast<int64_t>(rec.wall_seconds * 1e9) >= last_read_ns);  // the step ended after them
+}
+
 }  // namespace
 }  // namespace kvstream::testing
