@@ -231,28 +231,50 @@ TEST_CASE("a replica whose file vanished is dropped and the step is served from 
   CHECK(rig.engine->Lookup({"k1"})[0].tier_mask == 2u);
 }
 
-TEST_CASE("a key rewritten while a step reads it is read again as the new version and no tier is blamed") {
-  StoreConfig c = WithRouting("completion");
-  c.writes = WritePolicy::kImmediate;  // the rewrite lands while the step's reads are in flight
-  SimRig rig({300 * MBps, 100 * MBps}, c);
-  rig.Populate("k", 1, 4 * kBlock);
-  for (SimDevice* d : rig.devices) {  // reads complete late, after the rewrite's commit
-    d->SetFaultHook([](const SimOpInfo& op) { return op.op == SimOp::kRead ? SimFault::Delay(50'000'000) : SimFault::None(); });
-  }
-  std::vector<uint8_t> out(8 * kBlock);
+// One step reading "k0" (4 blocks, populated) into `out` while the key is rewritten as `newer`
+// at the same virtual time (immediate writes: the rewrite lands while the reads are in flight).
+struct ReadDuringRewrite {
+  int64_t start_ns = 0;  // virtual time the step started
+  ChunkResult result;
+  StepRecord record;
+};
+ReadDuringRewrite ReadWhileRewriting(SimRig& rig, std::vector<uint8_t>& out, const std::vector<uint8_t>& newer) {
+  ReadDuringRewrite r;
   std::atomic<bool> done{false};
-  std::vector<ChunkResult> results(1);
   rig.clock->Pause();  // the step and the rewrite start at the same virtual time
-  rig.engine->RetrieveAsync({{"k0", out.data(), out.size()}}, [&](const ChunkResult& r) { results[r.index] = r; },
-                            [&](StepRecord) { done = true; });
-  const auto newer = Payload(6 * kBlock + 10, 77);
+  r.start_ns = rig.clock->NowNs();
+  rig.engine->RetrieveAsync({{"k0", out.data(), out.size()}}, [&](const ChunkResult& c) { r.result = c; },
+                            [&](StepRecord rec) {
+                              r.record = rec;
+                              done = true;
+                            });
   REQUIRE(rig.engine->Persist("k0", newer.data(), newer.size()).ok());
   rig.clock->WaitUntilQuiescent();
   rig.clock->Resume();
   rig.engine->Flush();
   while (!done) std::this_thread::yield();
-  REQUIRE(results[0].status.ok());
-  CHECK(results[0].size == newer.size());
+  return r;
+}
+
+StoreConfig RewriteConfig() {
+  StoreConfig c = WithRouting("completion");
+  c.writes = WritePolicy::kImmediate;
+  return c;
+}
+
+SimFaultHook DelayReads(int64_t ns) {
+  return [ns](const SimOpInfo& op) { return op.op == SimOp::kRead ? SimFault::Delay(ns) : SimFault::None(); };
+}
+
+TEST_CASE("a key rewritten while a step reads it is read again as the new version and no tier is blamed") {
+  SimRig rig({300 * MBps, 100 * MBps}, RewriteConfig());
+  rig.Populate("k", 1, 4 * kBlock);
+  for (SimDevice* d : rig.devices) d->SetFaultHook(DelayReads(50'000'000));  // reads land after the rewrite's commit
+  std::vector<uint8_t> out(8 * kBlock);
+  const auto newer = Payload(6 * kBlock + 10, 77);
+  const ReadDuringRewrite r = ReadWhileRewriting(rig, out, newer);
+  REQUIRE(r.result.status.ok());
+  CHECK(r.result.size == newer.size());
   CHECK(std::memcmp(out.data(), newer.data(), newer.size()) == 0);
   const StoreStats stats = rig.engine->Stats();
   for (const TierStats& t : stats.tiers) {
@@ -267,30 +289,15 @@ TEST_CASE("a rewritten key's old reads straight into memory not taken back land 
   // is placed again must land before the new version is read into the same bytes, and before
   // on_done (after which the caller may reuse the memory). (The simulated device fails a read
   // whose file was replaced instead of landing old bytes, so what is checked is the order.)
-  StoreConfig c = WithRouting("completion");
-  c.writes = WritePolicy::kImmediate;
-  SimRig rig({300 * MBps, 100 * MBps}, c);
+  SimRig rig({300 * MBps, 100 * MBps}, RewriteConfig());
   rig.Populate("k", 1, 4 * kBlock);
-  rig.devices[0]->SetFaultHook([](const SimOpInfo& op) { return op.op == SimOp::kRead ? SimFault::Delay(50'000'000) : SimFault::None(); });
-  rig.devices[1]->SetFaultHook([](const SimOpInfo& op) { return op.op == SimOp::kRead ? SimFault::Delay(400'000'000) : SimFault::None(); });
+  rig.devices[0]->SetFaultHook(DelayReads(50'000'000));
+  rig.devices[1]->SetFaultHook(DelayReads(400'000'000));
   std::vector<uint8_t> out(8 * kBlock);
-  std::atomic<bool> done{false};
-  std::vector<ChunkResult> results(1);
-  StepRecord rec;
-  rig.clock->Pause();
-  const int64_t start_ns = rig.clock->NowNs();
-  rig.engine->RetrieveAsync({{"k0", out.data(), out.size()}}, [&](const ChunkResult& r) { results[r.index] = r; },
-                            [&](StepRecord r) {
-                              rec = r;
-                              done = true;
-                            });
   const auto newer = Payload(4 * kBlock, 78);
-  REQUIRE(rig.engine->Persist("k0", newer.data(), newer.size()).ok());
-  rig.clock->WaitUntilQuiescent();
-  rig.clock->Resume();
-  rig.engine->Flush();
-  while (!done) std::this_thread::yield();
-  REQUIRE(results[0].status.ok());
+  const ReadDuringRewrite r = ReadWhileRewriting(rig, out, newer);
+  const int64_t start_ns = r.start_ns;
+  REQUIRE(r.result.status.ok());
   CHECK(std::memcmp(out.data(), newer.data(), newer.size()) == 0);
   int64_t last_read_ns = 0;  // when the last read of either tier landed
   for (SimDevice* d : rig.devices) {
@@ -299,7 +306,7 @@ TEST_CASE("a rewritten key's old reads straight into memory not taken back land 
     }
   }
   CHECK(last_read_ns > start_ns + 400'000'000);  // the slow tier's old reads were in flight
-  CHECK(start_ns + static_cast<int64_t>(rec.wall_seconds * 1e9) >= last_read_ns);  // the step ended after them
+  CHECK(start_ns + static_cast<int64_t>(r.record.wall_seconds * 1e9) >= last_read_ns);  // the step ended after them
 }
 
 }  // namespace
