@@ -225,32 +225,19 @@ class Gets:
             return rest
         chunks = [Chunk(names[i], pool.offset_of(raw.data_ptr, raw.get_physical_size()), raw.get_physical_size(),
                         session.region) for i, raw in wave]
-        delivered = [False] * len(wave)
 
-        def on_chunk(r: Any) -> None:
+        def land(r: Any) -> Optional[MemoryObj]:
             i, raw = wave[r.index]
             if r.ok:
-                obj = self._in_place(names[i], raw, r.size, on_demand=not prefetch)
-            else:
-                raw.ref_count_down()
-                obj = None
-            delivered[r.index] = True
-            deliver(i, obj)
+                return self._in_place(names[i], raw, r.size, on_demand=not prefetch)
+            raw.ref_count_down()
+            return None
 
-        try:
-            session.client.retrieve(chunks, on_chunk=on_chunk, timeout=self._io_timeout)
-            if not all(delivered):
-                raise KVStreamError(Code.DATA_LOSS, "kvstreamd ended a retrieve without completing every chunk")
-        except Exception as e:  # noqa: BLE001 - daemon gone or call refused: misses
-            self._log.error("kvstream: retrieve of %d chunks failed: %s", len(chunks), e)
-            self._link.fail(session, e)
-            held = [raw for n, (_, raw) in enumerate(wave) if not delivered[n]]
-            with self._lock:  # a read may still land in these: LMCache must never reuse them
-                self._held_back.extend(held)
-                self._counts["held_back_bytes"] += sum(raw.get_physical_size() for raw in held)
-            for n, (i, _) in enumerate(wave):
-                if not delivered[n]:
-                    deliver(i, None)
+        lost = self._retrieve(session, chunks, [i for i, _ in wave], land, deliver) or []
+        held = [wave[n][1] for n in lost]
+        with self._lock:  # a read may still land in these: LMCache must never reuse them
+            self._held_back.extend(held)
+            self._counts["held_back_bytes"] += sum(raw.get_physical_size() for raw in held)
         return rest
 
     def _in_place(self, name: str, raw: MemoryObj, size: int, on_demand: bool) -> Optional[MemoryObj]:
@@ -296,27 +283,43 @@ class Gets:
         allocator = session.allocator
         assert allocator is not None
         chunks = [Chunk(names[i], offset, allocator.rounded(sizes[i] or 0)) for i, offset in wave]
-        delivered = [False] * len(wave)
 
-        def on_chunk(r: Any) -> None:
+        def land(r: Any) -> Optional[MemoryObj]:
             i, offset = wave[r.index]
             obj = self._to_memory_obj(session, names[i], offset, r.size, on_demand=not prefetch) if r.ok else None
             allocator.free(offset)
+            return obj
+
+        # Reads may still land in the arena ranges of lost chunks: the arena is dropped with the session.
+        return self._retrieve(session, chunks, [i for i, _ in wave], land, deliver) is None
+
+    def _retrieve(self, session: Session, chunks: List[Chunk], indices: List[int],
+                  land: Callable[[Any], Optional[MemoryObj]],
+                  deliver: Callable[[int, Optional[MemoryObj]], None]) -> Optional[List[int]]:
+        """ONE retrieve of `chunks` (chunk n is key indices[n]): as each completes, land(result)
+        makes its MemoryObj (None for a miss) and it is delivered. When the retrieve fails, or ends
+        without completing every chunk, the session is dropped and the chunks not delivered are
+        delivered as None. Returns None when it succeeded, else the positions in `chunks` of those
+        not delivered (reads may still land in their memory)."""
+        delivered = [False] * len(chunks)
+
+        def on_chunk(r: Any) -> None:
+            obj = land(r)
             delivered[r.index] = True
-            deliver(i, obj)
+            deliver(indices[r.index], obj)
 
         try:
             session.client.retrieve(chunks, on_chunk=on_chunk, timeout=self._io_timeout)
-            if not all(delivered):  # a chunk without completion may still be landing: drop the arena
+            if not all(delivered):
                 raise KVStreamError(Code.DATA_LOSS, "kvstreamd ended a retrieve without completing every chunk")
         except Exception as e:  # noqa: BLE001 - daemon gone or call refused: misses
             self._log.error("kvstream: retrieve of %d chunks failed: %s", len(chunks), e)
-            self._link.fail(session, e)  # its arena is dropped with it: reads may still land there
-            for n, (i, _) in enumerate(wave):
-                if not delivered[n]:
-                    deliver(i, None)
-            return False
-        return True
+            self._link.fail(session, e)
+            lost = [n for n, done in enumerate(delivered) if not done]
+            for n in lost:
+                deliver(indices[n], None)
+            return lost
+        return None
 
     def _drop_landed_prefetches(self) -> int:
         """Releases prefetched chunks that have landed and no get has taken yet (a later get of
