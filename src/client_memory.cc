@@ -66,15 +66,12 @@ absl::Status ReadClientMemory(const FileRange& range, void* out) {
 
 namespace {
 
-void EnsureGuard() {
+// Runs `access` (loads from, or stores to, client memory that may vanish) with this thread's
+// SIGBUS guard set: FailedPrecondition instead of a crash when a page it touches is gone.
+template <typename Access>
+absl::Status Guarded(Access&& access) {
   static std::once_flag installed;
   std::call_once(installed, InstallGuard);
-}
-
-}  // namespace
-
-absl::StatusOr<uint64_t> GuardedChecksum(const uint8_t* data, size_t size) {
-  EnsureGuard();
   sigjmp_buf recover;
   // Without saving the signal mask (no system call per block): SA_NODEFER leaves SIGBUS unblocked
   // in the handler, so there is nothing to restore after the jump.
@@ -82,25 +79,23 @@ absl::StatusOr<uint64_t> GuardedChecksum(const uint8_t* data, size_t size) {
     return absl::FailedPreconditionError("the client's memory is gone under the block (truncated?)");
   }
   t_guard = &recover;
-  std::atomic_signal_fence(std::memory_order_seq_cst);  // the guard is set before the first load
-  const uint64_t sum = Checksum(data, size);
+  std::atomic_signal_fence(std::memory_order_seq_cst);  // the guard is set before the first access
+  access();
   std::atomic_signal_fence(std::memory_order_seq_cst);
   t_guard = nullptr;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<uint64_t> GuardedChecksum(const uint8_t* data, size_t size) {
+  uint64_t sum = 0;
+  if (absl::Status s = Guarded([&] { sum = Checksum(data, size); }); !s.ok()) return s;
   return sum;
 }
 
 absl::Status GuardedCopy(uint8_t* dst, const void* src, size_t size) {
-  EnsureGuard();
-  sigjmp_buf recover;
-  if (sigsetjmp(recover, 0) != 0) {
-    return absl::FailedPreconditionError("the client's memory is gone under the block (truncated?)");
-  }
-  t_guard = &recover;
-  std::atomic_signal_fence(std::memory_order_seq_cst);
-  std::memcpy(dst, src, size);
-  std::atomic_signal_fence(std::memory_order_seq_cst);
-  t_guard = nullptr;
-  return absl::OkStatus();
+  return Guarded([&] { std::memcpy(dst, src, size); });
 }
 
 }  // namespace kvstream
