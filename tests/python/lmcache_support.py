@@ -13,7 +13,7 @@ from lmcache.v1.event_manager import EventManager
 from lmcache.v1.metadata import LMCacheMetadata
 from lmcache.v1.storage_backend.storage_manager import StorageManager
 
-from kvstream.lmcache import extra_config
+from kvstream.lmcache import KVStreamBackend, extra_config
 
 MODEL = "test/model"
 KV_SHAPE = (4, 2, 256, 8, 128)  # layers, K/V, chunk tokens, heads, head dim
@@ -86,3 +86,19 @@ def free_chunk_buffers(sm: StorageManager) -> int:
     for obj in taken:
         obj.ref_count_down()
     return len(taken)
+
+
+def backend_of(sm: StorageManager) -> KVStreamBackend:
+    """The kvstream plugin LMCache loaded into `sm`."""
+    backend = sm.storage_backends["kvstream"]
+    assert isinstance(backend, KVStreamBackend)
+    return backend
+
+
+def put(sm: StorageManager, keys: List[CacheEngineKey], seed: int = 0) -> list:
+    """Stores random chunks under `keys` through LMCache and waits until the plugin made them
+    durable; returns their tensors."""
+    objs, tensors = random_chunks(sm, len(keys), seed)
+    sm.batched_put(keys, objs)  # LMCache drops its references right after submitting
+    assert backend_of(sm).flush(30)
+    return tensors

@@ -14,8 +14,8 @@ pytest.importorskip("lmcache", reason="the LMCache plugin tests need LMCache (te
 import torch  # noqa: E402
 
 import kvstream  # noqa: E402
-from kvstream.lmcache import KVStreamBackend  # noqa: E402
-from lmcache_support import free_chunk_buffers, key, make_storage_manager, random_chunks, shm_pool  # noqa: E402
+from lmcache_support import (backend_of, free_chunk_buffers, key, make_storage_manager, put, random_chunks,  # noqa: E402
+                             shm_pool)
 
 
 class Captured(logging.Handler):
@@ -47,19 +47,6 @@ def manager(daemon, request):
     assert backend_of(sm).zero_copy == (request.param == "shm")
     yield sm
     sm.close()
-
-
-def put(sm, keys, seed=0):
-    objs, tensors = random_chunks(sm, len(keys), seed)
-    sm.batched_put(keys, objs)  # LMCache drops its references right after submitting
-    assert backend_of(sm).flush(30)
-    return tensors
-
-
-def backend_of(sm) -> KVStreamBackend:
-    backend = sm.storage_backends["kvstream"]
-    assert isinstance(backend, KVStreamBackend)
-    return backend
 
 
 def check_and_release(objs, tensors):

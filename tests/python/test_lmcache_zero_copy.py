@@ -16,21 +16,8 @@ pytest.importorskip("lmcache", reason="the LMCache plugin tests need LMCache (te
 
 import torch  # noqa: E402
 
-from kvstream.lmcache import KVStreamBackend  # noqa: E402
-from lmcache_support import free_chunk_buffers, key, make_storage_manager, random_chunks, shm_pool  # noqa: E402
-
-
-def backend_of(sm) -> KVStreamBackend:
-    backend = sm.storage_backends["kvstream"]
-    assert isinstance(backend, KVStreamBackend)
-    return backend
-
-
-def put(sm, keys, seed=0):
-    objs, tensors = random_chunks(sm, len(keys), seed)
-    sm.batched_put(keys, objs)
-    assert backend_of(sm).flush(30)
-    return tensors
+from lmcache_support import (backend_of, free_chunk_buffers, key, make_storage_manager, put, random_chunks,  # noqa: E402
+                             shm_pool)
 
 
 def pool_range(sm):
