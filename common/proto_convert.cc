@@ -91,6 +91,7 @@ void ToProto(const StoreStats& in, v1::StatsReply* out) {
   out->set_staged_bytes(in.staged_bytes);
   out->set_staged_chunks(in.staged_chunks);
   out->set_staging_limit_bytes(in.staging_limit_bytes);
+  out->set_staging_kept_bytes(in.staging_kept_bytes);
   out->set_steps(in.steps);
   out->set_retrieve_hits(in.retrieve_hits);
   out->set_retrieve_misses(in.retrieve_misses);
@@ -153,6 +154,7 @@ StoreStats FromProto(const v1::StatsReply& in) {
   s.staged_bytes = in.staged_bytes();
   s.staged_chunks = in.staged_chunks();
   s.staging_limit_bytes = in.staging_limit_bytes();
+  s.staging_kept_bytes = in.staging_kept_bytes();
   s.steps = in.steps();
   s.retrieve_hits = in.retrieve_hits();
   s.retrieve_misses = in.retrieve_misses();

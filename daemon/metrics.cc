@@ -146,6 +146,8 @@ std::string RenderMetrics(const StoreStats& s, const DaemonGauges& d, bool healt
       .Sample("", static_cast<double>(s.staged_chunks));
   Family(&out, "kvstream_staging_limit_bytes", "gauge", "The staging limit.")
       .Sample("", static_cast<double>(s.staging_limit_bytes));
+  Family(&out, "kvstream_staging_kept_bytes", "gauge", "Staging memory kept for reuse, beyond what staged chunks hold.")
+      .Sample("", static_cast<double>(s.staging_kept_bytes));
   Family(&out, "kvstream_write_stall_seconds_total", "counter", "Time persists waited for staging space.")
       .Sample("", s.write_stall_seconds);
   Family(&out, "kvstream_writes_under_pressure_total", "counter", "Writes issued while reads were pending.")

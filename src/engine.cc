@@ -332,6 +332,7 @@ StoreStats Engine::Stats() const {
   s.staged_bytes = stager_.staged_bytes();
   s.staged_chunks = stager_.staged_chunks();
   s.staging_limit_bytes = stager_.limit_bytes();
+  s.staging_kept_bytes = stager_.kept_bytes();
   s.persists = stager_.persists();
   s.persist_failures = stager_.persist_failures();
   s.steps = history_.count();

@@ -17,7 +17,13 @@ int64_t UnixNowNs() {
 }  // namespace
 
 WriteStager::WriteStager(uint64_t limit_bytes, double high_water, uint32_t block_size, Reactor* reactor)
-    : limit_bytes_(limit_bytes), high_water_(high_water), block_size_(block_size), reactor_(reactor) {}
+    : limit_bytes_(limit_bytes),
+      high_water_(high_water),
+      block_size_(block_size),
+      reactor_(reactor),
+      // Images round up to the memory's size classes: a sixteenth more than the limit keeps a
+      // full staging's buffers of any chunk size of 1 MiB or more.
+      memory_(StagingMemory::Create(limit_bytes + limit_bytes / 16)) {}
 
 absl::Status WriteStager::Stage(std::string_view key, const void* data, size_t size, PersistCallback on_durable,
                                 bool block, const ChunkMeta* verified) {
@@ -62,7 +68,7 @@ absl::Status WriteStager::StageWith(std::string_view key, size_t size, absl::Fun
     chunk->seq = next_seq_++;
     unfinished_.insert(chunk->seq);
   }
-  chunk->image = AllocateAligned(chunk->image_size);
+  chunk->image = memory_->Take(chunk->image_size);
   if (!chunk->image) {
     Unreserve(*chunk);
     return absl::ResourceExhaustedError("cannot allocate staging memory");

@@ -16,12 +16,12 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
-#include "aligned_buffer.h"
 #include "chunk_format.h"
 #include "kvstream/policies.h"
 #include "kvstream/store.h"
 #include "kvstream/types.h"
 #include "reactor.h"
+#include "staging_memory.h"
 
 namespace kvstream {
 
@@ -30,7 +30,7 @@ struct StagedChunk {
   uint64_t seq = 0;  // staging order
   std::shared_ptr<const ChunkMeta> meta;
   std::string stem;
-  AlignedBuffer image;
+  StagingMemory::Buffer image;  // image_size bytes used
   uint64_t image_size = 0;
   PersistCallback callback;
 };
@@ -84,6 +84,8 @@ class WriteStager {
 
   uint64_t staged_bytes() const;
   uint64_t staged_chunks() const;
+  // Staging memory kept for reuse beyond what staged chunks hold (staging_memory.h).
+  uint64_t kept_bytes() const { return memory_->kept_bytes(); }
   uint64_t limit_bytes() const { return limit_bytes_; }
   uint64_t persists() const;
   uint64_t persist_failures() const;
@@ -103,6 +105,7 @@ class WriteStager {
   const double high_water_;
   const uint32_t block_size_;
   Reactor* const reactor_;
+  const std::shared_ptr<StagingMemory> memory_;  // images' memory, kept for reuse up to about the limit
 
   mutable absl::Mutex mu_;
   absl::CondVar changed_;  // staging space freed, a chunk finished, or stopping

@@ -182,6 +182,7 @@ int Main(int argc, char** argv) {
       if (json) {
         nlohmann::json j = {{"chunks", s->chunks}, {"sessions", sessions}, {"staged_bytes", s->staged_bytes},
                             {"staged_chunks", s->staged_chunks}, {"staging_limit_bytes", s->staging_limit_bytes},
+                            {"staging_kept_bytes", s->staging_kept_bytes},
                             {"steps", s->steps}, {"retrieve_hits", s->retrieve_hits},
                             {"retrieve_misses", s->retrieve_misses}, {"retrieve_failures", s->retrieve_failures},
                             {"persists", s->persists}, {"persist_failures", s->persist_failures},
@@ -194,9 +195,10 @@ int Main(int argc, char** argv) {
                     static_cast<unsigned long long>(s->chunks), sessions, static_cast<unsigned long long>(s->steps),
                     static_cast<unsigned long long>(s->retrieve_hits), static_cast<unsigned long long>(s->retrieve_misses),
                     static_cast<unsigned long long>(s->retrieve_failures));
-        std::printf("staging %s of %s (%llu chunks), persists %llu (%llu failed), writes under pressure %llu\n",
+        std::printf("staging %s of %s (%llu chunks, %s more kept for reuse), persists %llu (%llu failed), writes under pressure %llu\n",
                     Mib(s->staged_bytes).c_str(), Mib(s->staging_limit_bytes).c_str(),
-                    static_cast<unsigned long long>(s->staged_chunks), static_cast<unsigned long long>(s->persists),
+                    static_cast<unsigned long long>(s->staged_chunks), Mib(s->staging_kept_bytes).c_str(),
+                    static_cast<unsigned long long>(s->persists),
                     static_cast<unsigned long long>(s->persist_failures),
                     static_cast<unsigned long long>(s->writes_under_pressure));
         std::printf("policies: %s\n", PoliciesText(s->policies).c_str());

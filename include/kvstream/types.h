@@ -158,6 +158,7 @@ struct StoreStats {
   uint64_t staged_bytes = 0;
   uint64_t staged_chunks = 0;
   uint64_t staging_limit_bytes = 0;
+  uint64_t staging_kept_bytes = 0;  // staging memory kept for reuse, beyond what staged chunks hold
   uint64_t steps = 0;
   uint64_t retrieve_hits = 0;
   uint64_t retrieve_misses = 0;

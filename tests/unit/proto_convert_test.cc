@@ -39,7 +39,7 @@ TEST_CASE("step records round-trip through the control plane") {
 
 TEST_CASE("stats round-trip through the control plane") {
   StoreStats s;
-  s.chunks = 1; s.staged_bytes = 2; s.staged_chunks = 3; s.staging_limit_bytes = 4; s.steps = 5;
+  s.chunks = 1; s.staged_bytes = 2; s.staged_chunks = 3; s.staging_limit_bytes = 4; s.steps = 5; s.staging_kept_bytes = 30;
   s.retrieve_hits = 6; s.retrieve_misses = 7; s.retrieve_failures = 8; s.persists = 9;
   s.persist_failures = 10; s.writes_under_pressure = 11;
   TierStats t;
@@ -56,6 +56,7 @@ TEST_CASE("stats round-trip through the control plane") {
   CHECK(b.staged_bytes == 2);
   CHECK(b.staged_chunks == 3);
   CHECK(b.staging_limit_bytes == 4);
+  CHECK(b.staging_kept_bytes == 30);
   CHECK(b.steps == 5);
   CHECK(b.retrieve_hits == 6);
   CHECK(b.retrieve_misses == 7);

@@ -106,6 +106,33 @@ TEST_CASE("a full staging refuses or blocks producers until a chunk is finished"
   CHECK(stager.persists() == 1);
 }
 
+TEST_CASE("a finished chunk's staging memory is kept for the next one, whose image is whole") {
+  CountingReactor reactor;
+  WriteStager stager(64 * kBlock, 0.75, kBlock, &reactor);
+  auto first = Payload(4 * kBlock, 3);
+  REQUIRE(stager.Stage("a", first.data(), first.size(), nullptr, false).ok());
+  std::vector<std::unique_ptr<StagedChunk>> taken;
+  stager.TakeStaged(&taken);
+  const uint8_t* memory = taken[0]->image.get();
+  CHECK(stager.kept_bytes() == 0);
+  stager.Finish(std::move(taken[0]), PersistResult{});
+  CHECK(stager.kept_bytes() >= ImageBytes(4 * kBlock));
+  // Shorter, in the same memory: header, payload and zero padding are this chunk's alone.
+  auto second = Payload(4 * kBlock - 1000, 4);
+  REQUIRE(stager.Stage("b", second.data(), second.size(), nullptr, false).ok());
+  taken.clear();
+  stager.TakeStaged(&taken);
+  const StagedChunk& c = *taken[0];
+  CHECK(c.image.get() == memory);
+  CHECK(stager.kept_bytes() == 0);
+  const ChunkMeta expected = DescribeChunk("b", second.data(), second.size(), kBlock, c.meta->created_unix_ns);
+  std::vector<uint8_t> image(expected.file_size());
+  EncodeChunkFile(expected, second.data(), image.data());
+  REQUIRE(c.image_size == image.size());
+  CHECK(std::memcmp(c.image.get(), image.data(), image.size()) == 0);
+  stager.Finish(std::move(taken[0]), PersistResult{});
+}
+
 TEST_CASE("flush returns only after the callbacks of the chunks staged before it ran") {
   CountingReactor reactor;
   WriteStager stager(16 * kBlock, 0.75, kBlock, &reactor);

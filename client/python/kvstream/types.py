@@ -165,6 +165,7 @@ class Stats:
     write_stall_seconds: float = 0.0  # time persists spent waiting for staging space
     shared_copies: int = 0  # chunks read from another node's file on a shared tier, staged for local tiers
     shared_copies_skipped: int = 0  # ... not staged: staging was full
+    staging_kept_bytes: int = 0  # staging memory kept for reuse, beyond what staged chunks hold
 
     def as_dict(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)
