@@ -509,6 +509,7 @@ void StepReader::Finish(ReadStep* step) {
   if (step->end_ns != 0 || step->verifying > 0 || step->held_total > 0) return;
   step->end_ns = std::max(reactor_->NowNs(), step->start_ns + 1);
   pool_->Remove(step);
+  for (TierUse& use : step->use) use.StepEnded(step->end_ns);
   std::vector<double> reference(tiers_.size());
   for (size_t t = 0; t < tiers_.size(); ++t) reference[t] = tiers_[t]->reference_bps;
   StepRecord rec = MakeStepRecord({&step->results, &step->use, &tier_names_, step->eligible,

@@ -30,6 +30,14 @@ struct TierUse {
   void ReadEnded(int64_t now_ns) {
     if (--in_flight == 0) busy_ns += now_ns - busy_since_ns;
   }
+  // The step ends with reads of it still in flight (abandoned for another tier's copy): its busy
+  // time counts up to its end, not to when those reads land (nor not at all, when one was in
+  // flight since the tier first read for the step).
+  void StepEnded(int64_t now_ns) {
+    if (in_flight == 0) return;
+    busy_ns += now_ns - busy_since_ns;
+    busy_since_ns = now_ns;
+  }
 };
 
 // Weight of a new step's bandwidth in a tier's reference (a moving average).

@@ -80,6 +80,17 @@ TEST_CASE("busy time counts while at least one of the step's reads is in flight"
   CHECK(u.in_flight == 0);
 }
 
+TEST_CASE("a step that ends with a read still in flight counts that tier busy until its end") {
+  TierUse u;
+  u.ReadStarted(100);
+  u.ReadStarted(150);
+  u.ReadEnded(200);  // the other one was abandoned for another tier's copy and has not landed
+  u.StepEnded(400);
+  CHECK(u.busy_ns == 300);  // not 0: in flight since the tier first read for the step
+  u.ReadEnded(900);         // lands after the record was made
+  CHECK(u.in_flight == 0);
+}
+
 TEST_CASE("the history numbers records and keeps the most recent") {
   StepHistory history;
   for (size_t i = 0; i < StepHistory::kLimit + 10; ++i) {
