@@ -1,5 +1,7 @@
 #include "staging_memory.h"
 
+#include <algorithm>
+#include <bit>
 #include <cstdlib>
 #include <utility>
 
@@ -8,7 +10,12 @@
 namespace kvstream {
 namespace {
 
-constexpr size_t kSizeClass = 64 << 10;
+// Size classes in steps of a 64th of the size's power of two (at least kFileAlignment, what an
+// image is aligned to anyway): a buffer is at most a 64th larger than the image it holds.
+size_t SizeClass(size_t bytes) {
+  const size_t step = std::max<size_t>(kFileAlignment, std::bit_floor(bytes) / 64);
+  return AlignUp(bytes, step);
+}
 
 }  // namespace
 
@@ -41,7 +48,7 @@ StagingMemory::~StagingMemory() {
 
 StagingMemory::Buffer StagingMemory::Take(size_t bytes) {
   Buffer buffer;
-  const size_t capacity = AlignUp(bytes == 0 ? 1 : bytes, kSizeClass);
+  const size_t capacity = SizeClass(std::max<size_t>(bytes, 1));
   {
     absl::MutexLock lock(&mu_);
     auto it = kept_.find(capacity);

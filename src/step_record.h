@@ -23,20 +23,20 @@ struct TierUse {
   uint32_t in_flight = 0;
   int64_t busy_since_ns = 0;
   int64_t busy_ns = 0;
+  bool step_ended = false;  // busy_ns is final: reads landing later count nothing
 
   void ReadStarted(int64_t now_ns) {
     if (in_flight++ == 0) busy_since_ns = now_ns;
   }
   void ReadEnded(int64_t now_ns) {
-    if (--in_flight == 0) busy_ns += now_ns - busy_since_ns;
+    if (--in_flight == 0 && !step_ended) busy_ns += now_ns - busy_since_ns;
   }
   // The step ends with reads of it still in flight (abandoned for another tier's copy): its busy
   // time counts up to its end, not to when those reads land (nor not at all, when one was in
   // flight since the tier first read for the step).
   void StepEnded(int64_t now_ns) {
-    if (in_flight == 0) return;
-    busy_ns += now_ns - busy_since_ns;
-    busy_since_ns = now_ns;
+    if (in_flight > 0) busy_ns += now_ns - busy_since_ns;
+    step_ended = true;
   }
 };
 

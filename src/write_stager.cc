@@ -21,9 +21,8 @@ WriteStager::WriteStager(uint64_t limit_bytes, double high_water, uint32_t block
       high_water_(high_water),
       block_size_(block_size),
       reactor_(reactor),
-      // Images round up to the memory's size classes: a sixteenth more than the limit keeps a
-      // full staging's buffers of any chunk size of 1 MiB or more.
-      memory_(StagingMemory::Create(limit_bytes + limit_bytes / 16)) {}
+      // Buffers are at most a 64th larger than their images: a full staging's buffers are kept.
+      memory_(StagingMemory::Create(limit_bytes + limit_bytes / 64)) {}
 
 absl::Status WriteStager::Stage(std::string_view key, const void* data, size_t size, PersistCallback on_durable,
                                 bool block, const ChunkMeta* verified) {
@@ -99,7 +98,8 @@ absl::Status WriteStager::StageWith(std::string_view key, size_t size, absl::Fun
   return absl::OkStatus();
 }
 
-void WriteStager::Unreserve(const StagedChunk& chunk) {
+void WriteStager::Unreserve(StagedChunk& chunk) {
+  chunk.image.Reset();
   absl::MutexLock lock(&mu_);
   staged_bytes_ -= chunk.image_size;
   --staged_chunks_;
@@ -132,6 +132,7 @@ void WriteStager::Acknowledge(StagedChunk* chunk, const PersistResult& result) {
 }
 
 void WriteStager::Release(std::unique_ptr<StagedChunk> chunk) {
+  chunk->image.Reset();  // back in the pool before a producer waiting for the space takes memory
   absl::MutexLock lock(&mu_);
   staged_bytes_ -= chunk->image_size;
   --staged_chunks_;

@@ -99,7 +99,7 @@ class WriteStager {
   // Stopping, producers waiting for space, or staging above `fraction` of its limit.
   bool Above(double fraction) const ABSL_LOCKS_EXCLUDED(mu_);
   // Gives back a reservation whose chunk was never staged.
-  void Unreserve(const StagedChunk& chunk) ABSL_LOCKS_EXCLUDED(mu_);
+  void Unreserve(StagedChunk& chunk) ABSL_LOCKS_EXCLUDED(mu_);
 
   const uint64_t limit_bytes_;
   const double high_water_;

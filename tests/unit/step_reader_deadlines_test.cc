@@ -209,8 +209,8 @@ TEST_CASE("at the end of a step an idle fast tier takes over a very slow tier's 
     const StepRecord rec = arena.ReadStep(*rig.engine, "k", data, kChunk);
     INFO("step " << step << ": " << rec.wall_seconds << " s, t0 alone " << alone << " s");
     if (step >= 1) CHECK(rec.wall_seconds <= 1.3 * alone);  // once t1's read time is known
-    // From the second step on, t1's reads are in flight from the step's start to its end (then
-    // taken over): it was busy all along, though none of its reads landed within the step.
+    // In the second step t1's reads are in flight from the step's start to its end (then taken
+    // over): it was busy all along, though none of its reads landed within the step.
     if (step == 1) CHECK(rec.tiers[1].busy_seconds == Approx(rec.wall_seconds).epsilon(0.05));
   }
   CHECK(rig.engine->Stats().tiers[1].hedged_reads >= 1);

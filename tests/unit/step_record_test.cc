@@ -87,8 +87,9 @@ TEST_CASE("a step that ends with a read still in flight counts that tier busy un
   u.ReadEnded(200);  // the other one was abandoned for another tier's copy and has not landed
   u.StepEnded(400);
   CHECK(u.busy_ns == 300);  // not 0: in flight since the tier first read for the step
-  u.ReadEnded(900);         // lands after the record was made
+  u.ReadEnded(900);         // lands after the record was made: adds nothing
   CHECK(u.in_flight == 0);
+  CHECK(u.busy_ns == 300);
 }
 
 TEST_CASE("the history numbers records and keeps the most recent") {

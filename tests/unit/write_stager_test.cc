@@ -109,14 +109,14 @@ TEST_CASE("a full staging refuses or blocks producers until a chunk is finished"
 TEST_CASE("a finished chunk's staging memory is kept for the next one, whose image is whole") {
   CountingReactor reactor;
   WriteStager stager(64 * kBlock, 0.75, kBlock, &reactor);
-  auto first = Payload(4 * kBlock, 3);
-  REQUIRE(stager.Stage("a", first.data(), first.size(), nullptr, false).ok());
+  auto first = Payload(4 * kBlock + 1, 3);  // a longer key and one more segment: a larger header
+  REQUIRE(stager.Stage("a-longer-key", first.data(), first.size(), nullptr, false).ok());
   std::vector<std::unique_ptr<StagedChunk>> taken;
   stager.TakeStaged(&taken);
   const uint8_t* memory = taken[0]->image.get();
   CHECK(stager.kept_bytes() == 0);
   stager.Finish(std::move(taken[0]), PersistResult{});
-  CHECK(stager.kept_bytes() >= ImageBytes(4 * kBlock));
+  CHECK(stager.kept_bytes() >= ImageBytes(4 * kBlock + 1));
   // Shorter, in the same memory: header, payload and zero padding are this chunk's alone.
   auto second = Payload(4 * kBlock - 1000, 4);
   REQUIRE(stager.Stage("b", second.data(), second.size(), nullptr, false).ok());
