@@ -1,10 +1,11 @@
 // StagingMemory: the memory staged chunk images live in, kept for reuse. Memory fresh from the
 // kernel costs a page fault and a zeroed page per 4 KiB when it is first written; with a new
-// allocation per chunk that was a quarter of the daemon's CPU under a stream of persists (perf,
-// kvbench write-heavy). A buffer given back is kept, as long as the memory kept and the memory
-// taken stay within `keep_limit` bytes together, and handed out again for an image of the same
-// size class (steps of a 64th of the size, so a buffer is at most a 64th larger than its image). A miss frees kept buffers of other classes first when the new one
-// would not fit beside them. Thread-safe; buffers may outlive the StagingMemory that made them.
+// allocation per chunk that was about a third of the daemon's CPU under a stream of persists
+// (perf, kvbench write-heavy). A buffer given back is kept, as long as the memory kept and the
+// memory taken stay within `keep_limit` bytes together, and handed out again for an image of the
+// same size class (steps of a 64th of the size: a buffer is at most a 64th larger than its image).
+// A miss frees kept buffers of other classes first when the new one would not fit beside them.
+// Thread-safe; buffers may outlive the StagingMemory that made them.
 #pragma once
 
 #include <cstddef>

@@ -32,8 +32,8 @@ struct TierUse {
     if (--in_flight == 0 && !step_ended) busy_ns += now_ns - busy_since_ns;
   }
   // The step ends with reads of it still in flight (abandoned for another tier's copy): its busy
-  // time counts up to its end, not to when those reads land (nor not at all, when one was in
-  // flight since the tier first read for the step).
+  // time counts up to its end, not to when those reads land (and not 0 when one was in flight
+  // from the tier's first read for the step to its end).
   void StepEnded(int64_t now_ns) {
     if (in_flight > 0) busy_ns += now_ns - busy_since_ns;
     step_ended = true;
