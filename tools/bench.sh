@@ -9,7 +9,9 @@
 # With --gbs, the GB/s regime instead (tier images on tmpfs, BENCH_DIR default /dev/shm/...; 16 MiB
 # chunks), where the host side is the bottleneck: uncapped (fio on t0, and on both tiers at once,
 # as the references), then caps 2000/700 and 3500/1200 MB/s; every table has the daemon's CPU
-# seconds per GB read (--fast, --slow and --check do not apply; --steps defaults to 4).
+# seconds per GB read; each run follows an untimed pass of its own policy (kvbench --warm-up: the
+# policy before it would otherwise leave it the throttle's credit) (--fast, --slow and --check do
+# not apply; --steps defaults to 4).
 # With --replication, the replication policies instead (disk-backed tiers at FAST/SLOW read caps):
 # single-tier offloading (serial, new KV on the first tier) against completion routing with
 # replication all and adaptive, on a write-heavy workload (a quarter of each step stored, 50 ms
@@ -48,7 +50,7 @@ if [ -n "$gbs" ]; then
     echo
     echo "== $name: t0 ${f/#0/uncapped} MB/s, t1 ${s/#0/uncapped} MB/s (tmpfs-backed loop devices)"
     "$tierlab" run --dir "$work" -- "$build/tools/kvbench" --socket "$sock" --ranks 2 --steps "$steps" --requests 4 \
-      --chunks 4 --hit-ratio 1 --chunk-size 16MiB --write-policies "" \
+      --chunks 4 --hit-ratio 1 --chunk-size 16MiB --write-policies "" --warm-up \
       --policies completion,static:0.5,static:0.67,static:0.75,fastest,serial \
       --json "$out/gbs-$name.json" "$@"
   }

@@ -41,7 +41,7 @@ curl -sf "127.0.0.1:$pport/-/ready" > /dev/null || fail "prometheus did not star
 
 # Load: every policy path that moves the counters (reads on both tiers, writes, steps).
 "$kvbench" --socket "$sock" --ranks 2 --steps 6 --requests 2 --chunks 4 --hit-ratio 0.75 --chunk-size 1MiB \
-  --policies completion --write-policies deferred --settle 0 > "$work/kvbench.log" 2>&1 || fail "kvbench: $(tail -3 "$work/kvbench.log")"
+  --policies completion --write-policies deferred --settle 0 --warm-up > "$work/kvbench.log" 2>&1 || fail "kvbench: $(tail -3 "$work/kvbench.log")"
 sleep 4  # a few scrapes after the load
 
 curl -sf "127.0.0.1:$mport/metrics" > "$work/metrics.txt" || fail "no /metrics"
@@ -64,7 +64,7 @@ kvstream_tier_dropped_replicas_total kvstream_tier_evictions_total kvstream_tier
 kvstream_tier_used_bytes kvstream_tier_direct_io kvstream_tier_stalled kvstream_tier_usable kvstream_steps_total
 kvstream_step_seconds kvstream_step_bound_seconds kvstream_step_gap_ratio kvstream_retrieved_chunks_total
 kvstream_persists_total kvstream_staged_bytes kvstream_write_stall_seconds_total kvstream_sessions
-kvstream_arena_bytes""".split()
+kvstream_arena_bytes kvstream_staging_kept_bytes""".split()
 missing = [f for f in required if f not in families]
 assert not missing, f"missing families: {missing}"
 stats = json.load(open(f"{work}/stats.json"))
@@ -73,6 +73,7 @@ def check(metric, want):
     got = samples.get(metric)
     assert got == want, f"{metric} = {got}, kvstreamctl says {want}"
 check("kvstream_steps_total", stats["steps"])
+check("kvstream_staging_kept_bytes", stats["staging_kept_bytes"])
 check('kvstream_retrieved_chunks_total{result="hit"}', stats["retrieve_hits"])
 check('kvstream_persists_total{result="ok"}', stats["persists"] - stats["persist_failures"])
 for t in tiers:

@@ -43,6 +43,7 @@ struct Options {
   std::string write_policies = "deferred,immediate", replications;
   double check = -1;  // negative: no check
   int settle = 3;
+  bool warm_up = false;
   double step_gap = 0, write_gap = 0.3;
   std::string read_into = "arena", key_prefix;
   bool allow_buffered = false, dry_run = false, no_alone = false, no_populate = false;
@@ -81,6 +82,10 @@ void AddOptions(CLI::App& app, Options& o) {
       ->delimiter(',');
   app.add_option("--fio-block", o.fio_block, "fio's block size: the daemon's block_size")->capture_default_str();
   app.add_option("--settle", o.settle, "seconds to wait after populating, before timing")->capture_default_str();
+  app.add_flag("--warm-up", o.warm_up,
+               "before each run, read every step once under its policies, untimed: each run starts from its own "
+               "steady state, not the one the run before left (on blkio-capped tiers a policy that left a tier idle "
+               "gives the next run about a run's worth of credit)");
   app.add_option("--step-gap", o.step_gap, "idle seconds before every step of the policy runs (0: back to back)")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("--write-gap", o.write_gap, "idle seconds before every step of the runs with writes (the forward pass, "
@@ -212,6 +217,7 @@ int Main(int argc, char** argv) {
       return Fail("client regions", s, 1);
     }
   }
+  bench.WarmUpEachRun(o.warm_up);
   sync();
   std::this_thread::sleep_for(std::chrono::seconds(o.settle));
   auto measured = bench.MeasureAll(runs, ShellStepHook(o.step_hook), stats->policies);

@@ -172,6 +172,12 @@ absl::Status Bench::Populate() {
 absl::StatusOr<Run> Bench::Measure(const RunSpec& spec, const StepHook& hook) {
   auto policies = control_->SetPolicies(spec.routing, spec.batching, spec.writes, nullptr, spec.replication);
   if (!policies.ok()) return policies.status();
+  if (warm_up_) {
+    for (size_t s = 0; s < w_.steps.size(); ++s) {
+      if (hook) hook(s);
+      if (absl::Status st = ReadAllRanks(spec, s); !st.ok()) return st;
+    }
+  }
   Run run;
   run.label = spec.label;
   const size_t run_index = runs_measured_++;
@@ -231,6 +237,17 @@ absl::StatusOr<Run> Bench::Measure(const RunSpec& spec, const StepHook& hook) {
   return run;
 }
 
+absl::Status Bench::ReadAllRanks(const RunSpec& spec, size_t s) {
+  std::vector<absl::Status> status(ranks_.size());
+  std::vector<std::thread> threads;
+  for (uint32_t r = 0; r < ranks_.size(); ++r) threads.emplace_back([&, r] { status[r] = ReadStep(r, w_.steps[s]); });
+  for (auto& t : threads) t.join();
+  for (const absl::Status& st : status) {
+    if (!st.ok()) return absl::Status(st.code(), absl::StrCat(spec.label, " warm-up step ", s, ": ", st.message()));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<Run>> Bench::MeasureAll(const std::vector<RunSpec>& runs, const StepHook& hook,
                                                    const kvstream::Policies& restore) {
   std::vector<Run> results;
@@ -241,7 +258,7 @@ absl::StatusOr<std::vector<Run>> Bench::MeasureAll(const std::vector<RunSpec>& r
       return run.status();
     }
     std::fprintf(stderr, "kvbench: %-24s %.3f s\n", spec.label.c_str(), TotalSeconds(*run));
-    if (results.empty() && run->steps.size() > 2) {
+    if (results.empty() && !warm_up_ && run->steps.size() > 2) {
       // The sessions' first step against their steady steps (same size under the synthetic workload).
       std::vector<double> rest;
       for (size_t i = 1; i < run->steps.size(); ++i) rest.push_back(run->steps[i].seconds);

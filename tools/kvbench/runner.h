@@ -53,7 +53,13 @@ class Bench {
   // Stores every chunk the steps read, on every tier, skipping those already there.
   absl::Status Populate();
 
-  // Runs every step under `spec`; `hook` (if any) runs before each step.
+  // From now on every run first reads every step once under its own policies, untimed (no
+  // writes, no idle), so that it starts from its own steady state rather than the one the run
+  // before it left: on the emulated tiers the blkio throttle credits a tier the idle time a
+  // previous policy left it, and that credit lasts about a run (docs/design-notes.md).
+  void WarmUpEachRun(bool on) { warm_up_ = on; }
+
+  // Runs every step under `spec`; `hook` (if any) runs before each step (of the warm-up pass too).
   absl::StatusOr<Run> Measure(const RunSpec& spec, const StepHook& hook);
 
   // Measures each run in order, logging its total time on stderr; stops at the first failure.
@@ -70,6 +76,8 @@ class Bench {
   // under keys of this run only (`run`): a later run writes them again rather than finding them
   // stored already, and no run's reads ever see them.
   void WriteStep(uint32_t r, const BenchStep& step, size_t run);
+  // Every rank reads the step at once; the first failure, labelled with the run and step.
+  absl::Status ReadAllRanks(const RunSpec& spec, size_t s);
   void RestorePolicies(const kvstream::Policies& policies);
 
   // Where rank r reads into: its arena, or its client region.
@@ -88,6 +96,7 @@ class Bench {
   std::vector<std::unique_ptr<kvstream::Client>> ranks_;
   std::vector<ClientRegion> regions_;  // per rank, when reading into client regions
   size_t runs_measured_ = 0;
+  bool warm_up_ = false;
   kvstream::Client* control_;
   Workload w_;
   size_t read_slots_;
