@@ -251,3 +251,21 @@ def test_a_dead_daemons_socket_is_unavailable_at_once(state_dir):
     with pytest.raises(kvstream.Unavailable, match="no kvstreamd listens"):
         kvstream.Client.attach(path, timeout=10)
     assert time.monotonic() - start < 5  # at once, not after the whole connect timeout
+
+
+def test_the_gpu_pinned_region_check_runs_without_a_gpu(tmp_path):
+    """tools/gpu_check_pinned.py (run by tools/gpu-check.sh on a GPU machine) keeps working: the
+    same persist, retrieve through the bounce buffers and byte comparison, without the GPU."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("torch")
+    from conftest import KVSTREAMD, REPO
+
+    script = REPO / "tools" / "gpu_check_pinned.py"
+    done = subprocess.run([sys.executable, str(script), str(Path(KVSTREAMD).parent), "--no-gpu"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "gpu_check_pinned: OK" in done.stdout
+    assert list(tmp_path.iterdir()) == []  # its tier directories are removed
