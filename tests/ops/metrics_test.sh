@@ -74,6 +74,10 @@ def check(metric, want):
     assert got == want, f"{metric} = {got}, kvstreamctl says {want}"
 check("kvstream_steps_total", stats["steps"])
 check("kvstream_staging_kept_bytes", stats["staging_kept_bytes"])
+# kvbench --warm-up: every run (one "kvbench: LABEL SECONDS s" line each) reads its 6 steps twice,
+# once untimed, each step one retrieve per rank (2).
+runs = len(re.findall(r"^kvbench: \S+ +[0-9.]+ s$", open(f"{work}/kvbench.log").read(), re.M))
+assert runs >= 3 and stats["steps"] == runs * 6 * 2 * 2, f"{stats['steps']} steps for {runs} runs"
 check('kvstream_retrieved_chunks_total{result="hit"}', stats["retrieve_hits"])
 check('kvstream_persists_total{result="ok"}', stats["persists"] - stats["persist_failures"])
 for t in tiers:
