@@ -6,9 +6,12 @@
 //   OP GLOB FAULT [MS]
 //     OP    read | write | open | create | fsync | any
 //     GLOB  fnmatch(3) pattern on the path inside the file system ("/ab/abcd.kvc", or "*")
-//     FAULT eio | enospc | delay MS | hang
+//     FAULT eio | enospc | delay MS | hang | rate MBPS
 // The first matching rule applies. `hang` blocks the operation until no hang rule matches it any
-// more (edit the rules file to release it); `delay` sleeps before doing the operation for real.
+// more (edit the rules file to release it); `delay` sleeps before doing the operation for real;
+// `rate` (read or write only) serves the operations it matches one after another, each taking its
+// bytes / MBPS, as one device queue would: reads and writes are two queues, and idle time earns no
+// credit (unlike the blkio throttle, which lets a tier that idled read ahead of its cap).
 // '#' starts a comment. Every operation not matched passes through to the backing directory.
 //
 // Usage: kvfaultfs --backing DIR --rules FILE MOUNTPOINT [-f] [-o opt...]   (fusermount3 -u to stop)
@@ -23,6 +26,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -37,13 +41,37 @@
 
 namespace {
 
-enum class Fault { kEio, kEnospc, kDelay, kHang };
+enum class Fault { kEio, kEnospc, kDelay, kHang, kRate };
 
 struct Rule {
   std::string op;
   std::string glob;
   Fault fault = Fault::kEio;
   int ms = 0;
+  double mbps = 0;  // kRate
+};
+
+// One device queue served at a rate: an operation starts when the one before it is done, or now
+// when the queue is empty, and takes its bytes / rate.
+class Pacer {
+ public:
+  // Blocks until `bytes`, queued now, would have been transferred at `mbps` MB/s.
+  void Take(size_t bytes, double mbps) {
+    using Clock = std::chrono::steady_clock;
+    Clock::time_point done;
+    {
+      std::lock_guard lock(mu_);
+      const Clock::time_point start = std::max(Clock::now(), next_free_);
+      next_free_ = start + std::chrono::duration_cast<Clock::duration>(
+                               std::chrono::duration<double>(static_cast<double>(bytes) / (mbps * 1e6)));
+      done = next_free_;
+    }
+    std::this_thread::sleep_until(done);
+  }
+
+ private:
+  std::mutex mu_;
+  std::chrono::steady_clock::time_point next_free_;  // guarded by mu_
 };
 
 struct State {
@@ -52,6 +80,8 @@ struct State {
   std::mutex mu;
   std::vector<Rule> rules;  // guarded by mu
   timespec rules_mtime{};   // guarded by mu
+  Pacer read_queue;
+  Pacer write_queue;
 };
 
 State& S() {
@@ -76,6 +106,8 @@ std::vector<Rule> ParseRules(const std::string& path) {
       r.fault = Fault::kHang;
     } else if (fault == "delay" && (words >> r.ms)) {
       r.fault = Fault::kDelay;
+    } else if (fault == "rate" && (r.op == "read" || r.op == "write") && (words >> r.mbps) && r.mbps > 0) {
+      r.fault = Fault::kRate;
     } else {
       std::fprintf(stderr, "kvfaultfs: ignoring rule '%s'\n", line.c_str());
       continue;
@@ -105,8 +137,9 @@ std::optional<Rule> Match(const char* op, const char* path) {
   return std::nullopt;
 }
 
-// 0 to go on with the operation, or the negative errno to fail it with.
-int Inject(const char* op, const char* path) {
+// 0 to go on with the operation (of `bytes`, paced by a rate rule), or the negative errno to fail
+// it with.
+int Inject(const char* op, const char* path, size_t bytes = 0) {
   for (;;) {
     const std::optional<Rule> r = Match(op, path);
     if (!r) return 0;
@@ -121,6 +154,9 @@ int Inject(const char* op, const char* path) {
       case Fault::kHang:
         std::this_thread::sleep_for(std::chrono::milliseconds(20));  // until the rule goes
         break;
+      case Fault::kRate:
+        (r->op == "read" ? S().read_queue : S().write_queue).Take(bytes, r->mbps);
+        return 0;
     }
   }
 }
@@ -168,13 +204,13 @@ int Create(const char* path, mode_t mode, fuse_file_info* fi) {
 }
 
 int Read(const char* path, char* buf, size_t size, off_t offset, fuse_file_info* fi) {
-  if (int e = Inject("read", path); e != 0) return e;
+  if (int e = Inject("read", path, size); e != 0) return e;
   const ssize_t n = pread(static_cast<int>(fi->fh), buf, size, offset);
   return n < 0 ? Fail() : static_cast<int>(n);
 }
 
 int Write(const char* path, const char* buf, size_t size, off_t offset, fuse_file_info* fi) {
-  if (int e = Inject("write", path); e != 0) return e;
+  if (int e = Inject("write", path, size); e != 0) return e;
   const ssize_t n = pwrite(static_cast<int>(fi->fh), buf, size, offset);
   return n < 0 ? Fail() : static_cast<int>(n);
 }
@@ -223,7 +259,12 @@ int Flock(const char*, fuse_file_info* fi, int op) { return flock(static_cast<in
 int FsyncDir(const char*, int, fuse_file_info*) { return 0; }
 int OpenDir(const char*, fuse_file_info*) { return 0; }
 
-void* Init(fuse_conn_info*, fuse_config* cfg) {
+void* Init(fuse_conn_info* conn, fuse_config* cfg) {
+  conn->max_write = 1 << 20;  // requests of up to 1 MiB, reads too (the kernel's default is 128 KiB)
+  // Requests a rate rule holds back must not hold up others in the kernel's queue (12 by default):
+  // reads queue behind slow writes on no real device.
+  conn->max_background = 256;
+  conn->congestion_threshold = 192;
   cfg->use_ino = 0;
   cfg->entry_timeout = 0;  // every lookup reaches here: files renamed in the backing dir are seen
   cfg->attr_timeout = 0;
@@ -250,7 +291,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: kvfaultfs --backing=DIR --rules=FILE MOUNTPOINT [-f] [-o opt...]\n"
                  "  rules: lines of OP GLOB FAULT [MS]; OP read|write|open|create|fsync|any;\n"
-                 "  FAULT eio|enospc|delay MS|hang (until the rule is removed); first match applies\n");
+                 "  FAULT eio|enospc|delay MS|hang (until the rule is removed)|rate MBPS (read, write:\n"
+                 "  one queue each, served at MBPS MB/s); first match applies\n");
     return 2;
   }
   S().backing = open(o.backing, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -259,6 +301,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   S().rules_path = o.rules;
+  // Operations a rule delays, hangs or paces each hold a thread: enough that the others go on (10
+  // by default).
+  fuse_opt_add_arg(&args, "-omax_threads=128");
   fuse_operations ops{};
   ops.getattr = GetAttr;
   ops.readdir = ReadDir;
