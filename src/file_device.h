@@ -39,6 +39,9 @@ struct FileDeviceOptions {
   uint32_t write_depth = 2;
   bool allow_buffered_fallback = true;
   int event_fd = -1;            // registered with both rings when >= 0
+  // io-wq workers the thread submitting to every device's rings may run at once: the sum of all
+  // their depths (UringQueue::Options::io_workers; 0: the kernel's default).
+  uint32_t io_workers = 0;
   size_t max_cached_files = 1024;  // idle read handles kept open
   std::string node;  // non-empty: the directory is shared by several nodes, and this is this one
   // Shared: a cached read handle is checked against the published name again after this long

@@ -16,8 +16,11 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StoreConfig& raw) {
   absl::StatusOr<std::unique_ptr<EventReactor>> reactor = EventReactor::Create();
   if (!reactor.ok()) return reactor.status();
   std::vector<std::unique_ptr<TierDevice>> devices;
+  uint32_t io_workers = 0;  // one per request the loop can have in flight on any device
+  for (const TierConfig& t : config->tiers) io_workers += t.queue_depth + t.write_queue_depth + 1;
   for (const TierConfig& t : config->tiers) {
     FileDeviceOptions options;
+    options.io_workers = io_workers;
     options.path = t.path;
     options.read_depth = t.queue_depth;
     options.write_depth = t.write_queue_depth + 1;  // + the fsync of a finished replica

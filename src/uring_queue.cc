@@ -6,21 +6,30 @@
 
 namespace kvstream {
 
-absl::Status UringQueue::Init(uint32_t depth, int event_fd) {
+absl::Status UringQueue::Init(const Options& options) {
   // Each request needs one SQE at a time (resubmits reuse it), so `depth` entries suffice.
   io_uring_params params{};
   params.flags = IORING_SETUP_COOP_TASKRUN;
-  int rc = io_uring_queue_init_params(depth, &ring_, &params);
+  int rc = io_uring_queue_init_params(options.depth, &ring_, &params);
   if (rc == -EINVAL) {  // kernels before 5.19
     params = {};
-    rc = io_uring_queue_init_params(depth, &ring_, &params);
+    rc = io_uring_queue_init_params(options.depth, &ring_, &params);
   }
   if (rc < 0) return absl::UnavailableError(absl::StrCat("io_uring_queue_init: ", std::strerror(-rc)));
   initialized_ = true;
-  depth_ = depth;
-  if (event_fd >= 0) {
-    rc = io_uring_register_eventfd(&ring_, event_fd);
+  depth_ = options.depth;
+  never_inline_ = options.never_inline;
+  if (options.event_fd >= 0) {
+    rc = io_uring_register_eventfd(&ring_, options.event_fd);
     if (rc < 0) return absl::InternalError(absl::StrCat("io_uring_register_eventfd: ", std::strerror(-rc)));
+  }
+  if (options.io_workers > 0) {
+    // Kept by the ring and applied to every thread that submits to it (kernels since 5.15).
+    unsigned workers[2] = {options.io_workers, 0};  // bounded (file I/O), unbounded unchanged
+    rc = io_uring_register_iowq_max_workers(&ring_, workers);
+    if (rc < 0 && rc != -EINVAL) {
+      return absl::InternalError(absl::StrCat("io_uring_register_iowq_max_workers: ", std::strerror(-rc)));
+    }
   }
   return absl::OkStatus();
 }
@@ -64,6 +73,7 @@ void UringQueue::Prepare(IoRequest* r) {
       break;
     case IoKind::kSync: io_uring_prep_fsync(sqe, r->file, IORING_FSYNC_DATASYNC); break;
   }
+  if (never_inline_) io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
   io_uring_sqe_set_data(sqe, r);
   ++unsubmitted_;
 }

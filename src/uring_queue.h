@@ -23,8 +23,20 @@ class UringQueue {
   // Waits for the requests still in flight (their buffers may be freed afterwards), then closes.
   ~UringQueue();
 
-  // A ring for `depth` requests in flight, signalling `event_fd` (when >= 0) on completions.
-  absl::Status Init(uint32_t depth, int event_fd);
+  struct Options {
+    uint32_t depth = 1;  // requests in flight
+    int event_fd = -1;   // signalled on completions when >= 0
+    // Every request is handed to the kernel's io-wq workers, never done inside io_uring_enter:
+    // a file system may ignore "do not block" there (a FUSE write that extends its file waits for
+    // the whole write), which would stall the submitting thread and everything it serves.
+    bool never_inline = false;
+    // Bounded io-wq workers the submitting thread may run at once (0: the kernel's default, which
+    // io_uring_register(2) says the SQ ring's size limits: 6.1 takes min(entries of the thread's
+    // first ring, 4 x CPUs), as few as 2 here). Give every ring a thread submits to the sum of
+    // their depths, so requests that block on one never keep another's from starting.
+    uint32_t io_workers = 0;
+  };
+  absl::Status Init(const Options& options);
 
   // Queues the request's remaining bytes. False when `depth` requests are in flight.
   bool Queue(IoRequest* request);
@@ -49,6 +61,7 @@ class UringQueue {
 
   io_uring ring_{};
   bool initialized_ = false;
+  bool never_inline_ = false;
   uint32_t depth_ = 0;
   uint32_t in_flight_ = 0;
   unsigned unsubmitted_ = 0;

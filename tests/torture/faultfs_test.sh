@@ -4,6 +4,9 @@
 #  - reads failing with EIO: every chunk still comes back intact from t0, the errors are counted;
 #  - reads that hang (no answer until released): a get returns within seconds from t0, health names
 #    t1 stalled, a persist meanwhile is not held; released, t1 answers again and health is OK;
+#  - writes that hang (a FUSE write that extends a file is done where it is submitted): reads of
+#    either tier go on within seconds, and so do persists' writes to t0 while t1 holds all the
+#    writes it may have in flight; released, the persists are durable on both tiers;
 #  - writes failing with ENOSPC: the persist is durable on t0 and says t1's replica was lost to
 #    lack of space.
 # Usage: faultfs_test.sh KVSTREAMD KVSTREAMCTL KVFAULTFS   (exit 77: skipped, no FUSE here)
@@ -35,7 +38,7 @@ socket: {path: $sock, mode: "0600"}
 logging: {level: info}
 tiers:
   - {name: t0, path: $work/t0, capacity: 1GiB}
-  - {name: t1, path: $work/mnt/kvstream, capacity: 1GiB}
+  - {name: t1, path: $work/mnt/kvstream, capacity: 1GiB, write_queue_depth: 8}
 YAML
 "$daemon" --config "$work/kvstreamd.yaml" 2> "$work/kvstreamd.log" &
 pid=$!
@@ -79,6 +82,36 @@ for _ in $(seq 100); do ctl health > /dev/null && break; sleep 0.1; done
 ctl health > /dev/null || fail "health not OK again after t1 was released: $(ctl health)"
 ctl get h1 "$work/h1.out" > /dev/null && cmp -s "$work/h1.bin" "$work/h1.out" || fail "h1 after release"
 echo "released: t1 answers again, health OK"
+
+rules "write *.tmp* hang"
+written=$(json_field t0 replicas_written)
+put_pids=()
+for k in w0 w1 w2 w3 w4 w5 w6 w7 w8 w9; do
+  head -c 2500000 /dev/urandom > "$work/$k.bin"
+  "$ctl" --socket "$sock" put "$k" "$work/$k.bin" > "$work/$k.put" 2>&1 &
+  put_pids+=($!)
+done
+# t1 holds as many writes as it may have in flight, hung; t0's replicas are written meanwhile.
+for _ in $(seq 50); do [ "$(json_field t0 replicas_written)" -ge $((written + 10)) ] && break; sleep 0.1; done
+[ "$(json_field t0 replicas_written)" -ge $((written + 10)) ] ||
+  fail "t0 wrote $(( $(json_field t0 replicas_written) - written )) of 10 replicas in 5 s while t1's writes hang"
+start=$(date +%s.%N)
+timeout 30 "$ctl" --socket "$sock" get h1 "$work/h1.out" > /dev/null || fail "get h1 with t1's writes hanging"
+took=$(echo "$(date +%s.%N) - $start" | bc)
+cmp -s "$work/h1.bin" "$work/h1.out" || fail "h1 differs"
+(( $(echo "$took < 5" | bc) )) || fail "a get (read from t1) waited $took s behind t1's hung write"
+ctl policy --routing static:1 > /dev/null
+timeout 30 "$ctl" --socket "$sock" get e1 "$work/e1.out" > /dev/null && cmp -s "$work/e1.bin" "$work/e1.out" ||
+  fail "get e1 from t0 with t1's writes hanging"
+ctl policy --routing static:0 > /dev/null
+echo "write hang: t0 wrote 10 replicas and a get of 2.5 MB from t1 took $took s while t1's writes hang"
+rules
+for i in $(seq 0 9); do
+  wait "${put_pids[$i]}" || fail "put w$i after t1's writes were released: $(cat "$work/w$i.put")"
+  grep -q "tier mask 0x3" "$work/w$i.put" || fail "w$i not durable on both tiers after release: $(cat "$work/w$i.put")"
+  ctl get "w$i" "$work/w$i.out" > /dev/null && cmp -s "$work/w$i.bin" "$work/w$i.out" || fail "w$i after release"
+done
+echo "released: w0-w9 durable on both tiers"
 
 rules "write *.tmp* enospc"
 out=$(ctl put n0 "$work/e0.bin")
