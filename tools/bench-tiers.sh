@@ -1,6 +1,7 @@
 # Sourced by tools/bench.sh and tools/bench-lmcache.sh: two emulated tiers (tools/tierlab) capped at
 # $fast and $slow MB/s under $work, and kvstreamd on them inside the capped cgroup, torn down on exit.
-# The caller sets root, build, work, fast, slow and out; this sets tierlab, sock and daemon.
+# The caller sets root, build, work, fast, slow and out (and pace=1 for tierlab's pacing FUSE
+# layer instead of the blkio throttle); this sets tierlab, sock and daemon.
 
 # bench_up NAME T0_CAPACITY DAEMON_LOG: checks root and the build, brings the tiers and the daemon up.
 bench_up() {
@@ -14,7 +15,8 @@ bench_up() {
   "$tierlab" down --dir "$work"
   daemon=""
   trap bench_down EXIT
-  "$tierlab" up --dir "$work" --tier "t0:8G:$fast" --tier "t1:8G:$slow"
+  [ -z "${pace:-}" ] || export TIERLAB_KVFAULTFS="${TIERLAB_KVFAULTFS:-$build/tools/kvfaultfs}"
+  "$tierlab" up --dir "$work" ${pace:+--pace} --tier "t0:8G:$fast" --tier "t1:8G:$slow"
   sock="$work/kvstreamd.sock"
   cat > "$work/kvstreamd.yaml" <<YAML
 socket: {path: $sock, mode: "0600"}

@@ -18,15 +18,20 @@
 # forward gap) with write caps at the paper's write/read ratios (FAST/3, SLOW*1.15) and at the read
 # caps, and on a read-heavy one (90% stored); the time until each step's chunks are durable, write
 # amplification and write stall (--check does not apply; --steps defaults to 6).
+# --pace (not with --gbs): the caps are kept by tierlab's pacing FUSE layer (tierlab up --pace:
+# tools/kvfaultfs serving each direction at its cap, no credit for idle time) instead of the blkio
+# throttle, which lets a tier that idled read ahead of its cap (docs/design-notes.md: the replication
+# runs idle while writes drain, and kvsim --validate holds there only with --pace).
 # Needs root. Results (JSON, PNG) go to OUT. Tears everything down, also on failure.
-# Usage: sudo tools/bench.sh [--gbs | --replication] [--fast MBPS] [--slow MBPS] [--steps N] [--out DIR] [--check GAP]
+# Usage: sudo tools/bench.sh [--gbs | --replication] [--pace] [--fast MBPS] [--slow MBPS] [--steps N] [--out DIR] [--check GAP]
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-fast=300 slow=150 steps=8 out=/var/tmp/kvstream-bench-results check="" gbs="" replication=""
+fast=300 slow=150 steps=8 out=/var/tmp/kvstream-bench-results check="" gbs="" replication="" pace=""
 while [ $# -gt 0 ]; do
   case $1 in
     --gbs) gbs=1; shift ;;
     --replication) replication=1; shift ;;
+    --pace) pace=1; shift ;;
     --fast) fast=$2; shift 2 ;;
     --slow) slow=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
@@ -38,6 +43,7 @@ while [ $# -gt 0 ]; do
 done
 build="${BUILD_DIR:-$root/build}"
 if [ -n "$gbs" ]; then
+  [ -z "$pace" ] || { echo "bench: --pace does not apply to --gbs (FUSE cannot pace GB/s tiers here)" >&2; exit 2; }
   work="${BENCH_DIR:-/dev/shm/kvstream-bench-gbs}"
   source "$root/tools/bench-tiers.sh"
   fast=0 slow=0  # uncapped first

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # tierlab end to end: schedules (no root needed), then, as root, real loop devices, mounts and
 # blkio caps: up, cap, schedule, run, status, a failed up cleaning after itself, and idempotent
-# down. Exits 77 (skipped) for the device part when not root or without loop devices/blkio.
+# down; and paced tiers (up --pace: kvfaultfs rate rules instead of blkio, for anyone's I/O).
+# Exits 77 (skipped) for the device parts when not root or without loop devices/blkio/FUSE.
+# Usage: tierlab_test.sh [all | rate | devices | paced KVFAULTFS]
 set -uo pipefail
 T="$(cd "$(dirname "$0")/../.." && pwd)/tools/tierlab"
 failures=0
@@ -94,6 +96,46 @@ if [ "$part" = all ] || [ "$part" = devices ]; then
     out=$(setpriv --reuid=nobody --regid=nogroup --clear-groups "$T" up --dir /tmp/x --tier a:1M:1 2>&1)
     check "not root: a clear error" has "$out" "must run as root"
   fi
+fi
+if [ "$part" = paced ]; then
+  export TIERLAB_KVFAULTFS=$2
+  if [ "$(id -u)" -ne 0 ] || [ ! -d /sys/fs/cgroup/blkio ] || ! losetup -f > /dev/null 2>&1 ||
+     [ ! -c /dev/fuse ] || [ ! -x "$TIERLAB_KVFAULTFS" ]; then
+    echo "skip: needs root, a free loop device, cgroup v1 blkio, /dev/fuse and kvfaultfs"
+    exit 77
+  fi
+  D=$(mktemp -d /var/tmp/tierlab-test.XXXXXX)
+  trap '$T down --dir "$D" > /dev/null 2>&1; rm -rf "$D"' EXIT
+  out=$($T up --dir "$D" --pace --tier fast:96M:20:30 --tier slow:96M:0 2>&1)
+  check "up --pace" eq "$?" 0
+  check "  a FUSE layer at the tier's mount" eq "$(findmnt -n -o FSTYPE "$D/mnt/fast")" fuse.kvfaultfs
+  check "  over ext4 on the loop device" eq "$(findmnt -n -o FSTYPE "$D/back/fast")" ext4
+  check "  the caps as rate rules" eq "$(sort "$D/fast.rules" | tr '\n' ';')" "read * rate 20;write * rate 30;"
+  check "  no rule for an uncapped tier" eq "$(cat "$D/slow.rules")" ""
+  check "  status shows them" has "$($T status --dir "$D")" "tier fast .* read 20 MB/s write 30 MB/s"
+  # A pacer can only slow I/O down, so the lower bounds below hold on any machine: 24 MiB at
+  # 30 MB/s takes >= 0.8 s, at 20 MB/s >= 1.25 s; uncapped, far less than either.
+  start=$(date +%s.%N)
+  dd if=/dev/zero of="$D/mnt/fast/f" bs=1M count=24 oflag=direct status=none
+  took=$(awk -v a="$(date +%s.%N)" -v b="$start" 'BEGIN { print a - b }')
+  check "writes are paced, for a process outside the cgroup too (24 MiB at 30 MB/s took ${took}s)" \
+    awk -v t="$took" 'BEGIN { exit !(t > 0.8) }'
+  check "  and land in the backing file system" eq "$(stat -c %s "$D/back/fast/f")" 25165824
+  start=$(date +%s.%N)
+  dd if="$D/mnt/fast/f" of=/dev/null bs=1M iflag=direct status=none
+  took=$(awk -v a="$(date +%s.%N)" -v b="$start" 'BEGIN { print a - b }')
+  check "reads are paced (24 MiB at 20 MB/s took ${took}s)" awk -v t="$took" 'BEGIN { exit !(t > 1.2) }'
+  $T cap --dir "$D" fast 0 30
+  check "cap 0 removes the read rule, keeps the write rule" eq "$(cat "$D/fast.rules")" "write * rate 30"
+  start=$(date +%s.%N)
+  dd if="$D/mnt/fast/f" of=/dev/null bs=1M iflag=direct status=none
+  took=$(awk -v a="$(date +%s.%N)" -v b="$start" 'BEGIN { print a - b }')
+  check "  reads are no longer paced (${took}s)" awk -v t="$took" 'BEGIN { exit !(t < 1.2) }'
+  $T down --dir "$D"
+  check "down" eq "$?" 0
+  check "  unmounts both layers" test ! -e "$D/mnt/fast" -a ! -e "$D/back/fast"
+  check "  stops kvfaultfs" eq "$(pgrep -f "kvfaultfs --backing=$D" || true)" ""
+  check "  removes the rules" test ! -e "$D/fast.rules"
 fi
 echo "$failures failure(s)"
 [ $failures -eq 0 ]
