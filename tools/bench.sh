@@ -17,7 +17,9 @@
 # replication all and adaptive, on a write-heavy workload (a quarter of each step stored, 50 ms
 # forward gap) with write caps at the paper's write/read ratios (FAST/3, SLOW*1.15) and at the read
 # caps, and on a read-heavy one (90% stored); the time until each step's chunks are durable, write
-# amplification and write stall (--check does not apply; --steps defaults to 6).
+# amplification and write stall; each tier's alone run (the bound, kvsim --validate's references)
+# persists the same new KV on the first tier, so it carries the same staging work and idle time
+# (--check does not apply; --steps defaults to 6).
 # --pace (not with --gbs): the caps are kept by tierlab's pacing FUSE layer (tierlab up --pace:
 # tools/kvfaultfs serving each direction at its cap, no credit for idle time) instead of the blkio
 # throttle, which lets a tier that idled read ahead of its cap (docs/design-notes.md: the replication
@@ -79,7 +81,7 @@ if [ -n "$replication" ]; then
     echo
     echo "== $name: reads $fast/$slow MB/s, writes $w0/$w1 MB/s"
     "$tierlab" run --dir "$work" -- "$build/tools/kvbench" --socket "$sock" --ranks 2 --steps "$steps" --requests 4 \
-      --chunks 8 --chunk-size 8MiB --policies "" --write-policies "" --replications all,adaptive \
+      --chunks 8 --chunk-size 8MiB --policies "" --write-policies "" --replications all,adaptive --alone-writes \
       --json "$out/replication-$name.json" "$@"
   }
   replication_run write-heavy-paper-writes $((fast / 3)) $((slow * 115 / 100)) --hit-ratio 0.25 --write-gap 0.05

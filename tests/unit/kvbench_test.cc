@@ -230,6 +230,25 @@ TEST_CASE("each tier alone: static:1 and static:0 with two tiers, completion wit
   CHECK_FALSE(IsAloneRun("completion"));
 }
 
+TEST_CASE("each tier alone with writes: the same reads, persisting new KV on the first tier after the write gap") {
+  const std::vector<RunSpec> two = PlanAloneRuns({"nvme", "pfs"}, true, 0.05);
+  REQUIRE(two.size() == 2);
+  for (const RunSpec& r : two) {
+    CHECK(r.with_writes);
+    CHECK(r.idle == 0.05);
+    CHECK(r.replication == "primary");
+    CHECK(r.writes == "deferred");
+    CHECK(IsAloneRun(r.label));
+  }
+  CHECK(two[0].routing == "static:1");
+  CHECK(two[1].routing == "static:0");
+  Workload w;  // the arena holds their new chunks too
+  w.chunk_bytes = 4096;
+  w.steps = {{{"a"}, {"x", "y"}}};
+  CHECK(PlanArena(w, two).bytes == 3 * 4096);
+  CHECK(PlanArena(w, PlanAloneRuns({"nvme", "pfs"})).bytes == 4096);
+}
+
 TEST_CASE("the arena holds the largest step's reads, and its new chunks only when a run writes") {
   Workload w;
   w.chunk_bytes = 5000;  // slots are rounded up to 4 KiB

@@ -46,7 +46,7 @@ struct Options {
   bool warm_up = false;
   double step_gap = 0, write_gap = 0.3;
   std::string read_into = "arena", key_prefix;
-  bool allow_buffered = false, dry_run = false, no_alone = false, no_populate = false;
+  bool allow_buffered = false, dry_run = false, no_alone = false, no_populate = false, alone_writes = false;
 };
 
 void AddOptions(CLI::App& app, Options& o) {
@@ -103,6 +103,9 @@ void AddOptions(CLI::App& app, Options& o) {
                  "keys of their own, or the same keys on purpose)");
   app.add_flag("--no-alone", o.no_alone, "skip the runs that read each tier alone (no bound is computed): when other "
                "processes load the tiers meanwhile, or when the first run must be a policy run");
+  app.add_flag("--alone-writes", o.alone_writes, "the only:<tier> runs also persist each step's new chunks (on the first "
+               "tier, deferred, --write-gap idle): the bound and kvsim --validate's references then carry the same "
+               "staging work and idle time as the runs with writes");
   app.add_flag("--no-populate", o.no_populate, "do not store the chunks first: they must be stored already (by an earlier "
                "run, or by another node on a shared tier); a chunk that misses fails its step");
   app.add_flag("--allow-buffered", o.allow_buffered, "run even when a tier falls back to buffered I/O (page cache)");
@@ -155,9 +158,10 @@ std::vector<std::string> TierNames(const kvstream::StoreStats& stats) {
 }
 
 // Each tier alone (when the bound can be measured and `alone`), then the policy runs.
-std::vector<RunSpec> AllRuns(const std::vector<std::string>& tiers, const std::vector<RunSpec>& policy_runs, bool alone) {
+std::vector<RunSpec> AllRuns(const std::vector<std::string>& tiers, const std::vector<RunSpec>& policy_runs, bool alone,
+                             bool alone_writes, double write_gap) {
   if (!alone) return policy_runs;
-  std::vector<RunSpec> runs = PlanAloneRuns(tiers);
+  std::vector<RunSpec> runs = PlanAloneRuns(tiers, alone_writes, write_gap);
   if (runs.empty()) std::cerr << "kvbench: bounds are measured for one or two tiers; the daemon has " << tiers.size() << "\n";
   runs.insert(runs.end(), policy_runs.begin(), policy_runs.end());
   return runs;
@@ -201,7 +205,7 @@ int Main(int argc, char** argv) {
   if (!stats.ok()) return Fail("stats", stats.status(), 1);
   if (absl::Status s = RequireDirectIo(*stats, o.allow_buffered); !s.ok()) return Fail(s, 2);
   const std::vector<std::string> tiers = TierNames(*stats);
-  const std::vector<RunSpec> runs = AllRuns(tiers, *policy_runs, !o.no_alone);
+  const std::vector<RunSpec> runs = AllRuns(tiers, *policy_runs, !o.no_alone, o.alone_writes, o.write_gap);
   const ArenaPlan arena = PlanArena(*workload, runs);
   auto sessions = AttachRanks(o.socket, o.ranks, arena.bytes);
   if (!sessions.ok()) return Fail(sessions.status(), 1);

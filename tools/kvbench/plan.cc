@@ -57,9 +57,15 @@ absl::StatusOr<std::vector<RunSpec>> PlanReplicationRuns(const std::string& repl
   return runs;
 }
 
-std::vector<RunSpec> PlanAloneRuns(const std::vector<std::string>& tier_names) {
-  const auto alone = [](const std::string& tier, std::string routing) {
-    return RunSpec{absl::StrCat(kAlonePrefix, tier), std::move(routing)};
+std::vector<RunSpec> PlanAloneRuns(const std::vector<std::string>& tier_names, bool with_writes, double write_gap) {
+  const auto alone = [&](const std::string& tier, std::string routing) {
+    RunSpec run{absl::StrCat(kAlonePrefix, tier), std::move(routing)};
+    if (with_writes) {
+      run.with_writes = true;
+      run.idle = write_gap;
+      run.replication = "primary";
+    }
+    return run;
   };
   if (tier_names.size() == 2) return {alone(tier_names[0], "static:1"), alone(tier_names[1], "static:0")};
   if (tier_names.size() == 1) return {alone(tier_names[0], "completion")};

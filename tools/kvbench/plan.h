@@ -55,7 +55,11 @@ absl::StatusOr<std::vector<RunSpec>> PlanReplicationRuns(const std::string& repl
 // The runs that read each tier alone, labelled only:<tier>, which give the bound: with two tiers
 // static:1 (every block on the first) and static:0 (every block on the second), with one tier
 // completion. Empty with no tier or more than two: no bound is measured then.
-std::vector<RunSpec> PlanAloneRuns(const std::vector<std::string>& tier_names);
+// `with_writes`: they also persist each step's new chunks (new KV on the first tier only, deferred,
+// `write_gap` idle seconds before each step), so the bound, and kvsim --validate's references,
+// carry the same staging work and idle time as the replication runs.
+std::vector<RunSpec> PlanAloneRuns(const std::vector<std::string>& tier_names, bool with_writes = false,
+                                   double write_gap = 0);
 
 // Bytes of one chunk's arena slot: the chunk rounded up to 4 KiB (O_DIRECT alignment).
 uint64_t SlotBytes(uint64_t chunk_bytes);
