@@ -211,8 +211,13 @@ int Read(const char* path, char* buf, size_t size, off_t offset, fuse_file_info*
 
 int Write(const char* path, const char* buf, size_t size, off_t offset, fuse_file_info* fi) {
   if (int e = Inject("write", path, size); e != 0) return e;
-  const ssize_t n = pwrite(static_cast<int>(fi->fh), buf, size, offset);
-  return n < 0 ? Fail() : static_cast<int>(n);
+  const int fd = static_cast<int>(fi->fh);
+  const ssize_t n = pwrite(fd, buf, size, offset);
+  if (n < 0) return Fail();
+  // Start writing the backing pages out now, so the backing file system's writeback runs with
+  // the writes rather than in bursts later, in the middle of other operations (best effort).
+  sync_file_range(fd, offset, n, SYNC_FILE_RANGE_WRITE);
+  return static_cast<int>(n);
 }
 
 int Release(const char*, fuse_file_info* fi) {
