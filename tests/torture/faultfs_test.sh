@@ -85,6 +85,7 @@ echo "released: t1 answers again, health OK"
 
 rules "write *.tmp* hang"
 written=$(json_field t0 replicas_written)
+written_t1=$(json_field t1 replicas_written)
 put_pids=()
 for k in w0 w1 w2 w3 w4 w5 w6 w7 w8 w9; do
   head -c 2500000 /dev/urandom > "$work/$k.bin"
@@ -92,9 +93,10 @@ for k in w0 w1 w2 w3 w4 w5 w6 w7 w8 w9; do
   put_pids+=($!)
 done
 # t1 holds as many writes as it may have in flight, hung; t0's replicas are written meanwhile.
-for _ in $(seq 50); do [ "$(json_field t0 replicas_written)" -ge $((written + 10)) ] && break; sleep 0.1; done
+deadline=$(( $(date +%s) + 10 ))
+while [ "$(json_field t0 replicas_written)" -lt $((written + 10)) ] && [ "$(date +%s)" -lt $deadline ]; do sleep 0.1; done
 [ "$(json_field t0 replicas_written)" -ge $((written + 10)) ] ||
-  fail "t0 wrote $(( $(json_field t0 replicas_written) - written )) of 10 replicas in 5 s while t1's writes hang"
+  fail "t0 wrote $(( $(json_field t0 replicas_written) - written )) of 10 replicas in 10 s while t1's writes hang"
 start=$(date +%s.%N)
 timeout 30 "$ctl" --socket "$sock" get h1 "$work/h1.out" > /dev/null || fail "get h1 with t1's writes hanging"
 took=$(echo "$(date +%s.%N) - $start" | bc)
@@ -104,6 +106,9 @@ ctl policy --routing static:1 > /dev/null
 timeout 30 "$ctl" --socket "$sock" get e1 "$work/e1.out" > /dev/null && cmp -s "$work/e1.bin" "$work/e1.out" ||
   fail "get e1 from t0 with t1's writes hanging"
 ctl policy --routing static:0 > /dev/null
+# The hang really held: no replica reached t1 and every put still waits for its t1 copy.
+[ "$(json_field t1 replicas_written)" -eq "$written_t1" ] || fail "t1 wrote replicas while its writes hang"
+for put_pid in "${put_pids[@]}"; do kill -0 "$put_pid" 2>/dev/null || fail "a put returned while its t1 write hangs"; done
 echo "write hang: t0 wrote 10 replicas and a get of 2.5 MB from t1 took $took s while t1's writes hang"
 rules
 for i in $(seq 0 9); do

@@ -31,6 +31,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <optional>
@@ -79,7 +80,7 @@ struct State {
   std::string rules_path;
   std::mutex mu;
   std::vector<Rule> rules;  // guarded by mu
-  timespec rules_mtime{};   // guarded by mu
+  struct stat rules_stat{};  // guarded by mu: the rules file as last read (a rewrite is a new inode)
   Pacer read_queue;
   Pacer write_queue;
 };
@@ -123,13 +124,15 @@ std::optional<Rule> Match(const char* op, const char* path) {
   std::lock_guard lock(s.mu);
   struct stat st;
   if (stat(s.rules_path.c_str(), &st) == 0) {
-    if (st.st_mtim.tv_sec != s.rules_mtime.tv_sec || st.st_mtim.tv_nsec != s.rules_mtime.tv_nsec) {
+    const struct stat& was = s.rules_stat;
+    if (st.st_ino != was.st_ino || st.st_size != was.st_size || st.st_mtim.tv_sec != was.st_mtim.tv_sec ||
+        st.st_mtim.tv_nsec != was.st_mtim.tv_nsec) {
       s.rules = ParseRules(s.rules_path);
-      s.rules_mtime = st.st_mtim;
+      s.rules_stat = st;
     }
   } else {
     s.rules.clear();
-    s.rules_mtime = {};
+    s.rules_stat = {};
   }
   for (const Rule& r : s.rules) {
     if ((r.op == op || r.op == "any") && fnmatch(r.glob.c_str(), path, 0) == 0) return r;
@@ -305,10 +308,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "kvfaultfs: %s: %s\n", o.backing, std::strerror(errno));
     return 1;
   }
-  S().rules_path = o.rules;
+  // Absolute: in the background the file system runs from "/".
+  S().rules_path = std::filesystem::absolute(o.rules).string();
+#if FUSE_MAJOR_VERSION > 3 || (FUSE_MAJOR_VERSION == 3 && FUSE_MINOR_VERSION >= 12)
   // Operations a rule delays, hangs or paces each hold a thread: enough that the others go on (10
-  // by default).
+  // by default since libfuse 3.12, which added the limit).
   fuse_opt_add_arg(&args, "-omax_threads=128");
+#endif
   fuse_operations ops{};
   ops.getattr = GetAttr;
   ops.readdir = ReadDir;
