@@ -15,12 +15,9 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StoreConfig& raw) {
   if (!config.ok()) return config.status();
   absl::StatusOr<std::unique_ptr<EventReactor>> reactor = EventReactor::Create();
   if (!reactor.ok()) return reactor.status();
-  std::vector<std::unique_ptr<TierDevice>> devices;
-  uint32_t io_workers = 0;  // one per request the loop can have in flight on any device
-  for (const TierConfig& t : config->tiers) io_workers += t.queue_depth + t.write_queue_depth + 1;
+  std::vector<FileDeviceOptions> tier_options;
   for (const TierConfig& t : config->tiers) {
-    FileDeviceOptions options;
-    options.io_workers = io_workers;
+    FileDeviceOptions& options = tier_options.emplace_back();
     options.path = t.path;
     options.read_depth = t.queue_depth;
     options.write_depth = t.write_queue_depth + 1;  // + the fsync of a finished replica
@@ -30,7 +27,14 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StoreConfig& raw) {
       options.node = config->node;
       options.revalidate_seconds = t.miss_ttl_seconds;
     }
-    absl::StatusOr<std::unique_ptr<FileDevice>> device = FileDevice::Open(options);
+  }
+  uint32_t io_workers = 0;  // one per request the loop can have in flight on any device
+  for (const FileDeviceOptions& options : tier_options) io_workers += options.read_depth + options.write_depth;
+  std::vector<std::unique_ptr<TierDevice>> devices;
+  for (size_t i = 0; i < tier_options.size(); ++i) {
+    const TierConfig& t = config->tiers[i];
+    tier_options[i].io_workers = io_workers;
+    absl::StatusOr<std::unique_ptr<FileDevice>> device = FileDevice::Open(tier_options[i]);
     if (!device.ok()) {
       return absl::Status(device.status().code(), absl::StrCat("tier '", t.name, "': ", device.status().message()));
     }

@@ -46,6 +46,12 @@ for _ in $(seq 200); do [ -S "$sock" ] && break; sleep 0.05; done
 [ -S "$sock" ] || fail "kvstreamd did not start on the FUSE tier"
 ctl() { "$ctl" --socket "$sock" "$@"; }
 rules() { printf '%s\n' "$@" > "$work/rules.new" && mv "$work/rules.new" "$work/rules"; }
+timed() {  # COMMAND...: runs it (killed after 30 s), sets `took` to its seconds; fails as it does
+  local start
+  start=$(date +%s.%N)
+  timeout 30 "$@" > /dev/null || return 1
+  took=$(echo "$(date +%s.%N) - $start" | bc)
+}
 json_field() {  # TIER FIELD: a counter of `kvstreamctl --json tiers`
   ctl --json tiers | python3 -c "import json,sys; d=json.load(sys.stdin); d=d['tiers'] if isinstance(d, dict) else d; print([t for t in d if t['name']=='$1'][0]['$2'])"
 }
@@ -64,19 +70,16 @@ done
 echo "eio: 4 chunks intact from t0 while t1 fails every read; $(json_field t1 read_errors) read errors counted on t1"
 
 rules "read *.kvc hang"
-start=$(date +%s.%N)
-timeout 30 "$ctl" --socket "$sock" get h0 "$work/h0.out" > /dev/null || fail "get h0 with t1 hanging"
-took=$(echo "$(date +%s.%N) - $start" | bc)
+timed "$ctl" --socket "$sock" get h0 "$work/h0.out" || fail "get h0 with t1 hanging"
 cmp -s "$work/h0.bin" "$work/h0.out" || fail "h0 differs"
 (( $(echo "$took < 5" | bc) )) || fail "get h0 took $took s with t1 hanging"
 ctl health > "$work/health.txt" && fail "health OK while t1 hangs"
 grep -q "t1" "$work/health.txt" || fail "health does not name t1: $(cat "$work/health.txt")"
 head -c 4096 /dev/urandom > "$work/p.bin"
-start=$(date +%s.%N)
-timeout 30 "$ctl" --socket "$sock" put p "$work/p.bin" > /dev/null || fail "put p while t1 hangs"
-put_took=$(echo "$(date +%s.%N) - $start" | bc)
-(( $(echo "$put_took < 5" | bc) )) || fail "a persist waited $put_took s behind t1's hung reads"
-echo "hang: get of 2.5 MB in $took s from t0, health names t1, a 4 KiB persist took $put_took s"
+get_took=$took
+timed "$ctl" --socket "$sock" put p "$work/p.bin" || fail "put p while t1 hangs"
+(( $(echo "$took < 5" | bc) )) || fail "a persist waited $took s behind t1's hung reads"
+echo "hang: get of 2.5 MB in $get_took s from t0, health names t1, a 4 KiB persist took $took s"
 rules
 for _ in $(seq 100); do ctl health > /dev/null && break; sleep 0.1; done
 ctl health > /dev/null || fail "health not OK again after t1 was released: $(ctl health)"
@@ -97,9 +100,7 @@ deadline=$(( $(date +%s) + 10 ))
 while [ "$(json_field t0 replicas_written)" -lt $((written + 10)) ] && [ "$(date +%s)" -lt $deadline ]; do sleep 0.1; done
 [ "$(json_field t0 replicas_written)" -ge $((written + 10)) ] ||
   fail "t0 wrote $(( $(json_field t0 replicas_written) - written )) of 10 replicas in 10 s while t1's writes hang"
-start=$(date +%s.%N)
-timeout 30 "$ctl" --socket "$sock" get h1 "$work/h1.out" > /dev/null || fail "get h1 with t1's writes hanging"
-took=$(echo "$(date +%s.%N) - $start" | bc)
+timed "$ctl" --socket "$sock" get h1 "$work/h1.out" || fail "get h1 with t1's writes hanging"
 cmp -s "$work/h1.bin" "$work/h1.out" || fail "h1 differs"
 (( $(echo "$took < 5" | bc) )) || fail "a get (read from t1) waited $took s behind t1's hung write"
 ctl policy --routing static:1 > /dev/null
