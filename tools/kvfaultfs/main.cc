@@ -10,8 +10,9 @@
 // The first matching rule applies. `hang` blocks the operation until no hang rule matches it any
 // more (edit the rules file to release it); `delay` sleeps before doing the operation for real;
 // `rate` (read or write only) serves the operations it matches one after another, each taking its
-// bytes / MBPS, as one device queue would: reads and writes are two queues, and idle time earns no
-// credit (unlike the blkio throttle, which lets a tier that idled read ahead of its cap).
+// bytes / MBPS (the backing file's own copy done within that time), as one device queue would:
+// reads and writes are two queues, and idle time earns no credit (unlike the blkio throttle, which
+// lets a tier that idled read ahead of its cap).
 // '#' starts a comment. Every operation not matched passes through to the backing directory.
 //
 // Usage: kvfaultfs --backing DIR --rules FILE MOUNTPOINT [-f] [-o opt...]   (fusermount3 -u to stop)
@@ -52,27 +53,24 @@ struct Rule {
   double mbps = 0;  // kRate
 };
 
+using Clock = std::chrono::steady_clock;
+
 // One device queue served at a rate: an operation starts when the one before it is done, or now
 // when the queue is empty, and takes its bytes / rate.
 class Pacer {
  public:
-  // Blocks until `bytes`, queued now, would have been transferred at `mbps` MB/s.
-  void Take(size_t bytes, double mbps) {
-    using Clock = std::chrono::steady_clock;
-    Clock::time_point done;
-    {
-      std::lock_guard lock(mu_);
-      const Clock::time_point start = std::max(Clock::now(), next_free_);
-      next_free_ = start + std::chrono::duration_cast<Clock::duration>(
-                               std::chrono::duration<double>(static_cast<double>(bytes) / (mbps * 1e6)));
-      done = next_free_;
-    }
-    std::this_thread::sleep_until(done);
+  // When `bytes`, queued now, will have been transferred at `mbps` MB/s.
+  Clock::time_point Reserve(size_t bytes, double mbps) {
+    std::lock_guard lock(mu_);
+    const Clock::time_point start = std::max(Clock::now(), next_free_);
+    next_free_ = start + std::chrono::duration_cast<Clock::duration>(
+                             std::chrono::duration<double>(static_cast<double>(bytes) / (mbps * 1e6)));
+    return next_free_;
   }
 
  private:
   std::mutex mu_;
-  std::chrono::steady_clock::time_point next_free_;  // guarded by mu_
+  Clock::time_point next_free_;  // guarded by mu_
 };
 
 struct State {
@@ -140,9 +138,9 @@ std::optional<Rule> Match(const char* op, const char* path) {
   return std::nullopt;
 }
 
-// 0 to go on with the operation (of `bytes`, paced by a rate rule), or the negative errno to fail
-// it with.
-int Inject(const char* op, const char* path, size_t bytes = 0) {
+// 0 to go on with the operation, or the negative errno to fail it with. An operation of `bytes`
+// that a rate rule paces gets in `done_at` the time to answer it at (done_at is required then).
+int Inject(const char* op, const char* path, size_t bytes = 0, std::optional<Clock::time_point>* done_at = nullptr) {
   for (;;) {
     const std::optional<Rule> r = Match(op, path);
     if (!r) return 0;
@@ -158,7 +156,7 @@ int Inject(const char* op, const char* path, size_t bytes = 0) {
         std::this_thread::sleep_for(std::chrono::milliseconds(20));  // until the rule goes
         break;
       case Fault::kRate:
-        (r->op == "read" ? S().read_queue : S().write_queue).Take(bytes, r->mbps);
+        *done_at = (r->op == "read" ? S().read_queue : S().write_queue).Reserve(bytes, r->mbps);
         return 0;
     }
   }
@@ -207,20 +205,25 @@ int Create(const char* path, mode_t mode, fuse_file_info* fi) {
 }
 
 int Read(const char* path, char* buf, size_t size, off_t offset, fuse_file_info* fi) {
-  if (int e = Inject("read", path, size); e != 0) return e;
+  std::optional<Clock::time_point> done_at;
+  if (int e = Inject("read", path, size, &done_at); e != 0) return e;
   const ssize_t n = pread(static_cast<int>(fi->fh), buf, size, offset);
-  return n < 0 ? Fail() : static_cast<int>(n);
+  const int result = n < 0 ? Fail() : static_cast<int>(n);
+  if (done_at) std::this_thread::sleep_until(*done_at);
+  return result;
 }
 
 int Write(const char* path, const char* buf, size_t size, off_t offset, fuse_file_info* fi) {
-  if (int e = Inject("write", path, size); e != 0) return e;
+  std::optional<Clock::time_point> done_at;
+  if (int e = Inject("write", path, size, &done_at); e != 0) return e;
   const int fd = static_cast<int>(fi->fh);
   const ssize_t n = pwrite(fd, buf, size, offset);
-  if (n < 0) return Fail();
+  const int result = n < 0 ? Fail() : static_cast<int>(n);
   // Start writing the backing pages out now, so the backing file system's writeback runs with
   // the writes rather than in bursts later, in the middle of other operations (best effort).
-  sync_file_range(fd, offset, n, SYNC_FILE_RANGE_WRITE);
-  return static_cast<int>(n);
+  if (n > 0) sync_file_range(fd, offset, n, SYNC_FILE_RANGE_WRITE);
+  if (done_at) std::this_thread::sleep_until(*done_at);
+  return result;
 }
 
 int Release(const char*, fuse_file_info* fi) {
