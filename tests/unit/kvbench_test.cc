@@ -335,6 +335,18 @@ TEST_CASE("without an alone run per tier there is no bound, and fio is compared 
   CHECK(v.message == "kvbench: --check needs the completion policy and the tiers' alone runs");
 }
 
+TEST_CASE("a chunk drain per tier is printed and written to the JSON; none is neither") {
+  BenchResults results = HandMadeResults();
+  const std::string line = "chunk drain (serial batching's idle time per chunk boundary): t0 1.50 ms t1 2.25 ms\n";
+  CHECK(Printed([&](std::FILE* out) { PrintReport(out, results, Analyze(results)); }).find("chunk drain") ==
+        std::string::npos);
+  CHECK_FALSE(ToJson(results, Analyze(results)).contains("chunk_drain_seconds"));
+  results.chunk_drain_seconds = {0.0015, 0.00225};
+  const Analysis a = Analyze(results);
+  CHECK(Printed([&](std::FILE* out) { PrintReport(out, results, a); }).find(line) != std::string::npos);
+  CHECK(ToJson(results, a).at("chunk_drain_seconds") == nlohmann::json({0.0015, 0.00225}));
+}
+
 TEST_CASE("the --check verdict passes when the completion gap is within the limit and fails with 3 beyond it") {
   const Analysis a = Analyze(HandMadeResults());  // completion's gap: +20%
   const CheckVerdict passed = CheckCompletionGap(a, 0.25);
@@ -389,7 +401,8 @@ TEST_CASE("the JSON document recomputed from a recorded kvbench --json output's 
   BenchResults results{recorded.at("workload").get<std::string>(), recorded.at("ranks").get<uint32_t>(),
                        recorded.at("chunk_bytes").get<uint64_t>(), recorded.at("steps").get<size_t>(),
                        recorded.at("tiers").get<std::vector<std::string>>(), {}, "", recorded.at("fio_bps").get<double>(),
-                       recorded.at("fio_all_bps").get<double>()};
+                       recorded.at("fio_all_bps").get<double>(),
+                       recorded.value("chunk_drain_seconds", std::vector<double>{})};
   for (const auto& r : recorded.at("runs")) {
     Run run{r.at("label").get<std::string>(), {}};
     for (const auto& s : r.at("steps")) {

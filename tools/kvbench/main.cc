@@ -42,7 +42,7 @@ struct Options {
   std::string policies = "completion,static:0.5,static:0.67,fastest,serial";
   std::string write_policies = "deferred,immediate", replications;
   double check = -1;  // negative: no check
-  int settle = 3;
+  int settle = 3, drain_pairs = 5;
   bool warm_up = false;
   double step_gap = 0, write_gap = 0.3;
   std::string read_into = "arena", key_prefix;
@@ -106,6 +106,11 @@ void AddOptions(CLI::App& app, Options& o) {
   app.add_flag("--alone-writes", o.alone_writes, "the only:<tier> runs also persist each step's new chunks (on the first "
                "tier, deferred, --write-gap idle): the bound and kvsim --validate's references then carry the same "
                "staging work and idle time as the runs with writes");
+  app.add_option("--drain-probe", o.drain_pairs, "with a serial run and the alone runs: measure how long each tier idles "
+                 "between two chunks read one after another (serial batching less step batching on the first step's "
+                 "first 4 chunks per rank, this many pairs, the median; reported and written to the JSON for kvsim "
+                 "--validate); 0: not measured")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_flag("--no-populate", o.no_populate, "do not store the chunks first: they must be stored already (by an earlier "
                "run, or by another node on a shared tier); a chunk that misses fails its step");
   app.add_flag("--allow-buffered", o.allow_buffered, "run even when a tier falls back to buffered I/O (page cache)");
@@ -167,6 +172,29 @@ std::vector<RunSpec> AllRuns(const std::vector<std::string>& tiers, const std::v
   return runs;
 }
 
+// Chunks per rank of the chunk drain probe (Bench::MeasureChunkDrains).
+constexpr size_t kDrainProbeChunks = 4;
+
+// True when a run reads chunk after chunk and every tier has an alone run: the chunk drain probe
+// is then worth its time.
+bool NeedsChunkDrain(const std::vector<RunSpec>& runs) {
+  size_t alone = 0;
+  bool serial = false;
+  for (const RunSpec& r : runs) {
+    alone += IsAloneRun(r.label);
+    serial |= r.batching == "serial";
+  }
+  return serial && alone > 0;
+}
+
+std::vector<RunSpec> AloneRuns(const std::vector<RunSpec>& runs) {
+  std::vector<RunSpec> alone;
+  for (const RunSpec& r : runs) {
+    if (IsAloneRun(r.label)) alone.push_back(r);
+  }
+  return alone;
+}
+
 // fio on the directories at once at the first tier's queue depth, when asked for; 0 otherwise.
 double MeasureFio(const std::vector<std::string>& dirs, const Sizes& sizes, const kvstream::StoreStats& stats) {
   if (dirs.empty()) return 0;
@@ -224,6 +252,12 @@ int Main(int argc, char** argv) {
   bench.WarmUpEachRun(o.warm_up);
   sync();
   std::this_thread::sleep_for(std::chrono::seconds(o.settle));
+  std::vector<double> drains;
+  if (o.drain_pairs > 0 && NeedsChunkDrain(runs)) {
+    auto d = bench.MeasureChunkDrains(AloneRuns(runs), kDrainProbeChunks, o.drain_pairs, stats->policies);
+    if (!d.ok()) return Fail("measure", d.status(), 1);
+    drains = *std::move(d);
+  }
   auto measured = bench.MeasureAll(runs, ShellStepHook(o.step_hook), stats->policies);
   if (!measured.ok()) return Fail("measure", measured.status(), 1);
 
@@ -232,7 +266,7 @@ int Main(int argc, char** argv) {
   const BenchResults results{w.description, o.ranks, w.chunk_bytes, w.steps.size(), tiers,
                              *std::move(measured), o.fio_dir,
                              MeasureFio(o.fio_dir.empty() ? std::vector<std::string>{} : std::vector{o.fio_dir}, *sizes, *stats),
-                             MeasureFio(o.fio_all, *sizes, *stats)};
+                             MeasureFio(o.fio_all, *sizes, *stats), std::move(drains)};
   const Analysis analysis = Analyze(results);
   PrintReport(stdout, results, analysis);
   if (!o.json.empty()) std::ofstream(o.json) << ToJson(results, analysis).dump(2) << "\n";

@@ -38,6 +38,13 @@ void PrintTierBandwidths(std::FILE* out, const BenchResults& results, const Anal
     }
     std::fprintf(out, "\n");
   }
+  if (results.chunk_drain_seconds.size() == results.tiers.size()) {
+    std::fprintf(out, "chunk drain (serial batching's idle time per chunk boundary):");
+    for (size_t t = 0; t < results.tiers.size(); ++t) {
+      std::fprintf(out, " %s %.2f ms", results.tiers[t].c_str(), 1e3 * results.chunk_drain_seconds[t]);
+    }
+    std::fprintf(out, "\n");
+  }
   if (results.fio_bps > 0) {
     std::fprintf(out, "fio on %s: %8.1f MB/s; %s through kvstreamd alone = %.3f x fio\n", results.fio_dir.c_str(),
                  results.fio_bps / 1e6, results.tiers[0].c_str(),
@@ -165,6 +172,7 @@ nlohmann::json ToJson(const BenchResults& results, const Analysis& analysis) {
   nlohmann::json j = {{"workload", results.workload}, {"ranks", results.ranks}, {"chunk_bytes", results.chunk_bytes},
                       {"steps", results.steps}, {"tiers", results.tiers}, {"fio_bps", results.fio_bps}, {"fio_all_bps", results.fio_all_bps},
                       {"runs", nlohmann::json::array()}};
+  if (!results.chunk_drain_seconds.empty()) j["chunk_drain_seconds"] = results.chunk_drain_seconds;
   for (size_t i = 0; i < results.runs.size(); ++i) {
     const Run& r = results.runs[i];
     j["runs"].push_back(RunJson(r, analysis.summaries[i], StepBounds(r, analysis.alone)));

@@ -26,6 +26,7 @@ struct BenchResults {
   std::string fio_dir;             // fio's directory (empty: fio not run)
   double fio_bps = 0;              // 0: fio not run, or failed
   double fio_all_bps = 0;          // fio on every tier at once (--fio-all); 0: not run, or failed
+  std::vector<double> chunk_drain_seconds = {};  // per tier (Bench::MeasureChunkDrains); empty: not measured
 };
 
 // The runs summarized against the references found among them (pointers into BenchResults::runs).

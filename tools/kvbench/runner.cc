@@ -175,7 +175,9 @@ absl::StatusOr<Run> Bench::Measure(const RunSpec& spec, const StepHook& hook) {
   if (warm_up_) {
     for (size_t s = 0; s < w_.steps.size(); ++s) {
       if (hook) hook(s);
-      if (absl::Status st = ReadAllRanks(spec, s); !st.ok()) return st;
+      if (auto t = ReadAllRanks(w_.steps[s]); !t.ok()) {
+        return absl::Status(t.status().code(), absl::StrCat(spec.label, " warm-up step ", s, ": ", t.status().message()));
+      }
     }
   }
   Run run;
@@ -237,15 +239,65 @@ absl::StatusOr<Run> Bench::Measure(const RunSpec& spec, const StepHook& hook) {
   return run;
 }
 
-absl::Status Bench::ReadAllRanks(const RunSpec& spec, size_t s) {
+absl::StatusOr<double> Bench::ReadAllRanks(const BenchStep& step) {
   std::vector<absl::Status> status(ranks_.size());
+  std::vector<double> done(ranks_.size(), 0);
   std::vector<std::thread> threads;
-  for (uint32_t r = 0; r < ranks_.size(); ++r) threads.emplace_back([&, r] { status[r] = ReadStep(r, w_.steps[s]); });
+  std::atomic<bool> go{false};
+  for (uint32_t r = 0; r < ranks_.size(); ++r) {
+    threads.emplace_back([&, r] {
+      while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
+      status[r] = ReadStep(r, step);
+      done[r] = Now();
+    });
+  }
+  const double start = Now();
+  go.store(true, std::memory_order_release);
   for (auto& t : threads) t.join();
   for (const absl::Status& st : status) {
-    if (!st.ok()) return absl::Status(st.code(), absl::StrCat(spec.label, " warm-up step ", s, ": ", st.message()));
+    if (!st.ok()) return st;
   }
-  return absl::OkStatus();
+  return *std::max_element(done.begin(), done.end()) - start;
+}
+
+absl::StatusOr<double> Bench::MeasureChunkDrain(const std::string& routing, const BenchStep& probe, int pairs) {
+  const size_t boundaries = probe.reads.size() * ranks_.size() - 1;
+  std::vector<double> drains;
+  for (int p = 0; p < pairs; ++p) {
+    double seconds[2];
+    for (int serial = 0; serial < 2; ++serial) {
+      auto in_force = control_->SetPolicies(routing, serial ? "serial" : "step", "", nullptr, "");
+      if (!in_force.ok()) return in_force.status();
+      auto t = ReadAllRanks(probe);
+      if (!t.ok()) return absl::Status(t.status().code(), absl::StrCat("chunk drain probe: ", t.status().message()));
+      seconds[serial] = *t;
+    }
+    drains.push_back((seconds[1] - seconds[0]) / static_cast<double>(boundaries));
+  }
+  std::nth_element(drains.begin(), drains.begin() + drains.size() / 2, drains.end());
+  return drains[drains.size() / 2];
+}
+
+absl::StatusOr<std::vector<double>> Bench::MeasureChunkDrains(const std::vector<RunSpec>& alone, size_t chunks,
+                                                              int pairs, const kvstream::Policies& restore) {
+  if (w_.steps.empty() || pairs <= 0) return absl::InvalidArgumentError("chunk drain probe: no step or no pairs");
+  BenchStep probe;
+  const auto& first = w_.steps[0].reads;
+  probe.reads.assign(first.begin(), first.begin() + std::min(chunks, first.size()));
+  if (probe.reads.size() * ranks_.size() < 2) {
+    return absl::InvalidArgumentError("chunk drain probe: the first step reads fewer than two chunks");
+  }
+  std::vector<double> drains;
+  for (const RunSpec& spec : alone) {
+    auto d = MeasureChunkDrain(spec.routing, probe, pairs);
+    if (!d.ok()) {
+      RestorePolicies(restore);
+      return d.status();
+    }
+    drains.push_back(*d);
+  }
+  RestorePolicies(restore);
+  return drains;
 }
 
 absl::StatusOr<std::vector<Run>> Bench::MeasureAll(const std::vector<RunSpec>& runs, const StepHook& hook,

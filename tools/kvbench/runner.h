@@ -67,6 +67,17 @@ class Bench {
   absl::StatusOr<std::vector<Run>> MeasureAll(const std::vector<RunSpec>& runs, const StepHook& hook,
                                               const kvstream::Policies& restore);
 
+  // How long a tier idles between two chunks read one after another, per alone run in `alone`
+  // (its routing keeps the reads on its tier): serial batching issues a chunk's first block only
+  // once the chunk before it is done, so its tier drains at every chunk boundary, where step
+  // batching keeps blocks of the next chunks in flight. A probe step (the first `chunks` chunks of
+  // each rank's part of the workload's first step, every rank at once) is read with serial
+  // batching and with step batching, alternately, `pairs` times; the drain is the median of the
+  // pairs' differences over the probe's chunk boundaries (kvsim --validate's serial model adds one
+  // per further chunk of a step to the tier's alone time). The daemon is left with `restore`.
+  absl::StatusOr<std::vector<double>> MeasureChunkDrains(const std::vector<RunSpec>& alone, size_t chunks, int pairs,
+                                                         const kvstream::Policies& restore);
+
   const Workload& workload() const { return w_; }
 
  private:
@@ -76,8 +87,11 @@ class Bench {
   // under keys of this run only (`run`): a later run writes them again rather than finding them
   // stored already, and no run's reads ever see them.
   void WriteStep(uint32_t r, const BenchStep& step, size_t run);
-  // Every rank reads the step at once; the first failure, labelled with the run and step.
-  absl::Status ReadAllRanks(const RunSpec& spec, size_t s);
+  // Every rank reads `step` at once: the time from releasing them to the last reply, or the first
+  // failure.
+  absl::StatusOr<double> ReadAllRanks(const BenchStep& step);
+  // One chunk drain of MeasureChunkDrains: `probe` under `routing`.
+  absl::StatusOr<double> MeasureChunkDrain(const std::string& routing, const BenchStep& probe, int pairs);
   void RestorePolicies(const kvstream::Policies& policies);
 
   // Where rank r reads into: its arena, or its client region.

@@ -65,12 +65,22 @@ int ValidateKvbench(const std::string& path, const nlohmann::json& j) {
     std::cerr << "kvsim: --validate needs the runs only:" << tiers[0] << " and only:" << tiers[1] << " in " << path << "\n";
     return 2;
   }
+  // Serial batching's idle time at each chunk boundary, per tier (kvbench --drain-probe); the alone
+  // runs start every step on an idle tier, so the first chunk's is inside their bandwidths already.
+  const std::vector<double> drain = j.value("chunk_drain_seconds", std::vector<double>{});
   std::printf("kvsim validate %s (kvbench): per-step bandwidths from only:%s and only:%s, block %.0f KiB, depth %u\n",
               path.c_str(), tiers[0].c_str(), tiers[1].c_str(), block / 1024, depth);
+  if (drain.size() == 2) {
+    std::printf("serial: %.2f ms of chunk drain per further chunk of a step (measured on %s)\n", 1e3 * drain[0],
+                tiers[0].c_str());
+  } else {
+    std::printf("serial: no chunk_drain_seconds in the file (kvbench --drain-probe): modelled without drains\n");
+  }
   std::printf("%-28s %12s %12s %8s\n", "policy", "measured_s", "model_s", "error");
   for (const auto& r : j.at("runs")) {
     const std::string label = r.at("label");
     if (label.rfind("only:", 0) == 0 || label.find('+') != std::string::npos) continue;  // references, writes
+    const std::string policy = ReadPolicy(label);
     const auto& steps = r.at("steps");
     double model = 0;
     for (size_t i = 0; i < steps.size() && i < (*alone[0]).size() && i < (*alone[1]).size(); ++i) {
@@ -79,9 +89,13 @@ int ValidateKvbench(const std::string& path, const nlohmann::json& j) {
         const auto& a = (*alone[t])[i];
         bw.push_back(a.at("bytes").get<double>() / a.at("seconds").get<double>());
       }
-      // Serial per request pays no extra latency here: kvbench's serial reads chunk after chunk
-      // on the daemon, whose per-chunk cost is inside the measured alone bandwidths.
-      model += ModelTime(ReadPolicy(label), steps[i].at("bytes").get<double>(), block, depth, chunk, 0, bw);
+      const double d = steps[i].at("bytes").get<double>();
+      if (policy == "serial") {
+        const auto chunks = static_cast<uint64_t>(std::ceil(d / chunk));
+        model += SerialTime(d, chunks > 0 ? chunks - 1 : 0, drain.size() == 2 ? drain[0] : 0, bw[0]);
+      } else {
+        model += ModelTime(policy, d, block, depth, chunk, 0, bw);
+      }
     }
     const double measured = r.at("total_seconds").get<double>();
     std::printf("%-28s %12.4f %12.4f %+7.1f%%\n", label.c_str(), measured, model, 100 * (model / measured - 1));
