@@ -136,6 +136,22 @@ if [ "$part" = paced ]; then
   check "  unmounts both layers" test ! -e "$D/mnt/fast" -a ! -e "$D/back/fast"
   check "  stops kvfaultfs" eq "$(pgrep -f "kvfaultfs --backing=$D" || true)" ""
   check "  removes the rules" test ! -e "$D/fast.rules"
+  # Under a tmpfs directory a paced tier keeps its data in a tmpfs of its own (no loop device).
+  M=$(mktemp -d /dev/shm/tierlab-test.XXXXXX)
+  trap '$T down --dir "$D" > /dev/null 2>&1; rm -rf "$D"; $T down --dir "$M" > /dev/null 2>&1; rm -rf "$M"' EXIT
+  out=$($T up --dir "$M" --pace --tier mem:64M:20 2>&1)
+  check "up --pace under tmpfs" eq "$?" 0
+  check "  prints the tier as memory-backed" eq "$out" "mem $M/mnt/mem tmpfs"
+  check "  over a tmpfs of the tier's size" eq "$(findmnt -n -o FSTYPE,SIZE "$M/back/mem" | tr -s ' ')" "tmpfs 64M"
+  check "  no loop device" eq "$(losetup -j "$M/mem.img" -O NAME -n 2>/dev/null)" ""
+  dd if=/dev/zero of="$M/mnt/mem/f" bs=1M count=4 oflag=direct status=none
+  check "  writes land in it" eq "$(stat -c %s "$M/back/mem/f")" 4194304
+  start=$(date +%s.%N)
+  dd if="$M/mnt/mem/f" of=/dev/null bs=1M iflag=direct status=none
+  took=$(awk -v a="$(date +%s.%N)" -v b="$start" 'BEGIN { print a - b }')
+  check "  reads are paced (4 MiB at 20 MB/s took ${took}s)" awk -v t="$took" 'BEGIN { exit !(t > 0.2) }'
+  $T down --dir "$M"
+  check "  down unmounts both layers" test ! -e "$M/mnt/mem" -a ! -e "$M/back/mem"
 fi
 echo "$failures failure(s)"
 [ $failures -eq 0 ]
