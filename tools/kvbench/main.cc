@@ -108,8 +108,8 @@ void AddOptions(CLI::App& app, Options& o) {
                "staging work and idle time as the runs with writes");
   app.add_option("--drain-probe", o.drain_pairs, "with a serial run and the alone runs: measure how long each tier idles "
                  "between two chunks read one after another (serial batching less step batching on the first step's "
-                 "first 4 chunks per rank, this many pairs, the median; reported and written to the JSON for kvsim "
-                 "--validate); 0: not measured")
+                 "first 4 chunks per rank, each read after 0.2 s idle, this many pairs, the median; reported and "
+                 "written to the JSON for kvsim --validate); 0: not measured")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_flag("--no-populate", o.no_populate, "do not store the chunks first: they must be stored already (by an earlier "
                "run, or by another node on a shared tier); a chunk that misses fails its step");

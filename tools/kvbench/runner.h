@@ -72,9 +72,11 @@ class Bench {
   // once the chunk before it is done, so its tier drains at every chunk boundary, where step
   // batching keeps blocks of the next chunks in flight. A probe step (the first `chunks` chunks of
   // each rank's part of the workload's first step, every rank at once) is read with serial
-  // batching and with step batching, alternately, `pairs` times; the drain is the median of the
-  // pairs' differences over the probe's chunk boundaries (kvsim --validate's serial model adds one
-  // per further chunk of a step to the tier's alone time). The daemon is left with `restore`.
+  // batching and with step batching, `pairs` times, each read after the same idle time (a blkio
+  // throttle credits idle time) and the two batchings taking turns going first; the drain is the
+  // median of the pairs' differences over the probe's chunk boundaries (kvsim --validate's serial
+  // model adds one per further chunk of a step to the tier's alone time). The daemon is left with
+  // `restore`.
   absl::StatusOr<std::vector<double>> MeasureChunkDrains(const std::vector<RunSpec>& alone, size_t chunks, int pairs,
                                                          const kvstream::Policies& restore);
 
