@@ -19,7 +19,7 @@
 # caps, and on a read-heavy one (90% stored); the time until each step's chunks are durable, write
 # amplification and write stall; each tier's alone run (the bound, kvsim --validate's references)
 # persists the same new KV on the first tier, so it carries the same staging work and idle time
-# (--check does not apply; --steps defaults to 6).
+# (--check does not apply; --steps defaults to 12: identical write-heavy runs differ by 2-5% over 6).
 # --pace (not with --gbs): the caps are kept by tierlab's pacing FUSE layer (tierlab up --pace:
 # tools/kvfaultfs serving each direction at its cap, no credit for idle time) instead of the blkio
 # throttle, which lets a tier that idled read ahead of its cap (docs/design-notes.md: the replication
@@ -72,7 +72,7 @@ fi
 if [ -n "$replication" ]; then
   work="${BENCH_DIR:-/var/tmp/kvstream-bench}"
   source "$root/tools/bench-tiers.sh"
-  [ "$steps" = 8 ] && steps=6
+  [ "$steps" = 8 ] && steps=12
   bench_up bench 7GiB "$out/kvstreamd.log"
   replication_run() {  # NAME T0_WRITE T1_WRITE [kvbench args]
     local name=$1 w0=$2 w1=$3; shift 3

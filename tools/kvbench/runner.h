@@ -76,7 +76,7 @@ class Bench {
   // throttle credits idle time) and the two batchings taking turns going first; the drain is the
   // median of the pairs' differences over the probe's chunk boundaries (kvsim --validate's serial
   // model adds one per further chunk of a step to the tier's alone time). The daemon is left with
-  // `restore`.
+  // `restore`. None (an empty vector) when the probe step has fewer than two chunks.
   absl::StatusOr<std::vector<double>> MeasureChunkDrains(const std::vector<RunSpec>& alone, size_t chunks, int pairs,
                                                          const kvstream::Policies& restore);
 
@@ -89,6 +89,13 @@ class Bench {
   // under keys of this run only (`run`): a later run writes them again rather than finding them
   // stored already, and no run's reads ever see them.
   void WriteStep(uint32_t r, const BenchStep& step, size_t run);
+  // Rank r's key for new chunk `id` written by run `run`.
+  std::string WrittenKey(const std::string& id, uint32_t r, size_t run) const;
+  // Evicts every chunk run `run` wrote, from every tier, once the run is over: they are never read,
+  // and left behind they would fill the tiers, so that capacity eviction (work of its own, and it
+  // may take the chunks the steps read) would run in later runs and not in earlier ones. A copy
+  // still being written then (an adaptive secondary) may land after it: left to capacity eviction.
+  void EvictWrites(size_t run);
   // Every rank reads `step` at once: the time from releasing them to the last reply, or the first
   // failure.
   absl::StatusOr<double> ReadAllRanks(const BenchStep& step);
