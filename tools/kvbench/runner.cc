@@ -175,7 +175,7 @@ absl::StatusOr<Run> Bench::Measure(const RunSpec& spec, const StepHook& hook) {
   if (warm_up_) {
     for (size_t s = 0; s < w_.steps.size(); ++s) {
       if (hook) hook(s);
-      if (auto t = ReadAllRanks(w_.steps[s]); !t.ok()) {
+      if (auto t = RunStep(w_.steps[s], std::nullopt); !t.ok()) {
         return absl::Status(t.status().code(), absl::StrCat(spec.label, " warm-up step ", s, ": ", t.status().message()));
       }
     }
@@ -191,38 +191,15 @@ absl::StatusOr<Run> Bench::Measure(const RunSpec& spec, const StepHook& hook) {
     const BenchStep& step = w_.steps[s];
     auto before = control_->Stats();
     if (!before.ok()) return before.status();
-    std::vector<absl::Status> status(ranks_.size());
-    std::vector<double> done(ranks_.size(), 0);
-    std::vector<std::thread> threads, writers;
-    std::atomic<bool> go{false};
-    for (uint32_t r = 0; r < ranks_.size(); ++r) {
-      threads.emplace_back([&, r] {
-        while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
-        status[r] = ReadStep(r, step);
-        done[r] = Now();
-      });
-      if (spec.with_writes && !step.writes.empty()) {
-        writers.emplace_back([&, r] {
-          while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
-          WriteStep(r, step, run_index);
-        });
-      }
+    auto times = RunStep(step, spec.with_writes ? std::optional<size_t>(run_index) : std::nullopt);
+    if (!times.ok()) {
+      return absl::Status(times.status().code(), absl::StrCat(spec.label, " step ", s, ": ", times.status().message()));
     }
-    const double start = Now();
-    go.store(true, std::memory_order_release);
-    for (auto& t : threads) t.join();
-    double end = start;
-    for (double d : done) end = std::max(end, d);
-    for (auto& t : writers) t.join();  // the forward pass: deferred writes drain here
-    const double cycle_end = std::max(end, Now());
-    previous_end = end;
-    for (const absl::Status& st : status) {
-      if (!st.ok()) return absl::Status(st.code(), absl::StrCat(spec.label, " step ", s, ": ", st.message()));
-    }
+    previous_end = times->start + times->reads;
     auto after = control_->Stats();
     if (!after.ok()) return after.status();
     StepSample sample;
-    sample.seconds = end - start;
+    sample.seconds = times->reads;
     sample.bytes = step.reads.size() * ranks_.size() * w_.chunk_bytes;
     sample.daemon_cpu_seconds = after->process_cpu_seconds - before->process_cpu_seconds;
     for (size_t t = 0; t < after->tiers.size(); ++t) {
@@ -230,7 +207,7 @@ absl::StatusOr<Run> Bench::Measure(const RunSpec& spec, const StepHook& hook) {
       sample.tier_bytes_written.push_back(after->tiers[t].bytes_written - before->tiers[t].bytes_written);
     }
     if (spec.with_writes) {
-      sample.cycle_seconds = cycle_end - start;
+      sample.cycle_seconds = times->cycle;
       sample.new_bytes = step.writes.size() * ranks_.size() * w_.chunk_bytes;
       sample.write_stall_seconds = after->write_stall_seconds - before->write_stall_seconds;
     }
@@ -253,25 +230,36 @@ void Bench::EvictWrites(size_t run) {
   if (failed > 0) std::fprintf(stderr, "kvbench: %zu chunks this run wrote could not be evicted\n", failed);
 }
 
-absl::StatusOr<double> Bench::ReadAllRanks(const BenchStep& step) {
+absl::StatusOr<Bench::StepTimes> Bench::RunStep(const BenchStep& step, std::optional<size_t> write_run) {
   std::vector<absl::Status> status(ranks_.size());
   std::vector<double> done(ranks_.size(), 0);
-  std::vector<std::thread> threads;
+  std::vector<std::thread> readers, writers;
   std::atomic<bool> go{false};
   for (uint32_t r = 0; r < ranks_.size(); ++r) {
-    threads.emplace_back([&, r] {
+    readers.emplace_back([&, r] {
       while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
       status[r] = ReadStep(r, step);
       done[r] = Now();
     });
+    if (write_run && !step.writes.empty()) {
+      writers.emplace_back([&, r] {
+        while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
+        WriteStep(r, step, *write_run);
+      });
+    }
   }
-  const double start = Now();
+  StepTimes times;
+  times.start = Now();
   go.store(true, std::memory_order_release);
-  for (auto& t : threads) t.join();
+  for (auto& t : readers) t.join();
+  const double end = std::max(times.start, *std::max_element(done.begin(), done.end()));
+  for (auto& t : writers) t.join();  // the forward pass: deferred writes drain here
+  times.reads = end - times.start;
+  times.cycle = std::max(end, Now()) - times.start;
   for (const absl::Status& st : status) {
     if (!st.ok()) return st;
   }
-  return *std::max_element(done.begin(), done.end()) - start;
+  return times;
 }
 
 absl::StatusOr<double> Bench::MeasureChunkDrain(const std::string& routing, const BenchStep& probe, int pairs) {
@@ -287,9 +275,9 @@ absl::StatusOr<double> Bench::MeasureChunkDrain(const std::string& routing, cons
       auto in_force = control_->SetPolicies(routing, serial ? "serial" : "step", "", nullptr, "");
       if (!in_force.ok()) return in_force.status();
       std::this_thread::sleep_for(std::chrono::duration<double>(kIdleSeconds));
-      auto t = ReadAllRanks(probe);
+      auto t = RunStep(probe, std::nullopt);
       if (!t.ok()) return t.status();
-      seconds[serial] = *t;
+      seconds[serial] = t->reads;
     }
     drains.push_back((seconds[1] - seconds[0]) / static_cast<double>(boundaries));
   }

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -96,9 +97,15 @@ class Bench {
   // may take the chunks the steps read) would run in later runs and not in earlier ones. A copy
   // still being written then (an adaptive secondary) may land after it: left to capacity eviction.
   void EvictWrites(size_t run);
-  // Every rank reads `step` at once: the time from releasing them to the last reply, or the first
-  // failure.
-  absl::StatusOr<double> ReadAllRanks(const BenchStep& step);
+  // Every rank reads `step` at once and, for run `write_run`, persists the step's new chunks
+  // (WriteStep) from the same start; returns when the reads are done and the writes durable, or
+  // with the first read failure.
+  struct StepTimes {
+    double start = 0;  // Now() at the release of the ranks
+    double reads = 0;  // until the last rank's reads are done
+    double cycle = 0;  // until the writes are durable too (the reads' time without writes)
+  };
+  absl::StatusOr<StepTimes> RunStep(const BenchStep& step, std::optional<size_t> write_run);
   // One chunk drain of MeasureChunkDrains: `probe` under `routing`.
   absl::StatusOr<double> MeasureChunkDrain(const std::string& routing, const BenchStep& probe, int pairs);
   void RestorePolicies(const kvstream::Policies& policies);
