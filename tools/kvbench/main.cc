@@ -241,8 +241,8 @@ int Main(int argc, char** argv) {
 
   // Populate, let the tiers settle, then measure every run.
   Bench bench(*std::move(sessions), control->get(), *std::move(workload), arena.read_slots);
-  if (!o.no_populate) {
-    if (absl::Status s = bench.Populate(); !s.ok()) return Fail("populate", s, 1);
+  if (absl::Status s = o.no_populate ? bench.LockReadChunks() : bench.Populate(); !s.ok()) {
+    return Fail(o.no_populate ? "lock" : "populate", s, 1);
   }
   if (o.read_into != "arena") {
     if (absl::Status s = bench.ReadIntoClientRegions(o.read_into == "pinned-region"); !s.ok()) {

@@ -75,9 +75,13 @@ absl::StatusOr<std::vector<std::unique_ptr<Client>>> AttachRanks(const std::stri
 }
 
 Bench::Bench(std::vector<std::unique_ptr<Client>> ranks, Client* control, Workload workload, size_t read_slots)
-    : ranks_(std::move(ranks)), control_(control), w_(std::move(workload)), read_slots_(read_slots) {}
+    : ranks_(std::move(ranks)), locked_(ranks_.size()), control_(control), w_(std::move(workload)),
+      read_slots_(read_slots) {}
 
 Bench::~Bench() {
+  for (uint32_t r = 0; r < ranks_.size(); ++r) {
+    if (!locked_[r].empty()) ranks_[r]->Unlock(locked_[r]).IgnoreError();
+  }
   for (const ClientRegion& region : regions_) {
     munmap(region.data, region.size);
     close(region.fd);
@@ -127,10 +131,14 @@ absl::Status Bench::Populate() {
       Client& c = *ranks_[r];
       std::vector<std::string> keys;
       for (const std::string& id : w_.populate) keys.push_back(RankKey(id, r));
-      auto present = c.Lookup(keys);
+      auto present = c.Lookup(keys, nullptr, kLockSeconds);  // the ones stored already, locked at once
       if (!present.ok()) {
         status[r] = present.status();
         return;
+      }
+      std::vector<std::string> stored;
+      for (size_t i = 0; i < keys.size(); ++i) {
+        if ((*present)[i].present) locked_[r].push_back(keys[i]);
       }
       std::vector<ArenaChunk> pending;
       auto flush = [&] {
@@ -141,6 +149,7 @@ absl::Status Bench::Populate() {
           if (s.ok() && !res.status.ok()) s = res.status;
         }
         written += pending.size();
+        for (const ArenaChunk& chunk : pending) stored.push_back(chunk.key);
         pending.clear();
         return s;
       };
@@ -158,6 +167,7 @@ absl::Status Bench::Populate() {
         if (pending.size() == batch) status[r] = flush();
       }
       if (status[r].ok()) status[r] = flush();
+      if (status[r].ok()) status[r] = LockChunks(r, stored);
     });
   }
   for (auto& t : threads) t.join();
@@ -166,6 +176,25 @@ absl::Status Bench::Populate() {
   }
   std::fprintf(stderr, "kvbench: populated %llu chunk parts (%zu chunks x %zu ranks needed)\n",
                static_cast<unsigned long long>(written.load()), w_.populate.size(), ranks_.size());
+  return absl::OkStatus();
+}
+
+absl::Status Bench::LockChunks(uint32_t r, const std::vector<std::string>& keys) {
+  if (keys.empty()) return absl::OkStatus();
+  auto present = ranks_[r]->Lookup(keys, nullptr, kLockSeconds);
+  if (!present.ok()) return present.status();
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if ((*present)[i].present) locked_[r].push_back(keys[i]);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Bench::LockReadChunks() {
+  for (uint32_t r = 0; r < ranks_.size(); ++r) {
+    std::vector<std::string> keys;
+    for (const std::string& id : w_.populate) keys.push_back(RankKey(id, r));
+    if (absl::Status s = LockChunks(r, keys); !s.ok()) return s;
+  }
   return absl::OkStatus();
 }
 
@@ -213,21 +242,7 @@ absl::StatusOr<Run> Bench::Measure(const RunSpec& spec, const StepHook& hook) {
     }
     run.steps.push_back(std::move(sample));
   }
-  if (spec.with_writes) EvictWrites(run_index);
   return run;
-}
-
-void Bench::EvictWrites(size_t run) {
-  size_t failed = 0;
-  for (const BenchStep& step : w_.steps) {
-    for (const std::string& id : step.writes) {
-      for (uint32_t r = 0; r < ranks_.size(); ++r) {
-        auto evicted = control_->Evict({WrittenKey(id, r, run), "", 0, false});
-        failed += !evicted.ok() && !absl::IsNotFound(evicted.status());
-      }
-    }
-  }
-  if (failed > 0) std::fprintf(stderr, "kvbench: %zu chunks this run wrote could not be evicted\n", failed);
 }
 
 absl::StatusOr<Bench::StepTimes> Bench::RunStep(const BenchStep& step, std::optional<size_t> write_run) {

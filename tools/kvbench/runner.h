@@ -51,8 +51,14 @@ class Bench {
   // device pinned (the daemon reads into it through bounce buffers).
   absl::Status ReadIntoClientRegions(bool device_pinned);
 
-  // Stores every chunk the steps read, on every tier, skipping those already there.
+  // Stores every chunk the steps read, on every tier, skipping those already there, and locks
+  // them all against capacity eviction until the Bench is destroyed (at most an hour, the longest
+  // lease): what the runs write (never read again) is what the daemon's LRU evicts, as a serving
+  // engine pins the chunks it is about to read. Without the locks, writes beyond a tier's capacity
+  // evicted chunks the steps read, and those steps then read them from another tier.
   absl::Status Populate();
+  // As Populate's locks, for chunks stored already (kvbench --no-populate).
+  absl::Status LockReadChunks();
 
   // From now on every run first reads every step once under its own policies, untimed (no
   // writes, no idle), so that it starts from its own steady state rather than the one the run
@@ -92,11 +98,9 @@ class Bench {
   void WriteStep(uint32_t r, const BenchStep& step, size_t run);
   // Rank r's key for new chunk `id` written by run `run`.
   std::string WrittenKey(const std::string& id, uint32_t r, size_t run) const;
-  // Evicts every chunk run `run` wrote, from every tier, once the run is over: they are never read,
-  // and left behind they would fill the tiers, so that capacity eviction (work of its own, and it
-  // may take the chunks the steps read) would run in later runs and not in earlier ones. A copy
-  // still being written then (an adaptive secondary) may land after it: left to capacity eviction.
-  void EvictWrites(size_t run);
+  // Locks those of rank r's `keys` that are stored against capacity eviction (Lookup with a
+  // lease), remembered for the destructor to unlock.
+  absl::Status LockChunks(uint32_t r, const std::vector<std::string>& keys);
   // Every rank reads `step` at once and, for run `write_run`, persists the step's new chunks
   // (WriteStep) from the same start; returns when the reads are done and the writes durable, or
   // with the first read failure.
@@ -125,6 +129,8 @@ class Bench {
 
   std::vector<std::unique_ptr<kvstream::Client>> ranks_;
   std::vector<ClientRegion> regions_;  // per rank, when reading into client regions
+  static constexpr double kLockSeconds = 3600;
+  std::vector<std::vector<std::string>> locked_;  // per rank: keys this Bench locked
   size_t runs_measured_ = 0;
   bool warm_up_ = false;
   kvstream::Client* control_;
