@@ -112,7 +112,8 @@ void AddOptions(CLI::App& app, Options& o) {
                  "written to the JSON for kvsim --validate); 0: not measured")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_flag("--no-populate", o.no_populate, "do not store the chunks first: they must be stored already (by an earlier "
-               "run, or by another node on a shared tier); a chunk that misses fails its step");
+               "run, or by another node on a shared tier); a chunk that misses fails its step. Populated or not, the chunks the "
+               "steps read are locked against capacity eviction until kvbench exits (at most an hour)");
   app.add_flag("--allow-buffered", o.allow_buffered, "run even when a tier falls back to buffered I/O (page cache)");
   app.add_flag("--dry-run", o.dry_run, "print the workload (steps, bytes, host/storage/new chunks) and exit");
 }

@@ -267,7 +267,8 @@ absl::StatusOr<Bench::StepTimes> Bench::RunStep(const BenchStep& step, std::opti
   times.start = Now();
   go.store(true, std::memory_order_release);
   for (auto& t : readers) t.join();
-  const double end = std::max(times.start, *std::max_element(done.begin(), done.end()));
+  double end = times.start;
+  for (double d : done) end = std::max(end, d);
   for (auto& t : writers) t.join();  // the forward pass: deferred writes drain here
   times.reads = end - times.start;
   times.cycle = std::max(end, Now()) - times.start;
@@ -371,16 +372,13 @@ absl::Status Bench::ReadStep(uint32_t r, const BenchStep& step) {
   return absl::OkStatus();
 }
 
-std::string Bench::WrittenKey(const std::string& id, uint32_t r, size_t run) const {
-  return absl::StrCat(RankKey(id, r), "@w", getpid(), ".", run);
-}
-
 void Bench::WriteStep(uint32_t r, const BenchStep& step, size_t run) {
   Client& c = *ranks_[r];
   const uint64_t slot = SlotBytes(w_.chunk_bytes);
   std::vector<ArenaChunk> chunks;
   for (size_t i = 0; i < step.writes.size(); ++i) {
-    chunks.push_back({WrittenKey(step.writes[i], r, run), (read_slots_ + i) * slot, w_.chunk_bytes});
+    chunks.push_back({absl::StrCat(RankKey(step.writes[i], r), "@w", getpid(), ".", run), (read_slots_ + i) * slot,
+                      w_.chunk_bytes});
   }
   if (absl::Status s = c.Persist(chunks); !s.ok()) std::fprintf(stderr, "kvbench: persist: %s\n", std::string(s.message()).c_str());
 }

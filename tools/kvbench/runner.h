@@ -96,8 +96,6 @@ class Bench {
   // under keys of this run only (`run`): a later run writes them again rather than finding them
   // stored already, and no run's reads ever see them.
   void WriteStep(uint32_t r, const BenchStep& step, size_t run);
-  // Rank r's key for new chunk `id` written by run `run`.
-  std::string WrittenKey(const std::string& id, uint32_t r, size_t run) const;
   // Locks those of rank r's `keys` that are stored against capacity eviction (Lookup with a
   // lease), remembered for the destructor to unlock.
   absl::Status LockChunks(uint32_t r, const std::vector<std::string>& keys);
