@@ -136,7 +136,6 @@ absl::Status Bench::Populate() {
         status[r] = present.status();
         return;
       }
-      std::vector<std::string> stored;
       for (size_t i = 0; i < keys.size(); ++i) {
         if ((*present)[i].present) locked_[r].push_back(keys[i]);
       }
@@ -149,9 +148,18 @@ absl::Status Bench::Populate() {
           if (s.ok() && !res.status.ok()) s = res.status;
         }
         written += pending.size();
+        std::vector<std::string> stored;
         for (const ArenaChunk& chunk : pending) stored.push_back(chunk.key);
         pending.clear();
-        return s;
+        if (!s.ok()) return s;
+        auto missing = LockChunks(r, stored);  // before later flushes can push them out
+        if (!missing.ok()) return missing.status();
+        if (*missing > 0) {
+          return absl::ResourceExhaustedError(absl::StrCat(
+              *missing, " chunks were evicted as soon as they were stored: the tiers' capacity is too small for the ",
+              "chunks the steps read"));
+        }
+        return absl::OkStatus();
       };
       for (size_t i = 0; i < keys.size() && status[r].ok(); ++i) {
         const auto& p = (*present)[i];
@@ -167,7 +175,6 @@ absl::Status Bench::Populate() {
         if (pending.size() == batch) status[r] = flush();
       }
       if (status[r].ok()) status[r] = flush();
-      if (status[r].ok()) status[r] = LockChunks(r, stored);
     });
   }
   for (auto& t : threads) t.join();
@@ -179,21 +186,26 @@ absl::Status Bench::Populate() {
   return absl::OkStatus();
 }
 
-absl::Status Bench::LockChunks(uint32_t r, const std::vector<std::string>& keys) {
-  if (keys.empty()) return absl::OkStatus();
+absl::StatusOr<size_t> Bench::LockChunks(uint32_t r, const std::vector<std::string>& keys) {
+  if (keys.empty()) return 0;
   auto present = ranks_[r]->Lookup(keys, nullptr, kLockSeconds);
   if (!present.ok()) return present.status();
+  size_t missing = 0;
   for (size_t i = 0; i < keys.size(); ++i) {
-    if ((*present)[i].present) locked_[r].push_back(keys[i]);
+    if ((*present)[i].present) {
+      locked_[r].push_back(keys[i]);
+    } else {
+      ++missing;
+    }
   }
-  return absl::OkStatus();
+  return missing;
 }
 
 absl::Status Bench::LockReadChunks() {
   for (uint32_t r = 0; r < ranks_.size(); ++r) {
     std::vector<std::string> keys;
     for (const std::string& id : w_.populate) keys.push_back(RankKey(id, r));
-    if (absl::Status s = LockChunks(r, keys); !s.ok()) return s;
+    if (auto missing = LockChunks(r, keys); !missing.ok()) return missing.status();
   }
   return absl::OkStatus();
 }
@@ -246,7 +258,7 @@ absl::StatusOr<Run> Bench::Measure(const RunSpec& spec, const StepHook& hook) {
 }
 
 absl::StatusOr<Bench::StepTimes> Bench::RunStep(const BenchStep& step, std::optional<size_t> write_run) {
-  std::vector<absl::Status> status(ranks_.size());
+  std::vector<absl::Status> status(ranks_.size()), written(ranks_.size());
   std::vector<double> done(ranks_.size(), 0);
   std::vector<std::thread> readers, writers;
   std::atomic<bool> go{false};
@@ -259,7 +271,7 @@ absl::StatusOr<Bench::StepTimes> Bench::RunStep(const BenchStep& step, std::opti
     if (write_run && !step.writes.empty()) {
       writers.emplace_back([&, r] {
         while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
-        WriteStep(r, step, *write_run);
+        written[r] = WriteStep(r, step, *write_run);
       });
     }
   }
@@ -272,8 +284,10 @@ absl::StatusOr<Bench::StepTimes> Bench::RunStep(const BenchStep& step, std::opti
   for (auto& t : writers) t.join();  // the forward pass: deferred writes drain here
   times.reads = end - times.start;
   times.cycle = std::max(end, Now()) - times.start;
-  for (const absl::Status& st : status) {
-    if (!st.ok()) return st;
+  for (const auto* statuses : {&status, &written}) {
+    for (const absl::Status& st : *statuses) {
+      if (!st.ok()) return st;
+    }
   }
   return times;
 }
@@ -372,7 +386,7 @@ absl::Status Bench::ReadStep(uint32_t r, const BenchStep& step) {
   return absl::OkStatus();
 }
 
-void Bench::WriteStep(uint32_t r, const BenchStep& step, size_t run) {
+absl::Status Bench::WriteStep(uint32_t r, const BenchStep& step, size_t run) {
   Client& c = *ranks_[r];
   const uint64_t slot = SlotBytes(w_.chunk_bytes);
   std::vector<ArenaChunk> chunks;
@@ -380,7 +394,14 @@ void Bench::WriteStep(uint32_t r, const BenchStep& step, size_t run) {
     chunks.push_back({absl::StrCat(RankKey(step.writes[i], r), "@w", getpid(), ".", run), (read_slots_ + i) * slot,
                       w_.chunk_bytes});
   }
-  if (absl::Status s = c.Persist(chunks); !s.ok()) std::fprintf(stderr, "kvbench: persist: %s\n", std::string(s.message()).c_str());
+  std::vector<kvstream::PersistResult> results;
+  if (absl::Status s = c.Persist(chunks, &results); !s.ok()) return s;
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (!results[i].status.ok()) {
+      return absl::Status(results[i].status.code(), absl::StrCat("persist ", chunks[i].key, ": ", results[i].status.message()));
+    }
+  }
+  return absl::OkStatus();
 }
 
 double FioBandwidth(const std::vector<std::string>& dirs, uint64_t block, uint32_t depth) {

@@ -94,14 +94,15 @@ class Bench {
   absl::Status ReadStep(uint32_t r, const BenchStep& step);
   // Rank r persists the step's new chunks from the slots after the read slots (content unchecked),
   // under keys of this run only (`run`): a later run writes them again rather than finding them
-  // stored already, and no run's reads ever see them.
-  void WriteStep(uint32_t r, const BenchStep& step, size_t run);
+  // stored already, and no run's reads ever see them. Fails with the first chunk that is durable
+  // nowhere (the run's numbers would count writes that did not happen).
+  absl::Status WriteStep(uint32_t r, const BenchStep& step, size_t run);
   // Locks those of rank r's `keys` that are stored against capacity eviction (Lookup with a
-  // lease), remembered for the destructor to unlock.
-  absl::Status LockChunks(uint32_t r, const std::vector<std::string>& keys);
+  // lease), remembered for the destructor to unlock; returns how many are not stored.
+  absl::StatusOr<size_t> LockChunks(uint32_t r, const std::vector<std::string>& keys);
   // Every rank reads `step` at once and, for run `write_run`, persists the step's new chunks
   // (WriteStep) from the same start; returns when the reads are done and the writes durable, or
-  // with the first read failure.
+  // with the first failure (reads first).
   struct StepTimes {
     double start = 0;  // Now() at the release of the ranks
     double reads = 0;  // until the last rank's reads are done
