@@ -176,24 +176,16 @@ std::vector<RunSpec> AllRuns(const std::vector<std::string>& tiers, const std::v
 // Chunks per rank of the chunk drain probe (Bench::MeasureChunkDrains).
 constexpr size_t kDrainProbeChunks = 4;
 
-// True when a run reads chunk after chunk and every tier has an alone run: the chunk drain probe
-// is then worth its time.
-bool NeedsChunkDrain(const std::vector<RunSpec>& runs) {
-  size_t alone = 0;
+// The alone runs whose tiers the chunk drain probe measures: all of them when a run reads chunk
+// after chunk (serial batching), none otherwise (the probe would not be worth its time).
+std::vector<RunSpec> ChunkDrainRuns(const std::vector<RunSpec>& runs) {
+  std::vector<RunSpec> alone;
   bool serial = false;
   for (const RunSpec& r : runs) {
-    alone += IsAloneRun(r.label);
+    if (IsAloneRun(r.label)) alone.push_back(r);
     serial |= r.batching == "serial";
   }
-  return serial && alone > 0;
-}
-
-std::vector<RunSpec> AloneRuns(const std::vector<RunSpec>& runs) {
-  std::vector<RunSpec> alone;
-  for (const RunSpec& r : runs) {
-    if (IsAloneRun(r.label)) alone.push_back(r);
-  }
-  return alone;
+  return serial ? alone : std::vector<RunSpec>{};
 }
 
 // fio on the directories at once at the first tier's queue depth, when asked for; 0 otherwise.
@@ -254,8 +246,8 @@ int Main(int argc, char** argv) {
   sync();
   std::this_thread::sleep_for(std::chrono::seconds(o.settle));
   std::vector<double> drains;
-  if (o.drain_pairs > 0 && NeedsChunkDrain(runs)) {
-    auto d = bench.MeasureChunkDrains(AloneRuns(runs), kDrainProbeChunks, o.drain_pairs, stats->policies);
+  if (const std::vector<RunSpec> probed = ChunkDrainRuns(runs); o.drain_pairs > 0 && !probed.empty()) {
+    auto d = bench.MeasureChunkDrains(probed, kDrainProbeChunks, o.drain_pairs, stats->policies);
     if (!d.ok()) return Fail("chunk drain probe", d.status(), 1);
     drains = *std::move(d);
     if (drains.empty()) std::cerr << "kvbench: chunk drain not measured: the first step reads fewer than two chunks\n";

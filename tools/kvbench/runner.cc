@@ -131,13 +131,10 @@ absl::Status Bench::Populate() {
       Client& c = *ranks_[r];
       std::vector<std::string> keys;
       for (const std::string& id : w_.populate) keys.push_back(RankKey(id, r));
-      auto present = c.Lookup(keys, nullptr, kLockSeconds);  // the ones stored already, locked at once
+      auto present = LockChunks(r, keys);  // the ones stored already, locked at once
       if (!present.ok()) {
         status[r] = present.status();
         return;
-      }
-      for (size_t i = 0; i < keys.size(); ++i) {
-        if ((*present)[i].present) locked_[r].push_back(keys[i]);
       }
       std::vector<ArenaChunk> pending;
       auto flush = [&] {
@@ -152,11 +149,12 @@ absl::Status Bench::Populate() {
         for (const ArenaChunk& chunk : pending) stored.push_back(chunk.key);
         pending.clear();
         if (!s.ok()) return s;
-        auto missing = LockChunks(r, stored);  // before later flushes can push them out
-        if (!missing.ok()) return missing.status();
-        if (*missing > 0) {
+        auto locked = LockChunks(r, stored);  // before later flushes can push them out
+        if (!locked.ok()) return locked.status();
+        const auto missing = std::count_if(locked->begin(), locked->end(), [](const auto& p) { return !p.present; });
+        if (missing > 0) {
           return absl::ResourceExhaustedError(absl::StrCat(
-              *missing, " chunks were evicted as soon as they were stored: the tiers' capacity is too small for the ",
+              missing, " chunks were evicted as soon as they were stored: the tiers' capacity is too small for the ",
               "chunks the steps read"));
         }
         return absl::OkStatus();
@@ -186,26 +184,21 @@ absl::Status Bench::Populate() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<size_t> Bench::LockChunks(uint32_t r, const std::vector<std::string>& keys) {
-  if (keys.empty()) return 0;
+absl::StatusOr<std::vector<kvstream::LookupResult>> Bench::LockChunks(uint32_t r, const std::vector<std::string>& keys) {
+  if (keys.empty()) return std::vector<kvstream::LookupResult>{};
   auto present = ranks_[r]->Lookup(keys, nullptr, kLockSeconds);
   if (!present.ok()) return present.status();
-  size_t missing = 0;
   for (size_t i = 0; i < keys.size(); ++i) {
-    if ((*present)[i].present) {
-      locked_[r].push_back(keys[i]);
-    } else {
-      ++missing;
-    }
+    if ((*present)[i].present) locked_[r].push_back(keys[i]);
   }
-  return missing;
+  return present;
 }
 
 absl::Status Bench::LockReadChunks() {
   for (uint32_t r = 0; r < ranks_.size(); ++r) {
     std::vector<std::string> keys;
     for (const std::string& id : w_.populate) keys.push_back(RankKey(id, r));
-    if (auto missing = LockChunks(r, keys); !missing.ok()) return missing.status();
+    if (auto locked = LockChunks(r, keys); !locked.ok()) return locked.status();
   }
   return absl::OkStatus();
 }

@@ -98,8 +98,8 @@ class Bench {
   // nowhere (the run's numbers would count writes that did not happen).
   absl::Status WriteStep(uint32_t r, const BenchStep& step, size_t run);
   // Locks those of rank r's `keys` that are stored against capacity eviction (Lookup with a
-  // lease), remembered for the destructor to unlock; returns how many are not stored.
-  absl::StatusOr<size_t> LockChunks(uint32_t r, const std::vector<std::string>& keys);
+  // lease), remembered for the destructor to unlock; returns the lookup of each key.
+  absl::StatusOr<std::vector<kvstream::LookupResult>> LockChunks(uint32_t r, const std::vector<std::string>& keys);
   // Every rank reads `step` at once and, for run `write_run`, persists the step's new chunks
   // (WriteStep) from the same start; returns when the reads are done and the writes durable, or
   // with the first failure (reads first).

@@ -1,6 +1,7 @@
 // kvsim: trace-driven simulator of a serving node reading prefix KV through KVStream.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -24,12 +25,17 @@ namespace kvsim {
 namespace {
 
 // The model's time for a step of `d` bytes under policy `label`, the tiers reading `alone`
-// bytes/s each when alone; NAN for a policy the model does not know.
+// bytes/s each when alone; NAN for a policy the model does not know. Serial pays
+// `chunk_latency_s` for each of the step's chunks but the first `latency_in_alone` (those whose
+// latency the alone bandwidths carry already).
 double ModelTime(const std::string& label, double d, double block, uint32_t depth, double chunk, double chunk_latency_s,
-                 const std::vector<double>& alone) {
+                 const std::vector<double>& alone, uint64_t latency_in_alone = 0) {
   if (label == "completion") return CompletionTime(d, block, depth, alone);
   if (label == "fastest") return FastestTime(d, alone[0]);
-  if (label == "serial") return SerialTime(d, static_cast<uint64_t>(std::ceil(d / chunk)), chunk_latency_s, alone[0]);
+  if (label == "serial") {
+    const auto chunks = static_cast<uint64_t>(std::ceil(d / chunk));
+    return SerialTime(d, chunks - std::min(chunks, latency_in_alone), chunk_latency_s, alone[0]);
+  }
   if (label.rfind("static:", 0) == 0) return StaticTime(d, std::stod(label.substr(7)), alone[0], alone[1]);
   return NAN;
 }
@@ -65,8 +71,7 @@ int ValidateKvbench(const std::string& path, const nlohmann::json& j) {
     std::cerr << "kvsim: --validate needs the runs only:" << tiers[0] << " and only:" << tiers[1] << " in " << path << "\n";
     return 2;
   }
-  // Serial batching's idle time at each chunk boundary, per tier (kvbench --drain-probe); the alone
-  // runs start every step on an idle tier, so the first chunk's is inside their bandwidths already.
+  // Serial batching's idle time at each chunk boundary, per tier (kvbench --drain-probe).
   const std::vector<double> drain = j.value("chunk_drain_seconds", std::vector<double>{});
   std::printf("kvsim validate %s (kvbench): per-step bandwidths from only:%s and only:%s, block %.0f KiB, depth %u\n",
               path.c_str(), tiers[0].c_str(), tiers[1].c_str(), block / 1024, depth);
@@ -89,13 +94,9 @@ int ValidateKvbench(const std::string& path, const nlohmann::json& j) {
         const auto& a = (*alone[t])[i];
         bw.push_back(a.at("bytes").get<double>() / a.at("seconds").get<double>());
       }
-      const double d = steps[i].at("bytes").get<double>();
-      if (policy == "serial") {
-        const auto chunks = static_cast<uint64_t>(std::ceil(d / chunk));
-        model += SerialTime(d, chunks > 0 ? chunks - 1 : 0, drain.size() == 2 ? drain[0] : 0, bw[0]);
-      } else {
-        model += ModelTime(policy, d, block, depth, chunk, 0, bw);
-      }
+      // Each step of an alone run starts on an idle tier: its first chunk's drain is in bw.
+      model += ModelTime(policy, steps[i].at("bytes").get<double>(), block, depth, chunk,
+                         drain.size() == 2 ? drain[0] : 0, bw, 1);
     }
     const double measured = r.at("total_seconds").get<double>();
     std::printf("%-28s %12.4f %12.4f %+7.1f%%\n", label.c_str(), measured, model, 100 * (model / measured - 1));
