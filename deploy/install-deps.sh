@@ -6,7 +6,7 @@ PACKAGES=(
   build-essential cmake pkg-config clang
   liburing-dev libabsl-dev libspdlog-dev libfmt-dev libxxhash-dev
   catch2 libyaml-cpp-dev libcli11-dev nlohmann-json3-dev gnuplot-nox
-  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libcpp-httplib-dev prometheus
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler prometheus
   fio e2fsprogs util-linux libfuse3-dev fuse3
   python3 python3-venv
 )
