@@ -70,6 +70,10 @@ absl::StatusOr<StoreConfig> ValidateConfig(StoreConfig c) {
     any_shared |= t.shared;
   }
   if (c.foreign_chunks_limit == 0) return absl::InvalidArgumentError("foreign_chunks_limit must be at least 1");
+  if (!c.shared_key_file.empty() && !c.verify_checksums) {
+    // The MAC authenticates the segment checksums; payload bytes not checked against them are not.
+    return absl::InvalidArgumentError("shared_key_file needs verify_checksums on");
+  }
   if (any_shared && c.node.empty()) {
     char host[256] = {};
     if (gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0') {

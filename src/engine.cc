@@ -71,7 +71,8 @@ void Engine::StageForeignRead(const ChunkRead& read, const ChunkMeta& meta) {
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(StoreConfig config,
                                                        std::vector<std::unique_ptr<TierDevice>> devices,
-                                                       std::shared_ptr<Reactor> reactor) {
+                                                       std::shared_ptr<Reactor> reactor,
+                                                       std::shared_ptr<const ChunkMacKey> mac_key) {
   if (devices.size() != config.tiers.size() || devices.empty() || devices.size() > kMaxTiers) {
     return absl::InvalidArgumentError("one device per configured tier is required");
   }
@@ -85,6 +86,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(StoreConfig config,
     tiers.push_back(std::move(tier));
   }
   std::unique_ptr<Engine> engine(new Engine(std::move(config), std::move(tiers), std::move(reactor)));
+  engine->stager_.set_mac_key(std::move(mac_key));
   if (absl::Status s = engine->reader_.Init(); !s.ok()) return s;
   std::vector<bool> from_checkpoint;
   {

@@ -47,10 +47,12 @@ namespace kvstream {
 class Engine final : public Store {
  public:
   // REQUIRES: devices.size() == config.tiers.size(), config validated. Scans every device,
-  // rebuilds the index (evicting down to capacity) and starts the loop thread.
+  // rebuilds the index (evicting down to capacity) and starts the loop thread. `mac_key`: the
+  // cluster key loaded from config.shared_key_file (null: none); every chunk written is signed.
   static absl::StatusOr<std::unique_ptr<Engine>> Create(StoreConfig config,
                                                         std::vector<std::unique_ptr<TierDevice>> devices,
-                                                        std::shared_ptr<Reactor> reactor);
+                                                        std::shared_ptr<Reactor> reactor,
+                                                        std::shared_ptr<const ChunkMacKey> mac_key = nullptr);
   ~Engine() override;
 
   void RetrieveAsync(std::vector<ChunkRead> step, ChunkCallback on_chunk,

@@ -59,8 +59,10 @@ bool IsHexStem(std::string_view s, size_t length) {
   return true;
 }
 
-// Reads and validates one chunk file's header. Returns DataLoss/NotFound for files to remove.
-absl::StatusOr<ScannedChunk> ReadHeader(const std::string& path, std::string_view stem) {
+// Reads and validates one chunk file's header (its MAC too: VerifyChunkMac). Returns
+// DataLoss/NotFound/PermissionDenied for files to remove.
+absl::StatusOr<ScannedChunk> ReadHeader(const std::string& path, std::string_view stem, const ChunkMacKey* mac_key,
+                                        bool require_mac) {
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Errno("open", path);
   struct stat st;
@@ -80,6 +82,7 @@ absl::StatusOr<ScannedChunk> ReadHeader(const std::string& path, std::string_vie
   }
   close(fd);
   if (!meta.ok()) return meta.status();
+  if (absl::Status s = VerifyChunkMac(*meta, mac_key, require_mac); !s.ok()) return s;
   if (FileStem(meta->key) != stem) return absl::DataLossError("file name does not match its key");
   if (static_cast<uint64_t>(st.st_size) != meta->file_size()) {
     return absl::DataLossError(absl::StrCat("file is ", st.st_size, " bytes, header says ",
@@ -374,6 +377,12 @@ absl::StatusOr<ScanReport> FileDevice::Scan() {
   if (saved.ok()) {
     report.from_checkpoint = true;
     for (ChunkMeta& m : *saved) {
+      // Refused entries are left to the reconciliation that follows a checkpoint (it reads their
+      // headers, refuses them again and removes the files).
+      if (absl::Status s = VerifyChunkMac(m, options_.mac_key.get(), options_.require_mac); !s.ok()) {
+        LogRefusedChunk(options_.path, FileStem(m.key), s);
+        continue;
+      }
       const uint64_t size = m.file_size();
       report.chunks.push_back({std::move(m), size});
     }
@@ -397,7 +406,7 @@ absl::StatusOr<ScanReport> FileDevice::Scan() {
   std::vector<std::thread> readers;
   for (size_t r = 0; r < std::min<size_t>(kScanThreads, files.size()); ++r) {
     readers.emplace_back([&] {
-      for (size_t i = next++; i < files.size(); i = next++) headers[i] = ReadHeader(files[i].first, files[i].second);
+      for (size_t i = next++; i < files.size(); i = next++) headers[i] = ReadHeader(files[i].first, files[i].second, options_.mac_key.get(), options_.require_mac);
     });
   }
   for (auto& t : readers) t.join();
@@ -440,7 +449,8 @@ absl::StatusOr<std::vector<ListedChunk>> FileDevice::ListChunks() {
 }
 
 absl::StatusOr<ScannedChunk> FileDevice::ReadChunkHeader(const std::string& stem) {
-  absl::StatusOr<ScannedChunk> chunk = ReadHeader(ChunkPath(stem), stem);
+  absl::StatusOr<ScannedChunk> chunk = ReadHeader(ChunkPath(stem), stem, options_.mac_key.get(), options_.require_mac);
+  if (absl::IsPermissionDenied(chunk.status())) LogRefusedChunk(options_.path, stem, chunk.status());
   if (chunk.ok() && shared()) chunk->owned = OwnIsPublished(RelativeChunkPath(stem));  // else another node's
   return chunk;
 }

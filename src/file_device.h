@@ -28,6 +28,7 @@
 #include "absl/status/statusor.h"
 #include "aligned_buffer.h"
 #include "chunk_format.h"
+#include "chunk_mac.h"
 #include "tier_device.h"
 #include "uring_queue.h"
 
@@ -47,6 +48,11 @@ struct FileDeviceOptions {
   // Shared: a cached read handle is checked against the published name again after this long
   // (its owner may have removed or replaced the file; an open handle would still read it).
   double revalidate_seconds = 1.0;
+  // The cluster key (chunk_mac.h; null: none): a header whose MAC is present must verify; with
+  // `require_mac` (a shared tier), a header without one is refused too. Refused headers are
+  // misses, from a scan, a header read and the saved index alike.
+  std::shared_ptr<const ChunkMacKey> mac_key;
+  bool require_mac = false;
 };
 
 class FileDevice final : public TierDevice {

@@ -3,6 +3,7 @@
 #include <future>
 
 #include "absl/strings/str_cat.h"
+#include "chunk_mac.h"
 #include "engine.h"
 #include "event_reactor.h"
 #include "file_device.h"
@@ -15,6 +16,12 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StoreConfig& raw) {
   if (!config.ok()) return config.status();
   absl::StatusOr<std::unique_ptr<EventReactor>> reactor = EventReactor::Create();
   if (!reactor.ok()) return reactor.status();
+  std::shared_ptr<const ChunkMacKey> mac_key;
+  if (!config->shared_key_file.empty()) {
+    absl::StatusOr<std::shared_ptr<const ChunkMacKey>> key = ChunkMacKey::Load(config->shared_key_file);
+    if (!key.ok()) return key.status();
+    mac_key = *std::move(key);
+  }
   std::vector<FileDeviceOptions> tier_options;
   for (const TierConfig& t : config->tiers) {
     FileDeviceOptions& options = tier_options.emplace_back();
@@ -23,6 +30,8 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StoreConfig& raw) {
     options.write_depth = t.write_queue_depth + 1;  // + the fsync of a finished replica
     options.allow_buffered_fallback = t.allow_buffered_fallback;
     options.event_fd = (*reactor)->event_fd();
+    options.mac_key = mac_key;
+    options.require_mac = t.shared && mac_key != nullptr;  // anyone may write a shared tier
     if (t.shared) {
       options.node = config->node;
       options.revalidate_seconds = t.miss_ttl_seconds;
@@ -44,7 +53,7 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StoreConfig& raw) {
     devices.push_back(*std::move(device));
   }
   absl::StatusOr<std::unique_ptr<Engine>> engine =
-      Engine::Create(*std::move(config), std::move(devices), std::shared_ptr<Reactor>(std::move(*reactor)));
+      Engine::Create(*std::move(config), std::move(devices), std::shared_ptr<Reactor>(std::move(*reactor)), mac_key);
   if (!engine.ok()) return engine.status();
   return std::unique_ptr<Store>(*std::move(engine));
 }

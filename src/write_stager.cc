@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "chunk_mac.h"
 #include "client_memory.h"
 
 namespace kvstream {
@@ -43,8 +44,10 @@ absl::Status WriteStager::StageWith(std::string_view key, size_t size, absl::Fun
                                     PersistCallback on_durable, bool block, const ChunkMeta* verified) {
   if (absl::Status s = ValidateKey(key); !s.ok()) return s;
   if (size == 0) return absl::InvalidArgumentError("empty chunk");
+  const bool has_mac = mac_key_ != nullptr;
+  if (absl::Status s = ChunkLayoutFits(key.size(), size, block_size_, has_mac); !s.ok()) return s;
   auto chunk = std::make_unique<StagedChunk>();
-  const uint32_t header_size = HeaderSizeFor(key.size(), SegmentCount(size, block_size_));
+  const uint32_t header_size = static_cast<uint32_t>(HeaderSizeFor(key.size(), SegmentCount(size, block_size_), has_mac));
   chunk->image_size = header_size + AlignUp(size, kFileAlignment);
   if (chunk->image_size > limit_bytes_) {
     return absl::InvalidArgumentError(absl::StrCat("chunk of ", size, " bytes (", chunk->image_size,
@@ -86,6 +89,13 @@ absl::Status WriteStager::StageWith(std::string_view key, size_t size, absl::Fun
   // Versions of a key are ordered by this clock's time: a copy is never newer than a write made
   // here after it (another node's clock may run ahead).
   if (reuse) meta->created_unix_ns = std::min(meta->created_unix_ns, now);
+  // Signed here, once, for every tier: replicas stay byte-identical (a verified chunk's MAC was
+  // another writer's, over another creation time, and is replaced or dropped).
+  if (has_mac) {
+    mac_key_->Sign(meta.get());
+  } else {
+    meta->mac.reset();
+  }
   EncodeChunkHeader(*meta, chunk->image.get());
   chunk->stem = FileStem(key);
   chunk->meta = std::move(meta);

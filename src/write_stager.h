@@ -25,6 +25,8 @@
 
 namespace kvstream {
 
+class ChunkMacKey;
+
 // One chunk in staging: its file image (header, payload, padding) ready to write.
 struct StagedChunk {
   uint64_t seq = 0;  // staging order
@@ -39,6 +41,9 @@ class WriteStager {
  public:
   // `reactor` is woken when a chunk is staged or a producer starts waiting for space.
   WriteStager(uint64_t limit_bytes, double high_water, uint32_t block_size, Reactor* reactor);
+  // The cluster key (chunk_mac.h): every chunk staged from now on carries its MAC, so its image,
+  // the same on every tier, is one a shared tier accepts. REQUIRES: before the first Stage.
+  void set_mac_key(std::shared_ptr<const ChunkMacKey> key) { mac_key_ = std::move(key); }
 
   // Copies the chunk into staging. When staging is full: waits for space if `block`, else
   // ResourceExhausted. InvalidArgument for a bad key, an empty chunk or one larger than staging;
@@ -106,6 +111,7 @@ class WriteStager {
   const uint32_t block_size_;
   Reactor* const reactor_;
   const std::shared_ptr<StagingMemory> memory_;  // images' memory, kept for reuse up to about the limit
+  std::shared_ptr<const ChunkMacKey> mac_key_;  // null: chunks carry no MAC
 
   mutable absl::Mutex mu_;
   absl::CondVar changed_;  // staging space freed, a chunk finished, or stopping

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -483,6 +484,108 @@ TEST_CASE("a private store and shared nodes never use one directory at once") {
   auto refused = Store::Open(OnlyShared(dir, "a", shared));
   REQUIRE(absl::IsFailedPrecondition(refused.status()));
   CHECK(std::string(refused.status().message()).find("does not share it") != std::string::npos);
+}
+
+// A cluster key file of 32 `fill` bytes, mode 0600.
+std::string KeyFile(const TempDir& dir, const std::string& name, char fill) {
+  const std::string path = dir.sub(name);
+  std::ofstream(path) << std::string(32, fill);
+  chmod(path.c_str(), 0600);
+  return path;
+}
+
+StoreConfig WithKey(StoreConfig c, const std::string& key_file) {
+  c.shared_key_file = key_file;
+  return c;
+}
+
+std::vector<uint8_t> FileBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
+}
+
+// Changes the creation time in a chunk file's header and seals it again, as anyone who can write
+// the shared tier can (the header checksum is no secret).
+void ForgeCreationTime(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDWR);
+  REQUIRE(fd >= 0);
+  std::vector<uint8_t> header(4096);
+  REQUIRE(pread(fd, header.data(), header.size(), 0) == 4096);
+  uint32_t header_size;
+  std::memcpy(&header_size, header.data() + 12, 4);
+  REQUIRE(header_size == 4096);
+  int64_t created;
+  std::memcpy(&created, header.data() + 32, 8);
+  created += 1;
+  std::memcpy(header.data() + 32, &created, 8);
+  std::memset(header.data() + 56, 0, 8);
+  const uint64_t checksum = Checksum(header.data(), header.size());
+  std::memcpy(header.data() + 56, &checksum, 8);
+  REQUIRE(pwrite(fd, header.data(), header.size(), 0) == 4096);
+  close(fd);
+  auto decoded = DecodeChunkHeader(header.data(), header.size());
+  REQUIRE(decoded.ok());  // a valid header, but not one the key signed
+}
+
+TEST_CASE("with a cluster key, another node's chunk is served only if its MAC verifies") {
+  TempDir dir;
+  const std::string shared = dir.sub("pfs");
+  const std::string key = KeyFile(dir, "cluster.key", 'k');
+  auto a = OpenStoreOrSkip(WithKey(Node(dir, "a", shared), key));
+  auto x = OpenStoreOrSkip(WithKey(Node(dir, "x", shared), KeyFile(dir, "other.key", 'o')));
+  auto y = OpenStoreOrSkip(Node(dir, "y", shared));  // no key at all
+  for (const std::string k : {"signed", "forged"}) {
+    const auto data = Data(k);
+    REQUIRE(a->Persist(k, data.data(), data.size()).ok());
+  }
+  const auto wrong = Data("wrong-key"), unsigned_data = Data("unsigned");
+  REQUIRE(x->Persist("wrong-key", wrong.data(), wrong.size()).ok());
+  REQUIRE(y->Persist("unsigned", unsigned_data.data(), unsigned_data.size()).ok());
+  a->Flush();
+  x->Flush();
+  y->Flush();
+
+  // Every tier gets the same signed image: the NVMe replica and the published file are identical.
+  const std::string nvme_copy = dir.sub("a-nvme") + "/" + RelativeChunkPath(FileStem("signed"));
+  const auto published = FileBytes(Published(shared, "signed"));
+  CHECK(FileBytes(nvme_copy) == published);
+  auto header = DecodeChunkHeader(published.data(), published.size());
+  REQUIRE(header.ok());
+  CHECK(header->mac.has_value());
+  ForgeCreationTime(Published(shared, "forged"));
+
+  auto b = OpenStoreOrSkip(WithKey(Node(dir, "b", shared), key));
+  CHECK(b->Lookup({"signed"})[0].present);
+  CHECK(OkCount(ReadKeys(*b, {"signed"})) == 1);  // byte-identical (ReadKeys compares)
+  for (const std::string k : {"wrong-key", "unsigned", "forged"}) {
+    INFO(k);
+    CHECK_FALSE(b->Lookup({k})[0].present);
+    CHECK(absl::IsNotFound(ReadKeys(*b, {k})[0].status));
+    CHECK(fs::exists(Published(shared, k)));  // another node's file: left alone
+  }
+  // A node without the key serves what it finds, as before keys existed.
+  CHECK(OkCount(ReadKeys(*y, {"signed", "wrong-key"})) == 2);
+
+  // Restarted, a node with the key reads its saved index (with the MACs) and serves its chunks.
+  a.reset();
+  b.reset();
+  a = OpenStoreOrSkip(WithKey(Node(dir, "a", shared), key));
+  CHECK(TierNamed(a->Stats(), "pfs").chunks == 2);
+  b = OpenStoreOrSkip(WithKey(Node(dir, "b", shared), key));
+  CHECK(OkCount(ReadKeys(*b, {"signed"})) == 1);
+  CHECK(fs::exists(Published(shared, "unsigned")));
+}
+
+TEST_CASE("a cluster key file that others may read is refused at open") {
+  TempDir dir;
+  const std::string key = KeyFile(dir, "cluster.key", 'k');
+  chmod(key.c_str(), 0644);
+  auto refused = Store::Open(WithKey(Node(dir, "a", dir.sub("pfs")), key));
+  REQUIRE(absl::IsPermissionDenied(refused.status()));
+  CHECK(std::string(refused.status().message()).find("0644") != std::string::npos);
+  StoreConfig unverified = WithKey(Node(dir, "a", dir.sub("pfs")), key);
+  unverified.verify_checksums = false;
+  CHECK(absl::IsInvalidArgument(Store::Open(unverified).status()));
 }
 
 }  // namespace
