@@ -57,6 +57,24 @@ void FillRequest(uint64_t session_id, const std::string& token, const std::vecto
 }  // namespace
 
 struct Client::Impl {
+  ~Impl() {
+    if (identity >= 0) close(identity);
+  }
+  // Proves who this process is on the daemon's data socket (`<socket>.data`), so calls carry a
+  // caller token (DataOp::kIdentify). A daemon that cannot say leaves the calls anonymous, which
+  // only a daemon with sessions.isolation uid refuses, saying so.
+  void Identify(const std::string& socket_path) {
+    absl::StatusOr<CallerIdentity> id = IdentifyCaller(socket_path + ".data", kDataSocketTimeoutS);
+    if (!id.ok()) return;
+    identity = id->connection;
+    caller_token = std::move(id->token);
+  }
+  // Every call carries the caller token.
+  void Prepare(grpc::ClientContext* ctx) const {
+    if (!caller_token.empty()) ctx->AddMetadata(kCallerMetadata, caller_token);
+  }
+  int identity = -1;  // the data socket connection that keeps caller_token valid
+  std::string caller_token;
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::KVStream::Stub> stub;
   grpc::ClientContext session_context;
@@ -80,6 +98,8 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Attach(const std::string& socket
   auto impl = std::make_unique<Impl>();
   impl->channel = grpc::CreateChannel("unix:" + socket_path, grpc::InsecureChannelCredentials());
   impl->stub = v1::KVStream::NewStub(impl->channel);
+  impl->Identify(socket_path);
+  impl->Prepare(&impl->session_context);
   impl->session_context.set_wait_for_ready(false);
   impl->session = impl->stub->Session(&impl->session_context);
   v1::SessionRequest req;
@@ -113,6 +133,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& socke
     return absl::UnavailableError("no kvstreamd answers on " + socket_path);
   }
   impl->stub = v1::KVStream::NewStub(impl->channel);
+  impl->Identify(socket_path);
   return std::unique_ptr<Client>(new Client(std::move(impl)));
 }
 
@@ -138,6 +159,7 @@ absl::StatusOr<std::vector<LookupResult>> Client::Lookup(const std::vector<std::
   req.set_lock_seconds(lock_seconds);
   v1::LookupReply reply;
   grpc::ClientContext ctx;
+  impl_->Prepare(&ctx);
   if (absl::Status s = FromGrpc(impl_->stub->Lookup(&ctx, req, &reply)); !s.ok()) return s;
   std::vector<LookupResult> out;
   for (const auto& e : reply.entries()) out.push_back({e.present(), e.size(), e.tier_mask(), e.locked()});
@@ -150,6 +172,7 @@ absl::StatusOr<size_t> Client::Unlock(const std::vector<std::string>& keys) {
   for (const std::string& k : keys) req.add_keys(k);
   v1::UnlockReply reply;
   grpc::ClientContext ctx;
+  impl_->Prepare(&ctx);
   if (absl::Status s = FromGrpc(impl_->stub->Unlock(&ctx, req, &reply)); !s.ok()) return s;
   return static_cast<size_t>(reply.unlocked());
 }
@@ -161,6 +184,7 @@ absl::StatusOr<StepRecord> Client::Retrieve(const std::vector<ArenaChunk>& chunk
   FillRequest(impl_->session_id, impl_->token, chunks, &req);
   if (results) results->assign(chunks.size(), ChunkResult{});
   grpc::ClientContext ctx;
+  impl_->Prepare(&ctx);
   auto reader = impl_->stub->Retrieve(&ctx, req);
   v1::RetrieveEvent event;
   StepRecord record;
@@ -191,6 +215,7 @@ absl::Status Client::Persist(const std::vector<ArenaChunk>& chunks, std::vector<
   FillRequest(impl_->session_id, impl_->token, chunks, &req);
   if (results) results->assign(chunks.size(), PersistResult{});
   grpc::ClientContext ctx;
+  impl_->Prepare(&ctx);
   auto reader = impl_->stub->Persist(&ctx, req);
   v1::PersistEvent event;
   absl::Status first_error;
@@ -209,6 +234,7 @@ absl::Status Client::Persist(const std::vector<ArenaChunk>& chunks, std::vector<
 absl::StatusOr<StoreStats> Client::Stats(uint32_t* sessions) {
   v1::StatsReply reply;
   grpc::ClientContext ctx;
+  impl_->Prepare(&ctx);
   if (absl::Status s = FromGrpc(impl_->stub->Stats(&ctx, v1::StatsRequest(), &reply)); !s.ok()) return s;
   if (sessions) *sessions = reply.sessions();
   return FromProto(reply);
@@ -217,6 +243,7 @@ absl::StatusOr<StoreStats> Client::Stats(uint32_t* sessions) {
 absl::StatusOr<HealthReport> Client::Health() {
   v1::HealthReply reply;
   grpc::ClientContext ctx;
+  impl_->Prepare(&ctx);
   if (absl::Status s = FromGrpc(impl_->stub->Health(&ctx, v1::HealthRequest(), &reply)); !s.ok()) return s;
   return HealthReport{reply.serving(), reply.version(), {reply.degraded_tiers().begin(), reply.degraded_tiers().end()},
                       {reply.stalled_tiers().begin(), reply.stalled_tiers().end()},
@@ -229,6 +256,7 @@ absl::StatusOr<std::vector<StepRecord>> Client::Steps(uint32_t max) {
   req.set_max(max);
   v1::StepsReply reply;
   grpc::ClientContext ctx;
+  impl_->Prepare(&ctx);
   if (absl::Status s = FromGrpc(impl_->stub->Steps(&ctx, req, &reply)); !s.ok()) return s;
   std::vector<StepRecord> out;
   for (const auto& r : reply.steps()) out.push_back(FromProto(r));
@@ -244,6 +272,7 @@ absl::StatusOr<Policies> Client::SetPolicies(const std::string& routing, const s
   req.set_writes(writes);
   req.set_replication(replication);
   grpc::ClientContext ctx;
+  impl_->Prepare(&ctx);
   if (absl::Status s = FromGrpc(impl_->stub->SetPolicies(&ctx, req, &reply)); !s.ok()) return s;
   if (pending) *pending = reply.pending();
   return FromProto(reply, Policies{});
@@ -254,6 +283,7 @@ absl::StatusOr<EvictResult> Client::Evict(const EvictRequest& request) {
   ToProto(request, &req);
   v1::EvictReply reply;
   grpc::ClientContext ctx;
+  impl_->Prepare(&ctx);
   if (absl::Status s = FromGrpc(impl_->stub->Evict(&ctx, req, &reply)); !s.ok()) return s;
   return EvictResult{reply.replicas(), reply.bytes()};
 }

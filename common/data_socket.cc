@@ -69,6 +69,12 @@ absl::Status SendDataRequest(int socket, DataOp op, const std::string& token, ui
 }
 
 absl::StatusOr<uint32_t> ReceiveDataReply(int socket) {
+  absl::StatusOr<DataReply> reply = ReceiveDataReplyWithMessage(socket);
+  if (!reply.ok()) return reply.status();
+  return reply->value;
+}
+
+absl::StatusOr<DataReply> ReceiveDataReplyWithMessage(int socket) {
   uint8_t head[12];
   if (absl::Status s = ReceiveAll(socket, head, sizeof(head)); !s.ok()) return s;
   const auto code = static_cast<int32_t>(GetLe(head, 4));
@@ -80,15 +86,32 @@ absl::StatusOr<uint32_t> ReceiveDataReply(int socket) {
   std::string message(length, '\0');
   if (absl::Status s = ReceiveAll(socket, message.data(), length); !s.ok()) return s;
   if (code != 0) return absl::Status(static_cast<absl::StatusCode>(code), message);
-  return value;
+  return DataReply{value, std::move(message)};
+}
+
+absl::StatusOr<CallerIdentity> IdentifyCaller(const std::string& data_socket_path, int timeout_s) {
+  absl::StatusOr<int> connection = ConnectDataSocket(data_socket_path, timeout_s);
+  if (!connection.ok()) return connection.status();
+  absl::Status sent = SendDataRequest(*connection, DataOp::kIdentify, std::string(kSessionTokenBytes, '\0'), 0);
+  absl::StatusOr<DataReply> reply = sent.ok() ? ReceiveDataReplyWithMessage(*connection) : absl::StatusOr<DataReply>(sent);
+  if (reply.ok() && reply->message.size() != 2 * kSessionTokenBytes) {
+    reply = absl::DataLossError("the daemon's caller token is malformed");
+  }
+  if (!reply.ok()) {
+    close(*connection);
+    return reply.status();
+  }
+  return CallerIdentity{*connection, std::move(reply->message)};
 }
 
 DataRequest ParseDataRequest(const uint8_t (&frame)[kDataFrameBytes]) {
   return {static_cast<DataOp>(frame[0]), reinterpret_cast<const char*>(frame + 1), GetLe(frame + 1 + kSessionTokenBytes, 8)};
 }
 
-absl::Status SendDataReply(int socket, const absl::Status& status, uint32_t value) {
-  const std::string message(status.message().substr(0, kMaxReplyMessageBytes));
+absl::Status SendDataReply(int socket, const absl::Status& status, uint32_t value, std::string_view ok_message) {
+  const std::string_view text =
+      status.ok() ? ok_message : std::string_view(status.message().data(), status.message().size());
+  const std::string message(text.substr(0, kMaxReplyMessageBytes));
   std::string frame(12, '\0');
   auto* head = reinterpret_cast<uint8_t*>(frame.data());
   PutLe(head, static_cast<uint32_t>(status.code()), 4);

@@ -6,19 +6,27 @@ namespace kvstream {
 
 absl::StatusOr<Admitted> CheckChunks(std::shared_ptr<Session> session,
                                      const google::protobuf::RepeatedPtrField<v1::ChunkRange>& chunks,
-                                     size_t max_chunks) {
+                                     size_t max_chunks, const AccessPolicy* access) {
   if (chunks.empty()) return absl::InvalidArgumentError("no chunks in the request");
   if (static_cast<size_t>(chunks.size()) > max_chunks) {
     return absl::InvalidArgumentError("more than " + std::to_string(max_chunks) + " chunks in one request");
   }
   Admitted admitted;
   admitted.targets.reserve(chunks.size());
+  admitted.keys.reserve(chunks.size());
   for (int i = 0; i < chunks.size(); ++i) {
     const v1::ChunkRange& c = chunks[i];
     auto refuse = [i](absl::StatusCode code, absl::string_view why) {
       return absl::Status(code, "chunk " + std::to_string(i) + ": " + std::string(why));
     };
-    if (absl::Status k = ValidateKey(c.key()); !k.ok()) return refuse(absl::StatusCode::kInvalidArgument, k.message());
+    absl::StatusOr<std::string> key = c.key();
+    if (access != nullptr) {
+      key = access->StoreKey(session->uid, c.key());
+    } else if (absl::Status k = ValidateKey(c.key()); !k.ok()) {
+      key = k;
+    }
+    if (!key.ok()) return refuse(absl::StatusCode::kInvalidArgument, key.status().message());
+    admitted.keys.push_back(*std::move(key));
     ChunkTarget target;
     if (c.region() == 0) {
       if (absl::Status r = session->arena->CheckRange(c.offset(), c.length()); !r.ok()) {
@@ -56,7 +64,7 @@ absl::StatusOr<Admitted> Admit(const SessionManager& sessions, uint64_t session_
                                const google::protobuf::RepeatedPtrField<v1::ChunkRange>& chunks) {
   std::shared_ptr<Session> session = sessions.Authorize(session_id, token);
   if (!session) return absl::NotFoundError("no session " + std::to_string(session_id) + " with this token");
-  return CheckChunks(std::move(session), chunks);
+  return CheckChunks(std::move(session), chunks, kMaxChunksPerRequest, &sessions.access());
 }
 
 grpc::Status ToGrpc(const absl::Status& s) {

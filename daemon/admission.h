@@ -35,16 +35,18 @@ struct ChunkTarget {
 // they use (the call keeps them alive until it ends).
 struct Admitted {
   std::shared_ptr<Session> session;
+  std::vector<std::string> keys;  // each chunk's key as the store knows it (AccessPolicy::StoreKey)
   std::vector<ChunkTarget> targets;
   std::vector<std::shared_ptr<SessionRegion>> regions;
 };
 
 // OK when there are 1..max_chunks chunks, each with a valid key (else InvalidArgument), naming the
 // arena (region 0) or one of the session's client regions (else NotFound), with a range inside it
-// (else OutOfRange). Messages name the chunk.
+// (else OutOfRange). Messages name the chunk. Keys are mapped into the session uid's namespace
+// by `access` (none: as given).
 absl::StatusOr<Admitted> CheckChunks(std::shared_ptr<Session> session,
                                      const google::protobuf::RepeatedPtrField<v1::ChunkRange>& chunks,
-                                     size_t max_chunks = kMaxChunksPerRequest);
+                                     size_t max_chunks = kMaxChunksPerRequest, const AccessPolicy* access = nullptr);
 
 // The session the request may use: NotFound unless `token` is session `session_id`'s token,
 // else as CheckChunks.

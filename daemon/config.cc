@@ -112,7 +112,27 @@ DaemonConfig Parse(const YAML::Node& root) {
     if (s["group"]) c.socket_group = Str(s["group"], "socket.group");
   }
   if (const auto s = root["sessions"]) {
-    RequireMap(s, "sessions", {"max_arena", "arena_budget", "max_sessions"});
+    RequireMap(s, "sessions", {"max_arena", "arena_budget", "max_sessions", "isolation", "admin_group",
+                               "max_sessions_per_uid", "arena_budget_per_uid", "max_lookup_keys"});
+    if (s["isolation"]) {
+      const std::string isolation = Str(s["isolation"], "sessions.isolation");
+      if (isolation == "none") {
+        c.isolation = DaemonConfig::Isolation::kNone;
+      } else if (isolation == "uid") {
+        c.isolation = DaemonConfig::Isolation::kUid;
+      } else {
+        throw ConfigError{Where(s["isolation"], "sessions.isolation") + " must be none or uid"};
+      }
+    }
+    if (s["admin_group"]) c.admin_group = Str(s["admin_group"], "sessions.admin_group");
+    if (s["max_sessions_per_uid"]) c.max_sessions_per_uid = Uint(s["max_sessions_per_uid"], "sessions.max_sessions_per_uid");
+    if (s["arena_budget_per_uid"]) c.arena_budget_per_uid = Bytes(s["arena_budget_per_uid"], "sessions.arena_budget_per_uid");
+    if (s["max_lookup_keys"]) {
+      c.max_lookup_keys = Uint(s["max_lookup_keys"], "sessions.max_lookup_keys");
+      if (c.max_lookup_keys == 0 || c.max_lookup_keys > (1u << 20)) {
+        throw ConfigError{Where(s["max_lookup_keys"], "sessions.max_lookup_keys") + " must be 1 to 1048576"};
+      }
+    }
     if (s["max_sessions"]) c.max_sessions = Uint(s["max_sessions"], "sessions.max_sessions");
     if (c.max_sessions == 0) throw ConfigError{Where(s["max_sessions"], "sessions.max_sessions") + " must be at least 1"};
     if (s["max_arena"]) c.max_arena_bytes = Bytes(s["max_arena"], "sessions.max_arena");

@@ -20,6 +20,17 @@ struct DaemonConfig {
   uint64_t max_arena_bytes = 8ull << 30;  // largest shared-memory arena one session may attach
   uint64_t arena_budget_bytes = DefaultArenaBudget();  // all sessions' arenas together
   uint32_t max_sessions = 256;                         // sessions attached at once
+  // Who may do what on the socket (docs/security.md). kUid: keys live in a namespace per client
+  // uid (tenants never read, overwrite or probe each other's KV; prefixes are then not shared
+  // across uids).
+  enum class Isolation { kNone, kUid };
+  Isolation isolation = Isolation::kNone;
+  // Members of this group (a name or a numeric gid) may administer (evict, policies, others'
+  // locks) besides root and the daemon's own uid; empty = none.
+  std::string admin_group;
+  uint32_t max_sessions_per_uid = 0;    // sessions one uid may attach at once; 0 = max_sessions
+  uint64_t arena_budget_per_uid = 0;    // arena and client region bytes of one uid; 0 = arena_budget
+  uint32_t max_lookup_keys = 16384;     // keys in one Lookup or Unlock
   std::string log_level = "info";   // trace | debug | info | warn | error
   std::string metrics_listen;       // HOST:PORT of HTTP /metrics and /health; empty = off
   StoreConfig store;                // tiers, block size, staging, policies (validated)

@@ -118,6 +118,22 @@ int Main(int argc, char** argv) {
     }
     socket_gid = g->gr_gid;
   }
+  AccessOptions access;
+  access.isolate_uids = config->isolation == DaemonConfig::Isolation::kUid;
+  if (!config->admin_group.empty()) {
+    const group* g = getgrnam(config->admin_group.c_str());
+    char* end = nullptr;
+    const unsigned long numeric = std::strtoul(config->admin_group.c_str(), &end, 10);
+    if (g != nullptr) {
+      access.admin_gid = g->gr_gid;
+    } else if (*end == '\0' && numeric < static_cast<gid_t>(-1)) {
+      access.admin_gid = static_cast<gid_t>(numeric);
+    } else {
+      std::cerr << "kvstreamd: " << config_path << ": sessions.admin_group '" << config->admin_group
+                << "' is neither a group nor a numeric gid\n";
+      return 2;
+    }
+  }
   spdlog::set_default_logger(spdlog::stderr_logger_mt("kvstreamd"));  // stderr: journald under systemd
   spdlog::set_level(spdlog::level::from_str(config->log_level));
   spdlog::set_pattern("%^%l%$ %v");  // journald adds the time and the unit
@@ -144,12 +160,13 @@ int Main(int argc, char** argv) {
     return 1;
   }
   SessionManager sessions(socket_path + ".data", config->max_arena_bytes, config->arena_budget_bytes,
-                          config->max_sessions, store->get());
+                          config->max_sessions, store->get(), access,
+                          UidLimits{config->max_sessions_per_uid, config->arena_budget_per_uid});
   if (absl::Status s = sessions.Start(config->socket_mode); !s.ok()) {
     std::cerr << "kvstreamd: " << s.message() << "\n";
     return 1;
   }
-  auto service = std::make_unique<Service>(store->get(), &sessions);
+  auto service = std::make_unique<Service>(store->get(), &sessions, config->max_lookup_keys);
   grpc::ServerBuilder builder;
   builder.AddListeningPort("unix:" + socket_path, grpc::InsecureServerCredentials());
   builder.RegisterService(service.get());
@@ -168,7 +185,9 @@ int Main(int argc, char** argv) {
       }
     }
   }
-  spdlog::info("kvstreamd {} serving on {} with {} tiers", KVSTREAM_VERSION, socket_path, config->store.tiers.size());
+  spdlog::info("kvstreamd {} serving on {} with {} tiers; isolation {}{}", KVSTREAM_VERSION, socket_path,
+               config->store.tiers.size(), access.isolate_uids ? "uid" : "none",
+               access.admin_gid ? ", admin group " + std::to_string(*access.admin_gid) : std::string());
   HttpEndpoint http(store->get(), &sessions, KVSTREAM_VERSION);
   if (!config->metrics_listen.empty()) {
     if (absl::Status s = http.Start(config->metrics_listen); !s.ok()) {

@@ -6,9 +6,13 @@
 namespace kvstream {
 namespace {
 
-std::vector<ArenaChunk> ChunksOf(const v1::PersistRequest& req) {
+// The request's chunks under the keys the store knows them by (Admitted::keys).
+std::vector<ArenaChunk> ChunksOf(const v1::PersistRequest& req, const Admitted& admitted) {
   std::vector<ArenaChunk> chunks;
-  for (const v1::ChunkRange& c : req.chunks()) chunks.push_back({c.key(), c.offset(), c.length()});
+  for (int i = 0; i < req.chunks().size(); ++i) {
+    const v1::ChunkRange& c = req.chunks(i);
+    chunks.push_back({admitted.keys[i], c.offset(), c.length()});
+  }
   return chunks;
 }
 
@@ -24,7 +28,7 @@ PersistCall* PersistCall::Start(Store* store, Admitted admitted, const v1::Persi
 PersistCall::PersistCall(Store* store, Admitted admitted, const v1::PersistRequest& req)
     : store_(store),
       admitted_(std::move(admitted)),
-      chunks_(ChunksOf(req)),
+      chunks_(ChunksOf(req, admitted_)),
       chunk_state_(chunks_.size()),
       pending_(chunks_.size() + 1) {}
 

@@ -14,7 +14,7 @@ RetrieveCall* RetrieveCall::Start(Store* store, Admitted admitted, const v1::Ret
   for (int i = 0; i < req.chunks().size(); ++i) {
     const v1::ChunkRange& c = req.chunks(i);
     const ChunkTarget& t = admitted.targets[i];
-    step.push_back({c.key(), t.data, c.length(), t.fd, t.fd_offset, t.bounce});
+    step.push_back({admitted.keys[i], t.data, c.length(), t.fd, t.fd_offset, t.bounce});
   }
   // gRPC's reference keeps `call` alive until this returns; the store's, until on_done.
   store->RetrieveAsync(

@@ -5,7 +5,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include <algorithm>
 #include "admission.h"
 #include "event_stream.h"
 #include "kvstream/key.h"
@@ -17,8 +20,53 @@
 
 namespace kvstream {
 
-grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionEvent>* Service::Session(grpc::CallbackServerContext*) {
-  return new SessionCall(store_, sessions_);
+absl::StatusOr<std::shared_ptr<const Caller>> Service::CallerOf(const grpc::CallbackServerContext* ctx) const {
+  const auto& metadata = ctx->client_metadata();
+  auto it = metadata.find(kCallerMetadata);
+  if (it == metadata.end()) return nullptr;
+  const absl::string_view hex(it->second.data(), it->second.size());
+  std::shared_ptr<const Caller> caller;
+  if (hex.size() == 64 && std::all_of(hex.begin(), hex.end(), absl::ascii_isxdigit)) {
+    caller = sessions_->callers().Find(absl::HexStringToBytes(hex));
+  }
+  if (caller == nullptr && sessions_->access().isolated()) {
+    return absl::UnauthenticatedError("unknown caller token: the data socket connection that proved it is closed "
+                                      "(or kvstreamd restarted); connect again");
+  }
+  return caller;
+}
+
+absl::StatusOr<std::vector<std::string>> Service::StoreKeys(
+    const grpc::CallbackServerContext* ctx, const google::protobuf::RepeatedPtrField<std::string>& given) const {
+  auto caller = CallerOf(ctx);
+  if (!caller.ok()) return caller.status();
+  if (absl::Status s = sessions_->access().MayUse(caller->get()); !s.ok()) return s;
+  if (static_cast<size_t>(given.size()) > max_lookup_keys_) {
+    return absl::InvalidArgumentError(absl::StrCat(given.size(), " keys in one call; the limit is ", max_lookup_keys_,
+                                                   " (sessions.max_lookup_keys)"));
+  }
+  const uid_t uid = *caller ? (*caller)->uid : kAnonymousUid;
+  std::vector<std::string> keys;
+  keys.reserve(given.size());
+  for (int i = 0; i < given.size(); ++i) {
+    absl::StatusOr<std::string> key = sessions_->access().StoreKey(uid, given[i]);
+    if (!key.ok()) return absl::InvalidArgumentError("key " + std::to_string(i) + ": " + std::string(key.status().message()));
+    keys.push_back(*std::move(key));
+  }
+  return keys;
+}
+
+grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionEvent>* Service::Session(grpc::CallbackServerContext* ctx) {
+  absl::StatusOr<uid_t> owner = kAnonymousUid;
+  auto caller = CallerOf(ctx);
+  if (!caller.ok()) {
+    owner = caller.status();
+  } else if (absl::Status s = sessions_->access().MayUse(caller->get()); !s.ok()) {
+    owner = s;
+  } else if (*caller) {
+    owner = (*caller)->uid;
+  }
+  return new SessionCall(store_, sessions_, std::move(owner));
 }
 
 grpc::ServerWriteReactor<v1::RetrieveEvent>* Service::Retrieve(grpc::CallbackServerContext*,
@@ -36,24 +84,13 @@ grpc::ServerWriteReactor<v1::PersistEvent>* Service::Persist(grpc::CallbackServe
 }
 
 namespace {
-// The keys of a Lookup or Unlock, each valid, or InvalidArgument naming the first that is not.
-absl::StatusOr<std::vector<std::string>> ValidKeys(const google::protobuf::RepeatedPtrField<std::string>& given) {
-  std::vector<std::string> keys(given.begin(), given.end());
-  for (size_t i = 0; i < keys.size(); ++i) {
-    if (absl::Status s = ValidateKey(keys[i]); !s.ok()) {
-      return absl::InvalidArgumentError("key " + std::to_string(i) + ": " + std::string(s.message()));
-    }
-  }
-  return keys;
-}
-
 constexpr double kMaxLockSeconds = 3600;
 }  // namespace
 
 grpc::ServerUnaryReactor* Service::Lookup(grpc::CallbackServerContext* ctx, const v1::LookupRequest* req,
                                           v1::LookupReply* reply) {
   auto* r = ctx->DefaultReactor();
-  auto keys = ValidKeys(req->keys());
+  auto keys = StoreKeys(ctx, req->keys());
   if (!keys.ok()) {
     r->Finish(ToGrpc(keys.status()));
     return r;
@@ -84,7 +121,7 @@ grpc::ServerUnaryReactor* Service::Lookup(grpc::CallbackServerContext* ctx, cons
 grpc::ServerUnaryReactor* Service::Unlock(grpc::CallbackServerContext* ctx, const v1::UnlockRequest* req,
                                           v1::UnlockReply* reply) {
   auto* r = ctx->DefaultReactor();
-  auto keys = ValidKeys(req->keys());
+  auto keys = StoreKeys(ctx, req->keys());
   if (!keys.ok()) {
     r->Finish(ToGrpc(keys.status()));
     return r;
@@ -116,6 +153,11 @@ grpc::ServerUnaryReactor* Service::Steps(grpc::CallbackServerContext* ctx, const
 grpc::ServerUnaryReactor* Service::SetPolicies(grpc::CallbackServerContext* ctx, const v1::Policies* req,
                                                v1::Policies* reply) {
   auto* r = ctx->DefaultReactor();
+  auto caller = CallerOf(ctx);
+  if (absl::Status s = caller.ok() ? sessions_->access().MayAdminister(caller->get()) : caller.status(); !s.ok()) {
+    r->Finish(ToGrpc(s));
+    return r;
+  }
   auto policies = FromProto(*req, store_->policies());
   if (!policies.ok()) {
     r->Finish(ToGrpc(policies.status()));
@@ -134,7 +176,21 @@ grpc::ServerUnaryReactor* Service::SetPolicies(grpc::CallbackServerContext* ctx,
 grpc::ServerUnaryReactor* Service::Evict(grpc::CallbackServerContext* ctx, const v1::EvictRequest* req,
                                          v1::EvictReply* reply) {
   auto* r = ctx->DefaultReactor();
-  auto result = store_->Evict(FromProto(*req));
+  auto caller = CallerOf(ctx);
+  if (absl::Status s = caller.ok() ? sessions_->access().MayAdminister(caller->get()) : caller.status(); !s.ok()) {
+    r->Finish(ToGrpc(s));
+    return r;
+  }
+  EvictRequest request = FromProto(*req);
+  if (!request.key.empty()) {  // a key in the caller's own namespace
+    auto key = sessions_->access().StoreKey(*caller ? (*caller)->uid : kAnonymousUid, request.key);
+    if (!key.ok()) {
+      r->Finish(ToGrpc(key.status()));
+      return r;
+    }
+    request.key = *std::move(key);
+  }
+  auto result = store_->Evict(request);
   if (result.ok()) {
     reply->set_replicas(result->replicas);
     reply->set_bytes(result->bytes);

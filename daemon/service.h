@@ -4,7 +4,11 @@
 // retrieve_call.h, persist_call.h); the unary calls are answered here, at once.
 //
 // Lifetime: the store and the session manager outlive the Service, and the Service outlives the
-// gRPC server (shut it down first). Destroying the Service stops its staging worker (see
+// gRPC server (shut it down first).
+//
+// Access (callers.h): calls that touch keys or sessions carry the caller's token; under
+// sessions.isolation uid their keys live in the caller's namespace, and Evict and SetPolicies are
+// for administrators. Stats, Steps and Health are open to every member of the socket group. Destroying the Service stops its staging worker (see
 // staging_worker.h): the chunks of persists still queued for staging space are answered
 // UNAVAILABLE, unstaged. Chunks already staged stay the store's, and the store's last durable
 // callbacks delete their calls.
@@ -21,7 +25,10 @@ namespace kvstream {
 
 class Service final : public v1::KVStream::CallbackService {
  public:
-  Service(Store* store, SessionManager* sessions) : store_(store), sessions_(sessions) {}
+  static constexpr uint32_t kDefaultMaxLookupKeys = 16384;
+  // `max_lookup_keys`: keys one Lookup or Unlock may name (sessions.max_lookup_keys).
+  Service(Store* store, SessionManager* sessions, uint32_t max_lookup_keys = kDefaultMaxLookupKeys)
+      : store_(store), sessions_(sessions), max_lookup_keys_(max_lookup_keys) {}
 
   grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionEvent>* Session(grpc::CallbackServerContext* ctx) override;
   grpc::ServerUnaryReactor* Lookup(grpc::CallbackServerContext* ctx, const v1::LookupRequest* req,
@@ -44,8 +51,17 @@ class Service final : public v1::KVStream::CallbackService {
                                    v1::HealthReply* reply) override;
 
  private:
+  // Who is calling (callers.h): null for a call without a caller token (or, without isolation,
+  // with one the daemon no longer knows); Unauthenticated under isolation for an unknown token.
+  absl::StatusOr<std::shared_ptr<const Caller>> CallerOf(const grpc::CallbackServerContext* ctx) const;
+  // The keys of a Lookup or Unlock as the store knows them (the caller's namespace under
+  // isolation), or why the call is refused: anonymous under isolation, too many keys, a bad key.
+  absl::StatusOr<std::vector<std::string>> StoreKeys(const grpc::CallbackServerContext* ctx,
+                                                     const google::protobuf::RepeatedPtrField<std::string>& keys) const;
+
   Store* const store_;
   SessionManager* const sessions_;
+  const uint32_t max_lookup_keys_;
   StagingWorker staging_;  // persists that found staging full wait for space here
 };
 

@@ -7,7 +7,8 @@ namespace kvstream {
 
 // At most one read or write is outstanding at a time, so reactions never overlap and the members
 // need no lock.
-SessionCall::SessionCall(Store* store, SessionManager* sessions) : store_(store), sessions_(sessions) {
+SessionCall::SessionCall(Store* store, SessionManager* sessions, absl::StatusOr<uid_t> owner)
+    : store_(store), sessions_(sessions), owner_(std::move(owner)) {
   StartRead(&request_);
 }
 
@@ -24,7 +25,11 @@ void SessionCall::OnReadDone(bool ok) {
 }
 
 void SessionCall::Attach(const v1::SessionRequest::Attach& a) {
-  auto created = sessions_->Create(a.model(), a.rank(), a.world_size(), a.arena_bytes());
+  if (!owner_.ok()) {
+    Finish(ToGrpc(owner_.status()));
+    return;
+  }
+  auto created = sessions_->Create(a.model(), a.rank(), a.world_size(), a.arena_bytes(), *owner_);
   if (!created.ok()) {
     Finish(ToGrpc(created.status()));
     return;
@@ -33,8 +38,9 @@ void SessionCall::Attach(const v1::SessionRequest::Attach& a) {
   // Fixed-buffer reads into the arena where the tiers allow it (else plain reads); with its memfd,
   // so the store can take pages back from a stalled read and serve the step from another tier.
   registered_ = store_->RegisterMemory(session_->arena->data(), session_->arena->size(), session_->arena->fd(), 0).ok();
-  spdlog::info("session {} attached: model '{}' rank {}/{} arena {} bytes", session_->id, a.model(), a.rank(),
-               a.world_size(), session_->arena->size());
+  spdlog::info("session {} attached: model '{}' rank {}/{} arena {} bytes{}", session_->id, a.model(), a.rank(),
+               a.world_size(), session_->arena->size(),
+               session_->uid == kAnonymousUid ? std::string(" (anonymous)") : " for uid " + std::to_string(session_->uid));
   auto* attached = event_.mutable_attached();
   attached->set_session_id(session_->id);
   attached->set_arena_bytes(session_->arena->size());

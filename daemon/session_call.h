@@ -17,7 +17,9 @@ namespace kvstream {
 
 class SessionCall final : public grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionEvent> {
  public:
-  SessionCall(Store* store, SessionManager* sessions);
+  // `owner`: the uid the session is for (the caller's, kAnonymousUid without one), or why the
+  // caller may not attach (the attach is then refused with it).
+  SessionCall(Store* store, SessionManager* sessions, absl::StatusOr<uid_t> owner);
 
   void OnReadDone(bool ok) override;
   void OnWriteDone(bool ok) override;
@@ -29,6 +31,7 @@ class SessionCall final : public grpc::ServerBidiReactor<v1::SessionRequest, v1:
 
   Store* const store_;
   SessionManager* const sessions_;
+  const absl::StatusOr<uid_t> owner_;
   bool registered_ = false;  // the arena is registered with the store
   v1::SessionRequest request_;
   v1::SessionEvent event_;

@@ -1,7 +1,5 @@
 #include "sessions.h"
 
-#include <poll.h>
-#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/socket.h>
@@ -9,7 +7,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include <chrono>
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -22,48 +20,6 @@ namespace kvstream {
 namespace {
 
 constexpr size_t kTokenBytes = kSessionTokenBytes;
-constexpr int kHandOverMs = 2000;  // a peer must send its request within this
-
-// Reads one request frame within kHandOverMs (a slow or silent peer cannot hold the thread).
-// `fd` gets the descriptor that came with it, or -1. False when no whole frame came.
-bool ReceiveFrame(int c, uint8_t (&frame)[kDataFrameBytes], int* fd) {
-  *fd = -1;
-  size_t got = 0;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kHandOverMs);
-  while (got < kDataFrameBytes) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    pollfd p{c, POLLIN, 0};
-    if (left.count() <= 0 || poll(&p, 1, static_cast<int>(left.count())) <= 0) return false;
-    iovec iov{frame + got, kDataFrameBytes - got};
-    alignas(cmsghdr) char control[CMSG_SPACE(4 * sizeof(int))] = {};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof(control);
-    const ssize_t n = recvmsg(c, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-    for (cmsghdr* h = CMSG_FIRSTHDR(&msg); n > 0 && h != nullptr; h = CMSG_NXTHDR(&msg, h)) {
-      if (h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_RIGHTS) continue;
-      const size_t count = (h->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-      for (size_t i = 0; i < count; ++i) {
-        int received;
-        std::memcpy(&received, CMSG_DATA(h) + i * sizeof(int), sizeof(int));
-        if (*fd < 0) {
-          *fd = received;
-        } else {
-          close(received);  // one descriptor per request
-        }
-      }
-    }
-    if (n <= 0) {
-      if (*fd >= 0) close(*fd);
-      *fd = -1;
-      return false;
-    }
-    got += static_cast<size_t>(n);
-  }
-  return true;
-}
 
 bool SameToken(const std::string& a, const char* b) {
   if (a.size() != kTokenBytes) return false;
@@ -77,9 +33,8 @@ bool SameToken(const std::string& a, const char* b) {
 absl::Status ArenaBudget::Take(uint64_t bytes) {
   absl::MutexLock lock(&mu_);
   if (bytes > limit_ - used_) {
-    return absl::ResourceExhaustedError("an arena of " + std::to_string(bytes) + " bytes exceeds the node's arena budget: " +
-                                        std::to_string(used_) + " of " + std::to_string(limit_) + " bytes in use by " +
-                                        std::to_string(holders_) + " sessions (sessions.arena_budget)");
+    return absl::ResourceExhaustedError(absl::StrCat("an arena of ", bytes, " bytes exceeds ", owner_, " arena budget: ", used_,
+                                                     " of ", limit_, " bytes in use by ", holders_, " sessions (", setting_, ")"));
   }
   used_ += bytes;
   ++holders_;
@@ -98,83 +53,37 @@ uint64_t ArenaBudget::used() const {
 }
 
 SessionManager::SessionManager(std::string data_socket, uint64_t max_arena_bytes, uint64_t arena_budget_bytes,
-                               uint32_t max_sessions, Store* store)
-    : data_socket_(std::move(data_socket)),
-      max_arena_bytes_(max_arena_bytes),
+                               uint32_t max_sessions, Store* store, AccessOptions access, UidLimits uid_limits)
+    : max_arena_bytes_(max_arena_bytes),
       max_sessions_(max_sessions),
       budget_(std::make_shared<ArenaBudget>(arena_budget_bytes)),
-      store_(store) {}
+      store_(store),
+      access_(std::move(access)),
+      uid_limits_(uid_limits),
+      data_server_(std::move(data_socket), &callers_,
+                   [this](int c, const DataRequest& request, int fd, const PeerCredentials& peer) {
+                     HandOver(c, request, fd, peer);
+                   }) {}
 
 SessionManager::~SessionManager() { Stop(); }
 
-absl::Status SessionManager::Start(uint32_t mode) {
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (data_socket_.size() >= sizeof(addr.sun_path)) {
-    return absl::InvalidArgumentError("data socket path is too long: " + data_socket_);
-  }
-  std::strcpy(addr.sun_path, data_socket_.c_str());
-  listen_fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (listen_fd_ < 0) return absl::InternalError(std::string("socket: ") + std::strerror(errno));
-  unlink(data_socket_.c_str());  // the control socket was checked first: no live daemon owns it
-  if (bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || listen(listen_fd_, 64) != 0) {
-    return absl::InternalError("binding " + data_socket_ + ": " + std::strerror(errno));
-  }
-  chmod(data_socket_.c_str(), mode);
-  stop_fd_ = eventfd(0, EFD_CLOEXEC);
-  thread_ = std::thread([this] {
-    NameThisThread("kvs-data");
-    Serve();
-  });
-  return absl::OkStatus();
-}
+absl::Status SessionManager::Start(uint32_t mode) { return data_server_.Start(mode); }
 
 void SessionManager::Stop() {
-  if (thread_.joinable()) {
-    const uint64_t one = 1;
-    [[maybe_unused]] ssize_t n = write(stop_fd_, &one, sizeof(one));
-    thread_.join();
-  }
-  std::vector<std::thread> populating;
-  {
-    absl::MutexLock lock(&populate_mu_);
-    populating.swap(populating_);
-  }
-  for (std::thread& t : populating) t.join();
-  if (listen_fd_ >= 0) {
-    close(listen_fd_);
-    unlink(data_socket_.c_str());
-    listen_fd_ = -1;
-  }
-  if (stop_fd_ >= 0) {
-    close(stop_fd_);
-    stop_fd_ = -1;
-  }
+  data_server_.Stop();
+  populating_.Stop();
 }
 
-void SessionManager::Serve() {
-  while (true) {
-    pollfd p[2] = {{listen_fd_, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
-    if (poll(p, 2, -1) < 0) {
-      if (errno == EINTR) continue;
-      return;
-    }
-    if (p[1].revents) return;
-    const int c = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (c < 0) continue;
-    HandOver(c);
-    close(c);
+void SessionManager::HandOver(int c, const DataRequest& request, int fd, const PeerCredentials& peer) {
+  std::shared_ptr<Session> session = FindByToken(request.token);
+  // Under isolation, a session's memory changes hands only with a process of the session's uid
+  // (a leaked token is not enough).
+  if (session != nullptr && access_.isolated() && session->uid != peer.uid) {
+    spdlog::warn("data socket: uid {} presented the token of session {} (uid {}); refused", peer.uid, session->id,
+                 session->uid);
+    session = nullptr;
   }
-}
-
-void SessionManager::HandOver(int c) {
-  timeval send_timeout{1, 0};
-  setsockopt(c, SOL_SOCKET, SO_SNDTIMEO, &send_timeout, sizeof(send_timeout));
-  uint8_t frame[kDataFrameBytes];
-  int fd;
-  if (!ReceiveFrame(c, frame, &fd)) return;
-  const auto [op, token, argument] = ParseDataRequest(frame);
-  std::shared_ptr<Session> session = FindByToken(token);
+  const DataOp op = request.op;
   const bool adds_region = op == DataOp::kAddRegion || op == DataOp::kAddPinnedRegion;
   if (!adds_region && fd >= 0) {
     close(fd);
@@ -199,22 +108,48 @@ void SessionManager::HandOver(int c) {
       } else if (fd < 0) {
         answer = absl::InvalidArgumentError("adding a region needs its descriptor attached");
       } else {
-        answer = AddRegion(*session, fd, argument, op == DataOp::kAddPinnedRegion);
+        answer = AddRegion(*session, fd, request.argument, op == DataOp::kAddPinnedRegion);
       }
       break;
     case DataOp::kRemoveRegion:
       if (session != nullptr) {
-        const absl::Status removed =
-            argument > UINT32_MAX ? absl::NotFoundError("no such region") : RemoveRegion(*session, static_cast<uint32_t>(argument));
+        const absl::Status removed = request.argument > UINT32_MAX
+                                         ? absl::NotFoundError("no such region")
+                                         : RemoveRegion(*session, static_cast<uint32_t>(request.argument));
         answer = removed.ok() ? absl::StatusOr<uint32_t>(0) : removed;
       }
       break;
     default:
-      spdlog::warn("data socket: unknown request {:#x}", frame[0]);
+      spdlog::warn("data socket: unknown request {:#x}", static_cast<unsigned>(static_cast<uint8_t>(op)));
       if (fd >= 0) close(fd);
       return;
   }
   SendDataReply(c, answer.status(), answer.ok() ? *answer : 0).IgnoreError();
+}
+
+absl::Status SessionManager::Lease(uid_t uid, uint64_t bytes, BudgetLease* lease) {
+  std::shared_ptr<ArenaBudget> uid_budget;
+  if (uid_limits_.arena_bytes > 0) {
+    absl::MutexLock lock(&mu_);
+    std::shared_ptr<ArenaBudget>& b = uid_budgets_[uid];
+    if (b == nullptr) {
+      b = std::make_shared<ArenaBudget>(uid_limits_.arena_bytes,
+                                        uid == kAnonymousUid ? "anonymous callers'" : absl::StrCat("uid ", uid, "'s"),
+                                        "sessions.arena_budget_per_uid");
+    }
+    uid_budget = b;
+  }
+  if (uid_budget != nullptr) {
+    if (absl::Status s = uid_budget->Take(bytes); !s.ok()) return s;
+  }
+  if (absl::Status s = budget_->Take(bytes); !s.ok()) {
+    if (uid_budget != nullptr) uid_budget->Give(bytes);
+    return s;
+  }
+  lease->node = budget_;
+  lease->uid = std::move(uid_budget);
+  lease->bytes = bytes;
+  return absl::OkStatus();
 }
 
 std::shared_ptr<Session> SessionManager::FindByToken(const char* token) const {
@@ -236,11 +171,9 @@ absl::StatusOr<uint32_t> SessionManager::AddRegion(Session& session, int fd, uin
   }
   absl::StatusOr<std::unique_ptr<ClientRegion>> memory = ClientRegion::Adopt(fd, size);
   if (!memory.ok()) return memory.status();
-  if (absl::Status s = budget_->Take(size); !s.ok()) return s;
   auto region = std::make_shared<SessionRegion>();
+  if (absl::Status s = Lease(session.uid, size, &region->lease); !s.ok()) return s;
   region->memory = *std::move(memory);
-  region->budget = budget_;
-  region->bytes = size;
   region->device_pinned = device_pinned;
   ClientRegion& m = *region->memory;
   // Fixed-buffer reads where the tiers allow it; with the descriptor, so the store can take pages
@@ -250,19 +183,19 @@ absl::StatusOr<uint32_t> SessionManager::AddRegion(Session& session, int fd, uin
   if (store_ != nullptr && !device_pinned) store_->RegisterMemory(m.data(), m.size(), m.fd(), 0).IgnoreError();
   // Registration faults a region's pages in once, here; a device-pinned one is copied into by the
   // loop thread instead, so its pages are faulted in now rather than by the first steps' copies.
-  // In the background: a pool of hundreds of GiB takes longer than the client waits for the
-  // answer, and reads into it work meanwhile (they fault what is not in yet). The thread holds
-  // the region, so it stays mapped until the thread is done; Stop joins it.
+  // In the background, one region at a time: a pool of hundreds of GiB takes longer than the
+  // client waits for the answer, and reads into it work meanwhile (they fault what is not in yet).
+  // The task holds the region, so it stays mapped until the task is done. With too many queued,
+  // the region's pages are faulted in by the first reads instead.
   if (device_pinned) {
-    absl::MutexLock lock(&populate_mu_);
-    populating_.emplace_back([region, session_id = session.id] {
-      NameThisThread("kvs-populate");
+    const bool queued = populating_.Post([region, session_id = session.id] {
       const ClientRegion& r = *region->memory;
       if (madvise(r.data(), r.size(), MADV_POPULATE_WRITE) != 0) {
         spdlog::warn("session {}: cannot fault in the pinned region's pages ({}); the first reads into it pay for that",
                      session_id, std::strerror(errno));
       }
     });
+    if (!queued) spdlog::warn("session {}: too many pinned regions are being faulted in; the first reads into this one pay for that", session.id);
   }
   uint32_t id;
   {
@@ -298,7 +231,7 @@ void SessionManager::Unregister(const SessionRegion& region) {
 }
 
 absl::StatusOr<std::shared_ptr<Session>> SessionManager::Create(const std::string& model, uint32_t rank,
-                                                                uint32_t world_size, uint64_t arena_bytes) {
+                                                                uint32_t world_size, uint64_t arena_bytes, uid_t uid) {
   if (arena_bytes == 0 || arena_bytes > max_arena_bytes_) {
     return absl::InvalidArgumentError("arena of " + std::to_string(arena_bytes) + " bytes is outside (0, " +
                                       std::to_string(max_arena_bytes_) + "] (sessions.max_arena)");
@@ -307,16 +240,24 @@ absl::StatusOr<std::shared_ptr<Session>> SessionManager::Create(const std::strin
     return absl::InvalidArgumentError("rank " + std::to_string(rank) + " is not below world size " +
                                       std::to_string(world_size));
   }
-  auto too_many = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return absl::ResourceExhaustedError(absl::StrCat(sessions_.size(), " sessions are attached, the most ",
-                                                     "sessions.max_sessions allows; detach one or raise it"));
+  auto too_many = [this, uid]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
+    if (sessions_.size() >= max_sessions_) {
+      return absl::ResourceExhaustedError(absl::StrCat(sessions_.size(), " sessions are attached, the most ",
+                                                       "sessions.max_sessions allows; detach one or raise it"));
+    }
+    if (uid_limits_.max_sessions == 0) return absl::OkStatus();
+    const auto held = std::count_if(sessions_.begin(), sessions_.end(), [uid](const auto& kv) { return kv.second->uid == uid; });
+    if (static_cast<uint64_t>(held) < uid_limits_.max_sessions) return absl::OkStatus();
+    return absl::ResourceExhaustedError(absl::StrCat(uid == kAnonymousUid ? std::string("anonymous callers") : absl::StrCat("uid ", uid),
+                                                     " has ", held, " sessions attached, the most sessions.max_sessions_per_uid allows"));
   };
   {
     absl::MutexLock lock(&mu_);
-    if (sessions_.size() >= max_sessions_) return too_many();
+    if (absl::Status s = too_many(); !s.ok()) return s;
   }
   const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   auto session = std::make_shared<Session>();
+  session->uid = uid;
   session->model = model;
   session->rank = rank;
   session->world_size = world_size;
@@ -331,14 +272,13 @@ absl::StatusOr<std::shared_ptr<Session>> SessionManager::Create(const std::strin
     }
   } while (session->id == 0 || Find(session->id) != nullptr);
   const uint64_t bytes = (arena_bytes + page - 1) / page * page;
-  if (absl::Status s = budget_->Take(bytes); !s.ok()) return s;
-  session->budget = budget_;  // from here on, the session gives the bytes back when freed
-  session->budget_bytes = bytes;
+  // From here on, the session gives the bytes back when freed.
+  if (absl::Status s = Lease(uid, bytes, &session->lease); !s.ok()) return s;
   auto arena = Arena::Create("kvstream-session-" + std::to_string(session->id), bytes);
   if (!arena.ok()) return arena.status();
   session->arena = *std::move(arena);
   absl::MutexLock lock(&mu_);
-  if (sessions_.size() >= max_sessions_) return too_many();  // others attached meanwhile
+  if (absl::Status s = too_many(); !s.ok()) return s;  // others attached meanwhile
   sessions_[session->id] = session;
   return session;
 }

@@ -1,4 +1,4 @@
-// Sessions: one per client (tensor-parallel rank). Each owns a sealed memfd arena; the arena's
+// Sessions: one per client (tensor-parallel rank), each of the uid of the caller that attached it. Each owns a sealed memfd arena; the arena's
 // descriptor is handed out once, over the data socket (data_socket.h), to the peer presenting the
 // session's token. A session may also add shared memory of its own as client regions
 // (client_region.h), numbered from 1 (region 0 is the arena) and counted against the node's arena
@@ -11,13 +11,15 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "arena.h"
+#include "callers.h"
 #include "client_region.h"
+#include "data_server.h"
+#include "task_pool.h"
 #include "kvstream/store.h"
 
 namespace kvstream {
@@ -27,7 +29,10 @@ namespace kvstream {
 // finish).
 class ArenaBudget {
  public:
-  explicit ArenaBudget(uint64_t limit_bytes) : limit_(limit_bytes) {}
+  // `owner` and `setting` name the budget in refusals ("the node's", "sessions.arena_budget").
+  explicit ArenaBudget(uint64_t limit_bytes, std::string owner = "the node's",
+                       std::string setting = "sessions.arena_budget")
+      : limit_(limit_bytes), owner_(std::move(owner)), setting_(std::move(setting)) {}
   // Takes `bytes` of the budget, or ResourceExhausted saying what is in use.
   absl::Status Take(uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
   void Give(uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
@@ -36,29 +41,40 @@ class ArenaBudget {
 
  private:
   const uint64_t limit_;
+  const std::string owner_, setting_;
   mutable absl::Mutex mu_;
   uint64_t used_ ABSL_GUARDED_BY(mu_) = 0;
   uint32_t holders_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
+// Bytes taken from the node's arena budget and from the owner uid's (when it has one), given back
+// when the lease is destroyed.
+struct BudgetLease {
+  BudgetLease() = default;
+  BudgetLease(const BudgetLease&) = delete;
+  BudgetLease& operator=(const BudgetLease&) = delete;
+  ~BudgetLease() {
+    if (node) node->Give(bytes);
+    if (uid) uid->Give(bytes);
+  }
+  std::shared_ptr<ArenaBudget> node;
+  std::shared_ptr<ArenaBudget> uid;  // null: the uid has no budget of its own
+  uint64_t bytes = 0;
+};
+
 // A client region as its session holds it, with its lease on the arena budget.
 struct SessionRegion {
-  ~SessionRegion() {
-    if (budget) budget->Give(bytes);
-  }
   uint32_t id = 0;
   bool device_pinned = false;  // a device reads it too: never registered with the store (no take-back)
   std::unique_ptr<ClientRegion> memory;
-  std::shared_ptr<ArenaBudget> budget;
-  uint64_t bytes = 0;
+  BudgetLease lease;
 };
+
+inline constexpr uid_t kAnonymousUid = static_cast<uid_t>(-1);  // a session attached without a caller token
 
 struct Session {
   static constexpr uint32_t kMaxRegions = 64;
 
-  ~Session() {
-    if (budget) budget->Give(budget_bytes);
-  }
   // Client region `id` (>= 1), or null.
   std::shared_ptr<SessionRegion> Region(uint32_t id) const ABSL_LOCKS_EXCLUDED(regions_mu) {
     absl::MutexLock lock(&regions_mu);
@@ -66,17 +82,23 @@ struct Session {
     return it == regions.end() ? nullptr : it->second;
   }
   uint64_t id = 0;
+  uid_t uid = kAnonymousUid;   // of the caller that attached it: its keys' namespace under isolation
   std::string model;
   uint32_t rank = 0;
   uint32_t world_size = 0;
   std::string token;           // 32 random bytes
   std::shared_ptr<Arena> arena;
   std::atomic<bool> fd_sent{false};
-  std::shared_ptr<ArenaBudget> budget;  // given back when the session (and its arena) is freed
-  uint64_t budget_bytes = 0;
+  BudgetLease lease;  // given back when the session (and its arena) is freed
   mutable absl::Mutex regions_mu;
   std::map<uint32_t, std::shared_ptr<SessionRegion>> regions ABSL_GUARDED_BY(regions_mu);
   uint32_t next_region ABSL_GUARDED_BY(regions_mu) = 1;
+};
+
+// Limits per client uid (0: only the node's limits apply).
+struct UidLimits {
+  uint32_t max_sessions = 0;      // sessions.max_sessions_per_uid
+  uint64_t arena_bytes = 0;       // sessions.arena_budget_per_uid
 };
 
 class SessionManager {
@@ -87,16 +109,21 @@ class SessionManager {
   // one session's arena, `arena_budget` all arenas and client regions together and
   // `max_sessions` the sessions attached at once (each holds an fd, a mapping and registered
   // buffers on every tier). `store` (optional) registers client regions for fixed-buffer reads.
+  // `access` and `uid_limits`: who may do what (callers.h) and how much one uid may hold.
   SessionManager(std::string data_socket, uint64_t max_arena_bytes, uint64_t arena_budget_bytes,
-                 uint32_t max_sessions = kDefaultMaxSessions, Store* store = nullptr);
+                 uint32_t max_sessions = kDefaultMaxSessions, Store* store = nullptr, AccessOptions access = {},
+                 UidLimits uid_limits = {});
   ~SessionManager();
 
-  // Binds and listens on the data socket (mode like the control socket) and starts its thread.
+  // Binds and listens on the data socket (mode like the control socket) and starts serving it.
   absl::Status Start(uint32_t mode);
   void Stop();
 
+  // A session for `uid` (the attaching caller's; kAnonymousUid without one). Refused past the
+  // node's or the uid's session count or arena budget.
   absl::StatusOr<std::shared_ptr<Session>> Create(const std::string& model, uint32_t rank, uint32_t world_size,
-                                                  uint64_t arena_bytes) ABSL_LOCKS_EXCLUDED(mu_);
+                                                  uint64_t arena_bytes, uid_t uid = kAnonymousUid)
+      ABSL_LOCKS_EXCLUDED(mu_);
   std::shared_ptr<Session> Find(uint64_t id) const ABSL_LOCKS_EXCLUDED(mu_);
   // The session `id` if `token` is its token (compared in constant time), else null.
   std::shared_ptr<Session> Authorize(uint64_t id, const std::string& token) const ABSL_LOCKS_EXCLUDED(mu_);
@@ -114,28 +141,32 @@ class SessionManager {
   size_t count() const ABSL_LOCKS_EXCLUDED(mu_);
   uint64_t arena_bytes() const { return budget_->used(); }
   uint64_t arena_budget() const { return budget_->limit(); }
-  const std::string& data_socket() const { return data_socket_; }
+  const std::string& data_socket() const { return data_server_.path(); }
+  const AccessPolicy& access() const { return access_; }
+  const CallerRegistry& callers() const { return callers_; }
 
  private:
-  void Serve();
-  // Serves one data socket request (data_socket.h).
-  void HandOver(int connection) ABSL_LOCKS_EXCLUDED(mu_);
+  // Answers one data socket request (data_socket.h) from `peer` on `connection`.
+  void HandOver(int connection, const DataRequest& request, int fd, const PeerCredentials& peer)
+      ABSL_LOCKS_EXCLUDED(mu_);
   std::shared_ptr<Session> FindByToken(const char* token) const ABSL_LOCKS_EXCLUDED(mu_);
   void Unregister(const SessionRegion& region);
+  // Takes `bytes` of the node's budget and of `uid`'s into `lease`.
+  absl::Status Lease(uid_t uid, uint64_t bytes, BudgetLease* lease) ABSL_LOCKS_EXCLUDED(mu_);
 
-  const std::string data_socket_;
   const uint64_t max_arena_bytes_;
   const uint32_t max_sessions_;
   const std::shared_ptr<ArenaBudget> budget_;
   Store* const store_;
+  const AccessPolicy access_;
+  const UidLimits uid_limits_;
+  CallerRegistry callers_{&access_};
   mutable absl::Mutex mu_;
   std::map<uint64_t, std::shared_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
-  int listen_fd_ = -1;
-  int stop_fd_ = -1;
-  std::thread thread_;
-  // Faulting in device-pinned regions' pages (AddRegion), joined by Stop.
-  absl::Mutex populate_mu_;
-  std::vector<std::thread> populating_ ABSL_GUARDED_BY(populate_mu_);
+  std::map<uid_t, std::shared_ptr<ArenaBudget>> uid_budgets_ ABSL_GUARDED_BY(mu_);
+  // Faulting in device-pinned regions' pages (AddRegion), one region after another.
+  TaskPool populating_{"kvs-populate", 1, 4 * Session::kMaxRegions};
+  DataServer data_server_;  // last: stopped (and destroyed) before what its requests use
 };
 
 }  // namespace kvstream

@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
 # The Debian package, end to end as root: cpack builds it from BUILD_DIR, dpkg installs it (user and
-# group kvstream, /var/lib/kvstream, the conffile, the unit), the installed kvstreamd starts as user
-# kvstream on the shipped default config (systemd does not run in containers: setpriv stands in for
-# the unit's User=), serves a put and a get, reports healthy, stops on SIGTERM; then `dpkg -r` removes
-# the programs and keeps the config and the cached KV, and `dpkg -P` removes both.
-# Usage: deb_test.sh BUILD_DIR   (exit 77: skipped, not root, no dpkg, or kvstream already installed)
+# group kvstream, /var/lib/kvstream and its tier directories 0750, the conffile, the unit), the
+# installed kvstreamd starts as user kvstream on the shipped default config with metrics.listen set,
+# as the unit runs it: systemd does not run in containers, so setpriv stands in for User=, a umask for
+# UMask= and RESTRICT_FAMILIES (a seccomp filter) for RestrictAddressFamilies=, each read from the
+# installed unit. It serves a put and a get, /metrics and /health, reports healthy, stops on SIGTERM.
+# The pfs tier's directory is a bind mount (a parallel file system mounted where the shipped config
+# puts its stand-in); `dpkg -r` removes the programs and keeps the config and the cached KV, and
+# `dpkg -P` removes both but leaves the mounted file system and everything on it untouched.
+# Usage: deb_test.sh BUILD_DIR RESTRICT_FAMILIES
+#   (exit 77: skipped, not root, no dpkg, or kvstream already installed)
 set -euo pipefail
 build=$(cd "$1" && pwd)
+restrict_families=$2
 [ "$(id -u)" -eq 0 ] || { echo "SKIPPED: needs root (dpkg -i)"; exit 77; }
 command -v dpkg > /dev/null || { echo "SKIPPED: no dpkg"; exit 77; }
 if grep -q installed <<< "$(dpkg-query -W -f='${Status}' kvstream 2>/dev/null)"; then
@@ -14,10 +20,13 @@ if grep -q installed <<< "$(dpkg-query -W -f='${Status}' kvstream 2>/dev/null)";
 fi
 work=$(mktemp -d /var/tmp/kvstream-deb-XXXXXX)
 pid=""
+pfs=/var/lib/kvstream/pfs  # the shipped config's stand-in for the parallel file system
 cleanup() {
   set +e
   [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid"
+  mountpoint -q "$pfs" && umount "$pfs"
   dpkg -P kvstream > /dev/null 2>&1
+  rmdir "$pfs" /var/lib/kvstream 2>/dev/null
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -36,7 +45,9 @@ for f in /usr/bin/kvstreamd /usr/bin/kvstreamctl /usr/bin/kvbench /usr/bin/kvsim
 done
 grep -q /etc/kvstream/kvstreamd.yaml <<< "$(dpkg-query -W -f='${Conffiles}' kvstream)" || fail "the config is not a conffile"
 getent passwd kvstream > /dev/null || fail "no user kvstream"
-[ "$(stat -c %U:%G:%a /var/lib/kvstream)" = kvstream:kvstream:750 ] || fail "/var/lib/kvstream is $(stat -c %U:%G:%a /var/lib/kvstream)"
+for d in /var/lib/kvstream /var/lib/kvstream/nvme "$pfs"; do
+  [ "$(stat -c %U:%G:%a "$d")" = kvstream:kvstream:750 ] || fail "$d is $(stat -c %U:%G:%a "$d")"
+done
 [ "$(stat -c %U /run/kvstream)" = kvstream ] || fail "/run/kvstream not owned by kvstream"
 if command -v systemd-analyze > /dev/null; then
   # The unit's syntax and paths (no running systemd needed); warnings about the manager are not ours.
@@ -44,8 +55,30 @@ if command -v systemd-analyze > /dev/null; then
   if grep -E "kvstreamd.service:[0-9]+:" "$work/verify.log"; then fail "systemd-analyze verify"; fi
 fi
 
-# The installed daemon, as the unit runs it.
-setpriv --reuid kvstream --regid kvstream --init-groups /usr/bin/kvstreamd --config /etc/kvstream/kvstreamd.yaml 2> "$work/kvstreamd.log" &
+# A parallel file system mounted at the pfs tier's directory, with another node's file on it.
+mkdir "$work/pfs"
+echo "another node's chunk" > "$work/pfs/marker"
+chown -R kvstream:kvstream "$work/pfs"
+chmod 0750 "$work/pfs"
+mounted=no
+if mount --bind "$work/pfs" "$pfs" 2> "$work/mount.log"; then
+  mounted=yes
+else
+  echo "NOTE: mount --bind not permitted here ($(cat "$work/mount.log")): purge across a mount point not checked"
+fi
+
+# The installed daemon, as the unit runs it, with metrics on (an admin's edit of the conffile).
+unit=/lib/systemd/system/kvstreamd.service
+unit_value() { sed -n "s/^$1=//p" "$unit" | tail -1; }
+read -r -a families <<< "$(unit_value RestrictAddressFamilies)"
+[ "${#families[@]}" -gt 0 ] || fail "the unit has no RestrictAddressFamilies="
+umask_value=$(unit_value UMask)
+mport=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+sed -i "s/^  listen: \"\" /  listen: \"127.0.0.1:$mport\" /" /etc/kvstream/kvstreamd.yaml
+grep -q "listen: \"127.0.0.1:$mport\"" /etc/kvstream/kvstreamd.yaml || fail "could not set metrics.listen in the shipped config"
+(umask "${umask_value:-0022}"
+ exec "$restrict_families" "${families[@]}" -- setpriv --reuid kvstream --regid kvstream --init-groups \
+   /usr/bin/kvstreamd --config /etc/kvstream/kvstreamd.yaml) 2> "$work/kvstreamd.log" &
 pid=$!
 for _ in $(seq 200); do [ -S /run/kvstream/kvstreamd.sock ] && break; sleep 0.05; done
 [ -S /run/kvstream/kvstreamd.sock ] || fail "no socket at /run/kvstream/kvstreamd.sock"
@@ -56,16 +89,39 @@ kvstreamctl get deb-test-key "$work/back" > /dev/null || fail "get"
 cmp "$work/chunk" "$work/back" || fail "bytes differ"
 kvstreamctl health > "$work/health" || { cat "$work/health"; fail "health"; }
 ls /var/lib/kvstream/nvme /var/lib/kvstream/pfs > /dev/null || fail "default tiers not under /var/lib/kvstream"
+curl -sf --max-time 5 "127.0.0.1:$mport/metrics" > "$work/metrics" || fail "no /metrics under RestrictAddressFamilies=${families[*]}"
+grep -q '^kvstream_up 1' "$work/metrics" || fail "/metrics lacks kvstream_up 1: $(head -5 "$work/metrics")"
+[ "$(curl -sf --max-time 5 "127.0.0.1:$mport/health")" = OK ] || fail "/health is not OK"
+# The stand-in bites: where the unit does not allow AF_INET, a connection fails.
+if "$restrict_families" AF_UNIX -- bash -c "exec 3<> /dev/tcp/127.0.0.1/$mport" 2> /dev/null; then
+  fail "restrict_families AF_UNIX let a TCP socket through"
+fi
 kill -TERM "$pid"
 wait "$pid" || fail "kvstreamd exited with status $? on SIGTERM"
 pid=""
-echo "installed kvstreamd ran as user kvstream: put/get of 3 MB intact, health OK, clean stop"
+[ "$mounted" = no ] || [ -n "$(find "$work/pfs" -name '*.kvc' -print -quit)" ] \
+  || fail "the pfs tier wrote no chunk on the mounted file system: $(ls "$pfs")"
+echo "installed kvstreamd ran as user kvstream under RestrictAddressFamilies=${families[*]} UMask=$umask_value:" \
+     "put/get of 3 MB intact, /metrics and /health answer, health OK, clean stop"
 
 dpkg -r kvstream > "$work/dpkg.log" 2>&1 || { cat "$work/dpkg.log"; fail "dpkg -r"; }
 [ ! -e /usr/bin/kvstreamd ] || fail "dpkg -r left /usr/bin/kvstreamd"
 [ -f /etc/kvstream/kvstreamd.yaml ] || fail "dpkg -r removed the config"
 [ -d /var/lib/kvstream/nvme ] || fail "dpkg -r removed the cached KV"
+find "$work/pfs" -type f | sort > "$work/pfs.before"
 dpkg -P kvstream > "$work/dpkg.log" 2>&1 || { cat "$work/dpkg.log"; fail "dpkg -P"; }
 [ ! -e /etc/kvstream/kvstreamd.yaml ] || fail "dpkg -P left the config"
-[ ! -e /var/lib/kvstream ] || fail "dpkg -P left /var/lib/kvstream"
-echo "dpkg -r kept config and cache; dpkg -P removed both"
+if [ "$mounted" = yes ]; then
+  mountpoint -q "$pfs" || fail "dpkg -P unmounted or removed the mounted $pfs"
+  [ "$(cat "$pfs/marker" 2> /dev/null)" = "another node's chunk" ] || fail "dpkg -P removed a file on the mounted file system"
+  find "$work/pfs" -type f | sort | cmp -s - "$work/pfs.before" || fail "dpkg -P changed the mounted file system"
+  grep -q "left these mount points" "$work/dpkg.log" || fail "dpkg -P did not say what it left: $(cat "$work/dpkg.log")"
+  [ "$(ls -A /var/lib/kvstream)" = pfs ] || fail "dpkg -P left more than the mount point: $(ls -A /var/lib/kvstream)"
+  umount "$pfs"
+  rmdir "$pfs" /var/lib/kvstream
+  echo "dpkg -r kept config and cache; dpkg -P removed both and left the file system mounted at $pfs" \
+       "($(wc -l < "$work/pfs.before") files) untouched"
+else
+  [ ! -e /var/lib/kvstream ] || fail "dpkg -P left /var/lib/kvstream"
+  echo "dpkg -r kept config and cache; dpkg -P removed both"
+fi

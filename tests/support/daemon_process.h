@@ -21,11 +21,13 @@ namespace kvstream::testing {
 
 class DaemonProcess {
  public:
-  // `extra_tiers`: YAML list items appended after the two tiers (e.g. a shared one).
-  explicit DaemonProcess(const TempDir& dir, const std::string& extra_yaml = "", const std::string& extra_tiers = "")
+  // `extra_tiers`: YAML list items appended after the two tiers (e.g. a shared one); `sessions`:
+  // the sessions mapping; `socket_mode`: the sockets' permission bits.
+  explicit DaemonProcess(const TempDir& dir, const std::string& extra_yaml = "", const std::string& extra_tiers = "",
+                         const std::string& sessions = "{max_arena: 256MiB}", const std::string& socket_mode = "0600")
       : socket_(dir.sub("kvstreamd.sock")), config_(dir.sub("kvstreamd.yaml")) {
-    std::ofstream(config_) << "socket: {path: " << socket_ << ", mode: \"0600\"}\n"
-                           << "sessions: {max_arena: 256MiB}\n"
+    std::ofstream(config_) << "socket: {path: " << socket_ << ", mode: \"" << socket_mode << "\"}\n"
+                           << "sessions: " << sessions << "\n"
                            << "block_size: 256KiB\n"
                            << "logging: {level: warn}\n"
                            << extra_yaml

@@ -6,14 +6,18 @@
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <memory>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/escaping.h"
+#include "arena.h"
 #include "data_socket.h"
 #include "shared_memory.h"
 #include "test_util.h"
@@ -90,6 +94,87 @@ absl::StatusOr<uint32_t> Ask(const SessionManager& sessions, DataOp op, const st
   absl::StatusOr<uint32_t> value = sent.ok() ? ReceiveDataReply(*socket) : absl::StatusOr<uint32_t>(sent);
   close(*socket);
   return value;
+}
+
+// A connection to the data socket that sends `bytes` of a frame (and `fd`, when >= 0) and then
+// goes silent.
+int Silent(const SessionManager& sessions, size_t bytes = 0, int fd = -1) {
+  absl::StatusOr<int> socket = ConnectDataSocket(sessions.data_socket(), 5);
+  REQUIRE(socket.ok());
+  if (bytes > 0) {
+    const std::string partial(bytes, 'R');
+    REQUIRE(SendWithDescriptor(*socket, partial.data(), partial.size(), fd));
+  }
+  return *socket;
+}
+
+// The server has not closed `socket` (no hang-up, nothing to read).
+bool StillOpen(int socket) {
+  pollfd p{socket, POLLIN | POLLRDHUP, 0};
+  return poll(&p, 1, 0) == 0;
+}
+
+// Descriptors of this process that are the memfd named `name`.
+int OpenMemfds(const std::string& name) {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    n += std::filesystem::read_symlink(e.path(), ec).string().find("memfd:" + name) == 0;
+  }
+  return n;
+}
+
+TEST_CASE("silent data socket connections never hold up another client's request") {
+  TempDir dir;
+  SessionManager sessions(dir.sub("data.sock"), 1 << 20, 8 << 20);
+  REQUIRE(sessions.Start(0600).ok());
+  auto s = sessions.Create("m", 0, 1, 1 << 20);
+  REQUIRE(s.ok());
+  std::vector<int> silent;
+  for (int i = 0; i < 8; ++i) silent.push_back(Silent(sessions, i % 2 ? 0 : 5));
+  MappedSharedMemory memory(1 << 20);
+  // Answered while every silent connection is still waiting for its frame: the server waited on
+  // none of them (one after another they would hold it 8 x 2 s).
+  auto added = Ask(sessions, DataOp::kAddRegion, (*s)->token, 1 << 20, memory.fd());
+  REQUIRE(added.ok());
+  for (int c : silent) CHECK(StillOpen(c));
+  // Each is closed once its frame is overdue.
+  for (int c : silent) {
+    pollfd p{c, POLLIN | POLLRDHUP, 0};
+    CHECK(poll(&p, 1, 10'000) == 1);
+    close(c);
+  }
+}
+
+TEST_CASE("a descriptor that came with a frame never finished is closed, not leaked") {
+  TempDir dir;
+  SessionManager sessions(dir.sub("data.sock"), 1 << 20, 8 << 20);
+  REQUIRE(sessions.Start(0600).ok());
+  const int probe = memfd_create("kvs-leak-probe", MFD_CLOEXEC);
+  REQUIRE(probe >= 0);
+  const int c = Silent(sessions, 3, probe);  // 3 of the frame's bytes, with the descriptor
+  close(probe);                              // only the daemon's copy is left
+  for (int i = 0; i < 1000 && OpenMemfds("kvs-leak-probe") > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  CHECK(OpenMemfds("kvs-leak-probe") == 0);
+  close(c);
+}
+
+TEST_CASE("a caller's identity lives while its data socket connection is open") {
+  TempDir dir;
+  SessionManager sessions(dir.sub("data.sock"), 1 << 20, 8 << 20);
+  REQUIRE(sessions.Start(0600).ok());
+  auto id = IdentifyCaller(sessions.data_socket(), 5);
+  REQUIRE(id.ok());
+  REQUIRE(id->token.size() == 64);
+  auto caller = sessions.callers().Find(absl::HexStringToBytes(id->token));
+  REQUIRE(caller != nullptr);
+  CHECK(caller->uid == geteuid());
+  CHECK(caller->admin);  // the daemon's own uid administers
+  close(id->connection);
+  for (int i = 0; i < 500 && sessions.callers().count() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  CHECK(sessions.callers().Find(absl::HexStringToBytes(id->token)) == nullptr);
 }
 
 TEST_CASE("client regions count against the arena budget and a session's limit, over the data socket") {

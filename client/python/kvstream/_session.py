@@ -1,7 +1,8 @@
-"""The data socket: receiving the session arena's memfd and mapping it; adding client regions.
+"""The data socket: proving who this process is; receiving the session arena's memfd and mapping
+it; adding client regions.
 
-Each request is one connection and one frame: the operation (b"A" fetch the arena, b"R" add a
-region, b"P" add one a device has pinned, b"U" remove one), the session's 32-byte token and an
+Each request is one connection and one frame: the operation (b"I" identify, b"A" fetch the arena,
+b"R" add a region, b"P" add one a device has pinned, b"U" remove one), the session's 32-byte token and an
 8-byte little-endian argument (the region's size for b"R"/b"P", its id for b"U"), with the
 region's descriptor attached for b"R"/b"P" (SCM_RIGHTS). The daemon hands the arena's descriptor, once, with one data byte; the arena must be
 a memfd sealed against shrinking and growing (so the mapping can never fault with SIGBUS). Region
@@ -27,6 +28,8 @@ OP_FETCH_ARENA = b"A"
 OP_ADD_REGION = b"R"
 OP_ADD_PINNED_REGION = b"P"
 OP_REMOVE_REGION = b"U"
+OP_IDENTIFY = b"I"
+CALLER_METADATA = "kvstream-caller"  # gRPC metadata carrying the caller token (hex)
 
 
 def _frame(op: bytes, token: bytes, argument: int) -> bytes:
@@ -90,6 +93,32 @@ def region_request(
     if code != 0:
         raise KVStreamError(Code.of(code), message)
     return value
+
+
+def identify(data_socket: str, timeout: float = HANDOVER_TIMEOUT_S) -> tuple[socket.socket, str]:
+    """Proves who this process is (OP_IDENTIFY): the daemon reads the peer's credentials off the
+    connection and answers with a caller token (hex) for gRPC calls. The token is valid while the
+    returned connection stays open: keep it, close it when done."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout)
+        try:
+            sock.connect(data_socket)
+            sock.sendall(_frame(OP_IDENTIFY, bytes(32), 0))
+            code, _, length = struct.unpack("<iII", _recv_exactly(sock, 12))
+            if length > 4096:
+                raise KVStreamError(Code.DATA_LOSS, f"malformed reply on the data socket {data_socket}")
+            message = _recv_exactly(sock, length).decode("ascii", "replace")
+        except OSError as e:  # includes socket.timeout
+            raise Unavailable(f"cannot reach the daemon's data socket {data_socket}: {e}") from e
+        if code != 0:
+            raise KVStreamError(Code.of(code), message)
+        if len(message) != 64:
+            raise KVStreamError(Code.DATA_LOSS, f"malformed caller token on the data socket {data_socket}")
+    except BaseException:
+        sock.close()
+        raise
+    return sock, message
 
 
 class Arena:

@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable, Iterator, List, NamedTuple, Optional
 
 import grpc
 
-from . import _convert
+from . import _convert, _session
 from ._convert import ChunkLike
 from ._proto import pb, pb_grpc
 from ._session import OP_ADD_PINNED_REGION, OP_ADD_REGION, OP_REMOVE_REGION, Arena, receive_arena_fd, region_request
@@ -99,6 +99,15 @@ class Client:
         self._closed = False
         self._session_ended = threading.Event()
         self._lock = threading.Lock()
+        # Who this process is, proven on the data socket; kept open while the token is used. A
+        # daemon that cannot say leaves the calls anonymous (refused only under isolation: uid).
+        self._identity: Optional[socket.socket] = None
+        self._metadata: tuple[tuple[str, str], ...] = ()
+        try:
+            self._identity, token = _session.identify(socket_path + ".data")
+            self._metadata = ((_session.CALLER_METADATA, token),)
+        except KVStreamError:
+            pass
 
     # -- construction -------------------------------------------------------------------------
 
@@ -160,7 +169,7 @@ class Client:
             attach=pb.SessionRequest.Attach(model=model, rank=rank, world_size=world_size, arena_bytes=arena_bytes)
         )
         self._session_requests = _SessionRequests(attach)
-        call = self._stub.Session(iter(self._session_requests))
+        call = self._stub.Session(iter(self._session_requests), metadata=self._metadata)
         self._session_call = call
         # The daemon answers an attach at once; a silent one must not hang us.
         timer = threading.Timer(timeout, call.cancel)
@@ -257,6 +266,8 @@ class Client:
                 timer.cancel()
         if self._arena is not None:
             self._arena.close()
+        if self._identity is not None:
+            self._identity.close()
         self._channel.close()
 
     def __enter__(self) -> "Client":
@@ -300,7 +311,7 @@ class Client:
         n = len(request.chunks)
         results: List[Optional[ChunkResult]] = [None] * n
         step: Optional[StepRecord] = None
-        call = self._stub.Retrieve(request, timeout=timeout)
+        call = self._stub.Retrieve(request, timeout=timeout, metadata=self._metadata)
         try:
             for event in call:
                 kind = event.WhichOneof("kind")
@@ -367,7 +378,7 @@ class Client:
         n = len(request.chunks)
         staged = threading.Event()
         all_staged = [False]
-        call = self._stub.Persist(request, timeout=timeout)
+        call = self._stub.Persist(request, timeout=timeout, metadata=self._metadata)
 
         def run() -> List[PersistResult]:
             results: List[Optional[PersistResult]] = [None] * n
@@ -456,6 +467,6 @@ class Client:
 
     def _unary(self, method: Any, request: Any, what: str) -> Any:
         try:
-            return method(request, timeout=self._rpc_timeout)
+            return method(request, timeout=self._rpc_timeout, metadata=self._metadata)
         except grpc.RpcError as e:
             raise from_rpc_error(e, self._socket_path, what) from None

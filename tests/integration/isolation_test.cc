@@ -1,0 +1,243 @@
+// Who may do what on the socket, against a real kvstreamd: clients of two uids (forked children
+// that drop root) under sessions.isolation uid never read, overwrite, look up or unlock each
+// other's keys; non-administrators' evict and policy calls are refused; per-uid limits hold; and
+// under isolation none two uids share keys as before. Needs root (to switch uids).
+#include <catch2/catch.hpp>
+
+#include <grp.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "daemon_process.h"
+#include "kvstream.grpc.pb.h"
+#include "kvstream/client.h"
+#include "test_util.h"
+
+namespace kvstream::testing {
+namespace {
+
+constexpr uid_t kAlice = 60101, kBob = 60102, kCarol = 60103;  // Carol is in the admin group
+constexpr gid_t kUsers = 60100, kAdmins = 60199;
+
+// Runs `body` in a child process as `uid` (group kUsers, plus `extra_groups`); the child's
+// gRPC state is its own. Returns what `body` returned (0: every expectation held), or -1 if the
+// child died.
+int RunAs(uid_t uid, const std::function<int()>& body, std::vector<gid_t> extra_groups = {}) {
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    if (setgroups(extra_groups.size(), extra_groups.data()) != 0 || setgid(kUsers) != 0 || setuid(uid) != 0) _exit(100);
+    _exit(body());
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// In a child: reports a failed expectation on stderr and returns its number.
+#define EXPECT_OR_RETURN(n, cond)                                              \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
+      std::fprintf(stderr, "expectation %d failed: %s\n", n, #cond);          \
+      return n;                                                                \
+    }                                                                          \
+  } while (0)
+
+bool Skip() {
+  if (geteuid() == 0) return false;
+  WARN("skipped: switching uids needs root");
+  return true;
+}
+
+// A directory every test uid can reach (the sockets live there).
+struct SharedDir {
+  SharedDir() : dir("/tmp") { chmod(dir.path().c_str(), 0755); }
+  TempDir dir;
+};
+
+std::unique_ptr<Client> AttachAs(const DaemonProcess& d, uint64_t arena = 8 << 20) {
+  auto c = Client::Attach(d.socket(), {"m", 0, 1, arena});
+  if (!c.ok()) {
+    std::fprintf(stderr, "attach: %s\n", std::string(c.status().message()).c_str());
+    return nullptr;
+  }
+  return *std::move(c);
+}
+
+// Persists `bytes` under `key` from `c`'s arena.
+bool Put(Client& c, const std::string& key, const std::vector<uint8_t>& bytes) {
+  std::memcpy(c.arena(), bytes.data(), bytes.size());
+  std::vector<PersistResult> results;
+  return c.Persist({{key, 0, bytes.size()}}, &results).ok() && results.size() == 1 && results[0].status.ok();
+}
+
+// Reads `key` into `c`'s arena; its bytes, or empty on a miss or failure.
+std::vector<uint8_t> Get(Client& c, const std::string& key, size_t size) {
+  std::vector<ChunkResult> results;
+  if (!c.Retrieve({{key, 0, size}}, &results).ok() || results.size() != 1 || !results[0].status.ok()) return {};
+  return std::vector<uint8_t>(c.arena(), c.arena() + results[0].size);
+}
+
+std::string Isolated(const std::string& extra = "") {
+  return "{max_arena: 64MiB, isolation: uid, admin_group: \"" + std::to_string(kAdmins) + "\"" + extra + "}";
+}
+
+TEST_CASE("under isolation uid one uid cannot read, overwrite, look up or unlock another's keys") {
+  if (Skip()) return;
+  SharedDir shared;
+  DaemonProcess d(shared.dir, "", "", Isolated(), "0666");
+  REQUIRE(d.Start());
+  const auto alice_bytes = Payload(1 << 20, 1), bob_bytes = Payload(1 << 20, 2);
+
+  CHECK(RunAs(kAlice, [&] {
+          auto c = AttachAs(d);
+          EXPECT_OR_RETURN(1, c != nullptr);
+          EXPECT_OR_RETURN(2, Put(*c, "prefix-0", alice_bytes));
+          auto look = c->Lookup({"prefix-0"}, nullptr, 60);  // locked for a minute
+          EXPECT_OR_RETURN(3, look.ok() && (*look)[0].present && (*look)[0].locked);
+          return 0;
+        }) == 0);
+  CHECK(RunAs(kBob, [&] {
+          auto c = AttachAs(d);
+          EXPECT_OR_RETURN(1, c != nullptr);
+          size_t prefix = 9;
+          auto look = c->Lookup({"prefix-0"}, &prefix);
+          EXPECT_OR_RETURN(2, look.ok() && !(*look)[0].present && prefix == 0);  // cannot probe
+          EXPECT_OR_RETURN(3, Get(*c, "prefix-0", 1 << 20).empty());             // cannot read
+          auto unlocked = c->Unlock({"prefix-0"});
+          EXPECT_OR_RETURN(4, unlocked.ok() && *unlocked == 0);                  // cannot unlock
+          EXPECT_OR_RETURN(5, Put(*c, "prefix-0", bob_bytes));                   // its own key
+          EXPECT_OR_RETURN(6, Get(*c, "prefix-0", 1 << 20) == bob_bytes);
+          return 0;
+        }) == 0);
+  CHECK(RunAs(kAlice, [&] {
+          auto c = AttachAs(d);
+          EXPECT_OR_RETURN(1, c != nullptr);
+          EXPECT_OR_RETURN(2, Get(*c, "prefix-0", 1 << 20) == alice_bytes);  // not overwritten
+          auto unlocked = c->Unlock({"prefix-0"});
+          EXPECT_OR_RETURN(3, unlocked.ok() && *unlocked == 1);  // its own lock was still held
+          return 0;
+        }) == 0);
+  CHECK(d.Stop() == 0);
+}
+
+TEST_CASE("under isolation uid evict and policies are for administrators only") {
+  if (Skip()) return;
+  SharedDir shared;
+  DaemonProcess d(shared.dir, "", "", Isolated(), "0666");
+  REQUIRE(d.Start());
+  CHECK(RunAs(kBob, [&] {
+          auto c = Client::Connect(d.socket());
+          EXPECT_OR_RETURN(1, c.ok());
+          EvictRequest all;
+          all.all = true;
+          EXPECT_OR_RETURN(2, absl::IsPermissionDenied((*c)->Evict(all).status()));
+          EXPECT_OR_RETURN(3, absl::IsPermissionDenied((*c)->SetPolicies("static:0.5", "", "").status()));
+          EXPECT_OR_RETURN(4, (*c)->Stats().ok());   // read-only calls stay open
+          EXPECT_OR_RETURN(5, (*c)->Health().ok());
+          return 0;
+        }) == 0);
+  // A member of the admin group, and root.
+  CHECK(RunAs(kCarol, [&] {
+          auto c = Client::Connect(d.socket());
+          EXPECT_OR_RETURN(1, c.ok());
+          EXPECT_OR_RETURN(2, (*c)->SetPolicies("static:0.5", "", "").ok());
+          EvictRequest all;
+          all.all = true;
+          EXPECT_OR_RETURN(3, (*c)->Evict(all).ok());
+          return 0;
+        }, {kAdmins}) == 0);
+  CHECK(RunAs(0, [&] {
+          auto c = Client::Connect(d.socket());
+          EXPECT_OR_RETURN(1, c.ok() && (*c)->SetPolicies("completion", "", "").ok());
+          return 0;
+        }) == 0);
+  CHECK(d.Stop() == 0);
+}
+
+TEST_CASE("under isolation uid a call without a caller token touches no key") {
+  if (Skip()) return;
+  SharedDir shared;
+  DaemonProcess d(shared.dir, "", "", Isolated(), "0666");
+  REQUIRE(d.Start());
+  CHECK(RunAs(kBob, [&] {
+          auto channel = grpc::CreateChannel("unix:" + d.socket(), grpc::InsecureChannelCredentials());
+          auto stub = v1::KVStream::NewStub(channel);
+          v1::LookupRequest req;
+          req.add_keys("prefix-0");
+          v1::LookupReply reply;
+          grpc::ClientContext anonymous;
+          EXPECT_OR_RETURN(1, stub->Lookup(&anonymous, req, &reply).error_code() == grpc::StatusCode::UNAUTHENTICATED);
+          grpc::ClientContext forged;  // a token nobody was given
+          forged.AddMetadata("kvstream-caller", std::string(64, 'a'));
+          EXPECT_OR_RETURN(2, stub->Lookup(&forged, req, &reply).error_code() == grpc::StatusCode::UNAUTHENTICATED);
+          return 0;
+        }) == 0);
+  CHECK(d.Stop() == 0);
+}
+
+TEST_CASE("per-uid limits on sessions and arena bytes hold, and a lookup's keys are capped") {
+  if (Skip()) return;
+  SharedDir shared;
+  DaemonProcess d(shared.dir, "", "",
+                  Isolated(", max_sessions_per_uid: 2, arena_budget_per_uid: 24MiB, max_lookup_keys: 100"), "0666");
+  REQUIRE(d.Start());
+  CHECK(RunAs(kAlice, [&] {
+          auto a = AttachAs(d);
+          EXPECT_OR_RETURN(1, a != nullptr);
+          auto big = Client::Attach(d.socket(), {"m", 0, 1, 20 << 20});  // 8 + 20 > 24 MiB
+          EXPECT_OR_RETURN(2, absl::IsResourceExhausted(big.status()));
+          EXPECT_OR_RETURN(3, big.status().message().find("arena_budget_per_uid") != std::string::npos);
+          auto b = AttachAs(d);
+          EXPECT_OR_RETURN(4, b != nullptr);
+          auto third = Client::Attach(d.socket(), {"m", 0, 1, 4 << 20});
+          EXPECT_OR_RETURN(5, absl::IsResourceExhausted(third.status()));
+          EXPECT_OR_RETURN(6, third.status().message().find("max_sessions_per_uid") != std::string::npos);
+          std::vector<std::string> keys(101, "k");
+          EXPECT_OR_RETURN(7, absl::IsInvalidArgument(a->Lookup(keys).status()));
+          keys.pop_back();
+          EXPECT_OR_RETURN(8, a->Lookup(keys).ok());
+          return 0;
+        }) == 0);
+  CHECK(RunAs(kBob, [&] {  // another uid's limits are its own
+          auto a = AttachAs(d, 16 << 20);
+          auto b = AttachAs(d);
+          EXPECT_OR_RETURN(1, a != nullptr && b != nullptr);
+          return 0;
+        }) == 0);
+  CHECK(d.Stop() == 0);
+}
+
+TEST_CASE("with isolation none two uids share keys and may administer, as before") {
+  if (Skip()) return;
+  SharedDir shared;
+  DaemonProcess d(shared.dir, "", "", "{max_arena: 64MiB}", "0666");
+  REQUIRE(d.Start());
+  const auto bytes = Payload(1 << 20, 3);
+  CHECK(RunAs(kAlice, [&] {
+          auto c = AttachAs(d);
+          EXPECT_OR_RETURN(1, c != nullptr && Put(*c, "prefix-0", bytes));
+          return 0;
+        }) == 0);
+  CHECK(RunAs(kBob, [&] {
+          auto c = AttachAs(d);
+          EXPECT_OR_RETURN(1, c != nullptr);
+          EXPECT_OR_RETURN(2, Get(*c, "prefix-0", 1 << 20) == bytes);
+          EXPECT_OR_RETURN(3, c->SetPolicies("static:0.5", "", "").ok());
+          return 0;
+        }) == 0);
+  CHECK(d.Stop() == 0);
+}
+
+}  // namespace
+}  // namespace kvstream::testing
