@@ -85,11 +85,7 @@ bool SharedLookup::Find(SharedTier& s, const std::string& key, const std::string
   const int64_t now = reactor_->NowNs();
   {
     absl::MutexLock lock(&s.mu);
-    auto it = s.misses.find(stem);
-    if (it != s.misses.end()) {
-      if (now < it->second) return false;
-      s.misses.erase(it);
-    }
+    if (s.misses.Holds(stem, now)) return false;
   }
   // The device's header read resolves the published name from the tier's path alone (no state
   // the loop changes), so it is safe here, off the loop.
@@ -114,19 +110,35 @@ bool SharedLookup::Find(SharedTier& s, const std::string& key, const std::string
     return true;
   }
   absl::MutexLock lock(&s.mu);
-  if (s.misses.size() >= kMaxRememberedMisses) {
-    absl::erase_if(s.misses, [now](const auto& m) { return m.second <= now; });
-    if (s.misses.size() >= kMaxRememberedMisses) s.misses.clear();
-  }
-  s.misses[stem] = now + s.miss_ttl_ns;
+  s.misses.Add(stem, now + s.miss_ttl_ns, now);
   return false;
+}
+
+bool SharedLookup::MissCache::Holds(const std::string& stem, int64_t now) {
+  auto it = until.find(stem);
+  if (it == until.end()) return false;
+  if (now < it->second) return true;
+  until.erase(it);  // its entry in `order` goes when it reaches the front
+  return false;
+}
+
+void SharedLookup::MissCache::Add(const std::string& stem, int64_t ends, int64_t now) {
+  // Forget what has ended, and the oldest while full. An entry of `order` whose stem was
+  // forgotten, or added again since, no longer matches `until` and is dropped alone.
+  while (!order.empty() && (order.front().second <= now || until.size() >= kMaxRememberedMisses)) {
+    auto it = until.find(order.front().first);
+    if (it != until.end() && it->second == order.front().second) until.erase(it);
+    order.pop_front();
+  }
+  until[stem] = ends;
+  order.emplace_back(stem, ends);
 }
 
 void SharedLookup::MarkBad(int tier, const ChunkMeta& meta) {
   for (auto& s : shared_) {
     if (s->tier != tier) continue;
     absl::MutexLock lock(&s->mu);
-    if (s->bad.size() >= kMaxRememberedMisses) s->bad.clear();
+    if (s->bad.size() >= kMaxRememberedMisses) s->bad.erase(s->bad.begin());  // one, not all
     s->bad[FileStem(meta.key)] = VersionOf(meta);
   }
 }

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <vector>
 
@@ -42,10 +43,21 @@ class SharedLookup {
   void MarkBad(int tier, const ChunkMeta& meta);
 
  private:
+  // Stems looked for in vain, each until its miss TTL ends; at most kMaxRememberedMisses, past
+  // which the oldest is forgotten first (every miss of a tier lives as long, so the oldest ends
+  // first): one more lookup on the file system, never the whole cache at once.
+  struct MissCache {
+    // True while `stem` is remembered as missing at `now` (an ended miss is forgotten).
+    bool Holds(const std::string& stem, int64_t now);
+    void Add(const std::string& stem, int64_t until, int64_t now);
+    size_t size() const { return until.size(); }
+    absl::flat_hash_map<std::string, int64_t> until;    // stem -> looked for in vain until
+    std::deque<std::pair<std::string, int64_t>> order;  // as added (= as they end)
+  };
   struct SharedTier {
     int tier;
     int64_t miss_ttl_ns;
-    absl::flat_hash_map<std::string, int64_t> misses ABSL_GUARDED_BY(mu);  // stem -> looked for until
+    MissCache misses ABSL_GUARDED_BY(mu);
     absl::flat_hash_map<std::string, ChunkVersion> bad ABSL_GUARDED_BY(mu);  // stem -> version that failed
     uint64_t discovered ABSL_GUARDED_BY(mu) = 0;
     mutable absl::Mutex mu;
