@@ -6,7 +6,6 @@
 
 namespace kvstream {
 namespace {
-constexpr size_t kMaxRememberedMisses = 1 << 16;  // per tier; beyond it, expired ones are forgotten
 constexpr int64_t kForgetGraceNs = 1'000'000'000;  // from a lookup to its step's placement, at most
 }  // namespace
 
@@ -112,26 +111,6 @@ bool SharedLookup::Find(SharedTier& s, const std::string& key, const std::string
   absl::MutexLock lock(&s.mu);
   s.misses.Add(stem, now + s.miss_ttl_ns, now);
   return false;
-}
-
-bool SharedLookup::MissCache::Holds(const std::string& stem, int64_t now) {
-  auto it = until.find(stem);
-  if (it == until.end()) return false;
-  if (now < it->second) return true;
-  until.erase(it);  // its entry in `order` goes when it reaches the front
-  return false;
-}
-
-void SharedLookup::MissCache::Add(const std::string& stem, int64_t ends, int64_t now) {
-  // Forget what has ended, and the oldest while full. An entry of `order` whose stem was
-  // forgotten, or added again since, no longer matches `until` and is dropped alone.
-  while (!order.empty() && (order.front().second <= now || until.size() >= kMaxRememberedMisses)) {
-    auto it = until.find(order.front().first);
-    if (it != until.end() && it->second == order.front().second) until.erase(it);
-    order.pop_front();
-  }
-  until[stem] = ends;
-  order.emplace_back(stem, ends);
 }
 
 void SharedLookup::MarkBad(int tier, const ChunkMeta& meta) {

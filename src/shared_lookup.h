@@ -12,7 +12,6 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <string>
 #include <vector>
 
@@ -22,6 +21,7 @@
 #include "chunk_format.h"
 #include "index.h"
 #include "kvstream/config.h"
+#include "miss_cache.h"
 #include "reactor.h"
 #include "tier.h"
 
@@ -29,6 +29,8 @@ namespace kvstream {
 
 class SharedLookup {
  public:
+  static constexpr size_t kMaxRememberedMisses = 1 << 16;  // per tier
+
   SharedLookup(const StoreConfig& config, const Tiers& tiers, GuardedIndex* index, Reactor* reactor);
 
   // Whether any tier is shared (Discover does nothing otherwise).
@@ -43,21 +45,10 @@ class SharedLookup {
   void MarkBad(int tier, const ChunkMeta& meta);
 
  private:
-  // Stems looked for in vain, each until its miss TTL ends; at most kMaxRememberedMisses, past
-  // which the oldest is forgotten first (every miss of a tier lives as long, so the oldest ends
-  // first): one more lookup on the file system, never the whole cache at once.
-  struct MissCache {
-    // True while `stem` is remembered as missing at `now` (an ended miss is forgotten).
-    bool Holds(const std::string& stem, int64_t now);
-    void Add(const std::string& stem, int64_t until, int64_t now);
-    size_t size() const { return until.size(); }
-    absl::flat_hash_map<std::string, int64_t> until;    // stem -> looked for in vain until
-    std::deque<std::pair<std::string, int64_t>> order;  // as added (= as they end)
-  };
   struct SharedTier {
     int tier;
     int64_t miss_ttl_ns;
-    MissCache misses ABSL_GUARDED_BY(mu);
+    MissCache misses ABSL_GUARDED_BY(mu){kMaxRememberedMisses};  // stems looked for in vain
     absl::flat_hash_map<std::string, ChunkVersion> bad ABSL_GUARDED_BY(mu);  // stem -> version that failed
     uint64_t discovered ABSL_GUARDED_BY(mu) = 0;
     mutable absl::Mutex mu;
