@@ -76,6 +76,26 @@ TEST_CASE("bad configs are refused with the key and line at fault") {
         std::string::npos);
 }
 
+TEST_CASE("socket access settings parse, default to no isolation, and bad ones are refused") {
+  auto plain = ParseDaemonConfig(kMinimal, "test.yaml");
+  REQUIRE(plain.ok());
+  CHECK(plain->isolation == DaemonConfig::Isolation::kNone);
+  CHECK(plain->max_lookup_keys == 16384);
+  auto c = ParseDaemonConfig(std::string(kMinimal) +
+                                 "sessions: {isolation: uid, admin_group: ops, max_sessions_per_uid: 4, "
+                                 "arena_budget_per_uid: 2GiB, max_lookup_keys: 512}\n",
+                             "test.yaml");
+  REQUIRE(c.ok());
+  CHECK(c->isolation == DaemonConfig::Isolation::kUid);
+  CHECK(c->admin_group == "ops");
+  CHECK(c->max_sessions_per_uid == 4);
+  CHECK(c->arena_budget_per_uid == 2ull << 30);
+  CHECK(c->max_lookup_keys == 512);
+  CHECK(ErrorOf(std::string(kMinimal) + "sessions: {isolation: tenant}\n").find("sessions.isolation") != std::string::npos);
+  CHECK(ErrorOf(std::string(kMinimal) + "sessions: {max_lookup_keys: 0}\n").find("sessions.max_lookup_keys") !=
+        std::string::npos);
+}
+
 TEST_CASE("a key given twice and an arena limit of zero are refused") {
   CHECK(ErrorOf(std::string(kMinimal) + "block_size: 1MiB\nblock_size: 4MiB\n").find("'block_size' (line 5) appears twice") !=
         std::string::npos);
