@@ -1,7 +1,8 @@
 # Sourced by tools/bench.sh and tools/bench-lmcache.sh: two emulated tiers (tools/tierlab) capped at
 # $fast and $slow MB/s under $work, and kvstreamd on them inside the capped cgroup, torn down on exit.
 # The caller sets root, build, work, fast, slow and out (and pace=1 for tierlab's pacing FUSE
-# layer instead of the blkio throttle); this sets tierlab, sock and daemon.
+# layer instead of the blkio throttle, key=1 for a cluster key: every chunk written carries a MAC);
+# this sets tierlab, sock and daemon.
 
 # bench_up NAME T0_CAPACITY DAEMON_LOG: checks root and the build, brings the tiers and the daemon up.
 bench_up() {
@@ -18,10 +19,16 @@ bench_up() {
   [ -z "${pace:-}" ] || export TIERLAB_KVFAULTFS="${TIERLAB_KVFAULTFS:-$build/tools/kvfaultfs}"
   "$tierlab" up --dir "$work" ${pace:+--pace} --tier "t0:8G:$fast" --tier "t1:8G:$slow"
   sock="$work/kvstreamd.sock"
+  local key_line=""
+  if [ -n "${key:-}" ]; then
+    (umask 077 && head -c 32 /dev/urandom > "$work/cluster.key")
+    key_line="shared_key_file: $work/cluster.key"
+  fi
   cat > "$work/kvstreamd.yaml" <<YAML
 socket: {path: $sock, mode: "0600"}
 sessions: {max_arena: 4GiB}
 logging: {level: warn}
+$key_line
 tiers:
   - {name: t0, path: $work/mnt/t0/kvstream, capacity: $t0_capacity}
   - {name: t1, path: $work/mnt/t1/kvstream, capacity: 7GiB}

@@ -24,16 +24,20 @@
 # tools/kvfaultfs serving each direction at its cap, no credit for idle time) instead of the blkio
 # throttle, which lets a tier that idled read ahead of its cap (docs/design-notes.md: the replication
 # runs idle while writes drain, and kvsim --validate holds there only with --pace).
+# --key: the daemon has a cluster key (shared_key_file, docs/security.md): every chunk it writes
+# carries a MAC (reads verify blocks against the segment checksums the MAC covers, as without a
+# key), so a run with it against one without shows what the key costs.
 # Needs root. Results (JSON, PNG) go to OUT. Tears everything down, also on failure.
-# Usage: sudo tools/bench.sh [--gbs | --replication] [--pace] [--fast MBPS] [--slow MBPS] [--steps N] [--out DIR] [--check GAP]
+# Usage: sudo tools/bench.sh [--gbs | --replication] [--pace] [--key] [--fast MBPS] [--slow MBPS] [--steps N] [--out DIR] [--check GAP]
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-fast=300 slow=150 steps=8 out=/var/tmp/kvstream-bench-results check="" gbs="" replication="" pace=""
+fast=300 slow=150 steps=8 out=/var/tmp/kvstream-bench-results check="" gbs="" replication="" pace="" key=""
 while [ $# -gt 0 ]; do
   case $1 in
     --gbs) gbs=1; shift ;;
     --replication) replication=1; shift ;;
     --pace) pace=1; shift ;;
+    --key) key=1; shift ;;
     --fast) fast=$2; shift 2 ;;
     --slow) slow=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
