@@ -89,9 +89,15 @@ kvstreamctl get deb-test-key "$work/back" > /dev/null || fail "get"
 cmp "$work/chunk" "$work/back" || fail "bytes differ"
 kvstreamctl health > "$work/health" || { cat "$work/health"; fail "health"; }
 ls /var/lib/kvstream/nvme /var/lib/kvstream/pfs > /dev/null || fail "default tiers not under /var/lib/kvstream"
-curl -sf --max-time 5 "127.0.0.1:$mport/metrics" > "$work/metrics" || fail "no /metrics under RestrictAddressFamilies=${families[*]}"
-grep -q '^kvstream_up 1' "$work/metrics" || fail "/metrics lacks kvstream_up 1: $(head -5 "$work/metrics")"
-[ "$(curl -sf --max-time 5 "127.0.0.1:$mport/health")" = OK ] || fail "/health is not OK"
+# GET PATH from the metrics port (bash's /dev/tcp: no curl needed): the whole response.
+http_get() {
+  timeout 5 bash -c 'exec 3<> "/dev/tcp/127.0.0.1/$1" && printf "GET %s HTTP/1.1\r\nHost: x\r\n\r\n" "$2" >&3 && cat <&3' \
+    _ "$mport" "$1" | tr -d '\r'
+}
+http_get /metrics > "$work/metrics" || fail "no /metrics under RestrictAddressFamilies=${families[*]}"
+head -1 "$work/metrics" | grep -q "^HTTP/1.1 200 " || fail "/metrics: $(head -1 "$work/metrics")"
+grep -q '^kvstream_up 1$' "$work/metrics" || fail "/metrics lacks kvstream_up 1: $(head -5 "$work/metrics")"
+[ "$(http_get /health | tail -1)" = OK ] || fail "/health is not OK"
 # The stand-in bites: where the unit does not allow AF_INET, a connection fails.
 if "$restrict_families" AF_UNIX -- bash -c "exec 3<> /dev/tcp/127.0.0.1/$mport" 2> /dev/null; then
   fail "restrict_families AF_UNIX let a TCP socket through"
