@@ -269,3 +269,37 @@ def test_the_gpu_pinned_region_check_runs_without_a_gpu(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     assert "gpu_check_pinned: OK" in done.stdout
     assert list(tmp_path.iterdir()) == []  # its tier directories are removed
+
+
+def test_the_client_identifies_itself_so_isolation_uid_serves_it(state_dir):
+    """Under sessions.isolation uid only callers that proved their uid on the data socket touch
+    keys: the Python client does so on connect; a bare gRPC stub without the token is refused."""
+    import grpc
+
+    from kvstream._proto import pb, pb_grpc
+
+    from conftest import Daemon
+
+    d = Daemon(state_dir, sessions="{max_arena: 64MiB, isolation: uid, max_lookup_keys: 8}")
+    d.start()
+    try:
+        with kvstream.Client.attach(d.socket, arena_bytes=4 << 20) as c:
+            data = fill(c, 0, 8192, 5)
+            assert c.persist([("iso@0", 0, 8192)])[0].ok
+            c.arena[:8192] = bytes(8192)
+            results, _ = c.retrieve([("iso@0", 0, 8192)])
+            assert results[0].code == Code.OK and bytes(c.arena[:8192]) == data
+            assert c.lookup(["iso@0"])[1] == 1
+            with pytest.raises(KVStreamError) as e:  # more keys than sessions.max_lookup_keys
+                c.lookup([f"iso@{i}" for i in range(9)])
+            assert e.value.code == Code.INVALID_ARGUMENT
+            assert c.set_policies(routing="static:0.5").routing == "static:0.5"  # root administers
+        channel = grpc.insecure_channel("unix:" + d.socket)
+        try:
+            with pytest.raises(grpc.RpcError) as e:
+                pb_grpc.KVStreamStub(channel).Lookup(pb.LookupRequest(keys=[b"iso@0"]), timeout=10)
+            assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        finally:
+            channel.close()
+    finally:
+        assert d.stop() == 0
