@@ -133,7 +133,9 @@ TEST_CASE("requests are answered promptly while many silent connections are open
   for (int i = 0; i < 5; ++i) {
     const Clock::time_point start = Clock::now();
     CHECK(Get(server.port(), "/health").rfind("HTTP/1.1 200 OK\r\n", 0) == 0);
-    CHECK(Clock::now() - start < milliseconds(500));
+    // Before any silent connection's 2 s deadline: the server waited on none of them (a loose
+    // bound, so a loaded machine does not fail it).
+    CHECK(Clock::now() - start < milliseconds(1500));
   }
   CHECK(server.evicted() > 0);
   for (int fd : silent) close(fd);
@@ -149,7 +151,7 @@ TEST_CASE("a silent connection is closed at the read deadline") {
   CHECK(ReadUntilClosed(fd, milliseconds(3000), &closed).empty());
   CHECK(closed);
   CHECK(Clock::now() - start >= milliseconds(250));
-  CHECK(Clock::now() - start < milliseconds(1500));
+  CHECK(Clock::now() - start < milliseconds(2500));
   CHECK(server.timed_out() == 1);
   close(fd);
 }
@@ -167,7 +169,7 @@ TEST_CASE("a drip-fed request is closed at the read deadline however steadily it
     if (!closed) ReadUntilClosed(fd, milliseconds(50), &closed);
   }
   CHECK(closed);
-  CHECK(Clock::now() - start < milliseconds(1500));
+  CHECK(Clock::now() - start < milliseconds(3000));  // the whole drip takes over 6 s
   CHECK(server.timed_out() == 1);
   close(fd);
 }
@@ -207,7 +209,7 @@ TEST_CASE("stopping returns at once with connections open") {
   const int fd = Connect(server.port());
   const Clock::time_point start = Clock::now();
   server.Stop();
-  CHECK(Clock::now() - start < milliseconds(500));
+  CHECK(Clock::now() - start < milliseconds(1500));  // not the connection's 2 s deadline
   bool closed = false;
   ReadUntilClosed(fd, milliseconds(500), &closed);
   CHECK(closed);
