@@ -202,7 +202,7 @@ DaemonConfig Parse(const YAML::Node& root) {
     const std::string key = "tiers[" + std::to_string(i) + "]";
     const YAML::Node t = tiers[i];
     RequireMap(t, key, {"name", "path", "capacity", "queue_depth", "write_queue_depth", "allow_buffered", "shared",
-                       "miss_ttl"});
+                       "miss_ttl", "owner_uid", "owner_gid"});
     for (const char* required : {"name", "path", "capacity"}) {
       if (!t[required]) throw ConfigError{Where(t, key) + " needs '" + required + "'"};
     }
@@ -218,6 +218,8 @@ DaemonConfig Parse(const YAML::Node& root) {
       if (!tc.shared) throw ConfigError{Where(t["miss_ttl"], key + ".miss_ttl") + " applies to shared tiers only"};
       tc.miss_ttl_seconds = Seconds(t["miss_ttl"], key + ".miss_ttl");
     }
+    if (t["owner_uid"]) tc.owner_uid = Uint(t["owner_uid"], key + ".owner_uid");
+    if (t["owner_gid"]) tc.owner_gid = Uint(t["owner_gid"], key + ".owner_gid");
     c.store.tiers.push_back(tc);
   }
   return c;

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
 #include <set>
+#include <utility>
 
 #include <unistd.h>
 
@@ -66,6 +68,11 @@ absl::StatusOr<StoreConfig> ValidateConfig(StoreConfig c) {
     }
     if (!(t.miss_ttl_seconds >= 0 && t.miss_ttl_seconds <= 3600)) {
       return absl::InvalidArgumentError(absl::StrCat("tier '", t.name, "' miss_ttl must be 0 to 3600 seconds"));
+    }
+    for (const auto& [id, what] : {std::pair{t.owner_uid, "owner_uid"}, std::pair{t.owner_gid, "owner_gid"}}) {
+      if (id < -1 || id >= int64_t{UINT32_MAX}) {  // (uid_t)-1 is no one's
+        return absl::InvalidArgumentError(absl::StrCat("tier '", t.name, "' ", what, " must be -1 (anyone) or a uid/gid below 4294967295"));
+      }
     }
     any_shared |= t.shared;
   }

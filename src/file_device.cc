@@ -14,10 +14,13 @@
 
 #include <atomic>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "index_checkpoint.h"
+#include "safe_open.h"
 #include "spdlog/spdlog.h"
 
 namespace kvstream {
@@ -59,12 +62,23 @@ bool IsHexStem(std::string_view s, size_t length) {
   return true;
 }
 
-// Reads and validates one chunk file's header (its MAC too: VerifyChunkMac). Returns
-// DataLoss/NotFound/PermissionDenied for files to remove.
-absl::StatusOr<ScannedChunk> ReadHeader(const std::string& path, std::string_view stem, const ChunkMacKey* mac_key,
-                                        bool require_mac) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Errno("open", path);
+// A status of a name below the tier directory `root`, saying which tier.
+absl::Status InTier(const std::string& root, const absl::Status& s) {
+  return s.ok() ? s : absl::Status(s.code(), absl::StrCat("tier ", root, ": ", s.message()));
+}
+
+// Reads and validates the header of chunk file `rel` beneath the directory `dir` (at path
+// `dir_path`) and its MAC (VerifyChunkMac). Returns DataLoss/NotFound/PermissionDenied for files
+// to remove; refused (IsRefused: not a regular file, reached through a symlink, another owner
+// than `owner`) for names that are not the daemon's to read or remove: never opened blocking,
+// never read.
+absl::StatusOr<ScannedChunk> ReadHeader(int dir, const std::string& dir_path, const std::string& rel,
+                                        std::string_view stem, const ExpectedOwner& owner,
+                                        const ChunkMacKey* mac_key, bool require_mac) {
+  const std::string path = absl::StrCat(dir_path, "/", rel);
+  absl::StatusOr<int> opened = OpenFileBeneath(dir, rel, O_RDONLY, owner);
+  if (!opened.ok()) return InTier(dir_path, opened.status());
+  const int fd = *opened;
   struct stat st;
   if (fstat(fd, &st) != 0) {
     close(fd);
@@ -91,27 +105,94 @@ absl::StatusOr<ScannedChunk> ReadHeader(const std::string& path, std::string_vie
   return ScannedChunk{*std::move(meta), static_cast<uint64_t>(st.st_size)};
 }
 
-// Walks a tier's chunk directories (named by the first two hex digits of their files' stems):
-// `on_chunk(file, stem)` for each committed chunk file, `on_temp(file)` for each temporary.
-std::error_code ForEachChunkFile(const std::string& root,
-                                 const std::function<void(const fs::directory_entry&, const std::string&)>& on_chunk,
-                                 const std::function<void(const fs::directory_entry&)>& on_temp) {
-  std::error_code ec;
-  for (const fs::directory_entry& dir : fs::directory_iterator(root, ec)) {
-    const std::string dir_name = dir.path().filename().string();
-    if (!dir.is_directory() || !IsHexStem(dir_name, 2)) continue;
-    for (const fs::directory_entry& file : fs::directory_iterator(dir.path(), ec)) {
-      const std::string name = file.path().filename().string();
-      if (absl::StrContains(name, kTempMarker)) {
-        on_temp(file);
-        continue;
-      }
-      if (!absl::EndsWith(name, kChunkSuffix)) continue;
-      const std::string stem = name.substr(0, name.size() - kChunkSuffixLength);
-      if (IsHexStem(stem, 32) && stem.substr(0, 2) == dir_name) on_chunk(file, stem);
-    }
+// Names below a tier that look like the daemon's (a fan-out directory, a chunk file, a
+// temporary) but are not what it writes there: symlinks, FIFOs, sockets, devices, directories,
+// files of another owner. Counted, and logged once per walk with a few examples; never opened
+// blocking, read or removed.
+struct Skipped {
+  uint64_t count = 0;
+  std::vector<std::string> examples;
+
+  void Add(const std::string& rel, const std::string& what) {
+    if (count++ < 4) examples.push_back(absl::StrCat(rel, " (", what, ")"));
   }
-  return ec;
+  void Log(const std::string& tier_path, const char* during) const {
+    if (count == 0) return;
+    spdlog::warn("tier {}: {} skipped {} names that are not the daemon's regular files (not opened, read or "
+                 "removed): {}{}", tier_path, during, count, absl::StrJoin(examples, ", "), count > examples.size() ? ", ..." : "");
+  }
+};
+
+// Walks a tier's chunk directories (named by the first two hex digits of their files' stems)
+// beneath the directory `root`, never through a symbolic link: `on_chunk(dir, name, rel, stem)`
+// for each committed chunk file, `on_temp(dir, name)` for each temporary (`dir`: its directory,
+// open; `rel`: its path below `root`). Both see regular files only: every other entry by those
+// names, and every fan-out name that is not a directory, goes to `skipped`.
+absl::Status ForEachChunkFile(
+    int root, const std::function<void(int, const std::string&, const std::string&, const std::string&)>& on_chunk,
+    const std::function<void(int, const std::string&)>& on_temp, Skipped* skipped) {
+  std::vector<std::string> dirs;
+  absl::Status status = ListDirectory(root, [&](const std::string& name, EntryKind kind) {
+    if (!IsHexStem(name, 2)) return;
+    if (kind == EntryKind::kDirectory) {
+      dirs.push_back(name);
+    } else {
+      skipped->Add(name, std::string(ToString(kind)));
+    }
+  });
+  for (size_t d = 0; d < dirs.size() && status.ok(); ++d) {
+    const std::string& dir_name = dirs[d];
+    absl::StatusOr<int> dir = OpenDirectoryBeneath(root, dir_name);
+    if (!dir.ok()) {  // replaced since it was listed
+      if (IsRefused(dir.status())) skipped->Add(dir_name, std::string(ToString(EntryKindAt(root, dir_name.c_str()))));
+      if (!IsRefused(dir.status()) && !absl::IsNotFound(dir.status())) status = dir.status();
+      continue;
+    }
+    status = ListDirectory(*dir, [&](const std::string& name, EntryKind kind) {
+      const bool temp = absl::StrContains(name, kTempMarker);
+      std::string stem;
+      if (!temp) {
+        if (!absl::EndsWith(name, kChunkSuffix)) return;
+        stem = name.substr(0, name.size() - kChunkSuffixLength);
+        if (!IsHexStem(stem, 32) || stem.substr(0, 2) != dir_name) return;
+      }
+      const std::string rel = absl::StrCat(dir_name, "/", name);
+      if (kind != EntryKind::kRegular) {
+        skipped->Add(rel, std::string(ToString(kind)));
+      } else if (temp) {
+        on_temp(*dir, name);
+      } else {
+        on_chunk(*dir, name, rel, stem);
+      }
+    });
+    close(*dir);
+  }
+  return status;
+}
+
+// Opens the lock file of the directory `dir` (at `path`), creating it if missing: never a
+// symlink's target, never a FIFO's blocking open. `what` heads the message of a failed open.
+absl::StatusOr<int> OpenLockFile(int dir, int access, const std::string& path, const char* what) {
+  const int fd = openat(dir, kLockName, access | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, 0640);
+  if (fd < 0 && errno == ELOOP) return absl::FailedPreconditionError(absl::StrCat(path, " is a symbolic link (not followed)"));
+  if (fd < 0) return Errno(what, path);
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return absl::FailedPreconditionError(absl::StrCat(path, " is not a regular file"));
+  }
+  return fd;
+}
+
+// Creates the directory `path` and any missing parent, each 0750 (before the umask).
+absl::Status MakeDirectories(const std::string& path) {
+  for (size_t at = path.find('/', 1);; at = path.find('/', at + 1)) {
+    const std::string prefix = path.substr(0, at);
+    if (!prefix.empty() && mkdir(prefix.c_str(), 0750) != 0 && errno != EEXIST) {
+      return Errno("cannot create tier directory", prefix);
+    }
+    if (at == std::string::npos) return absl::OkStatus();
+  }
 }
 
 }  // namespace
@@ -124,9 +205,8 @@ absl::StatusOr<std::unique_ptr<FileDevice>> FileDevice::Open(const FileDeviceOpt
 
 absl::Status FileDevice::Init() {
   const std::string& root = options_.path;
+  if (absl::Status s = MakeDirectories(root); !s.ok()) return s;
   std::error_code ec;
-  fs::create_directories(root, ec);
-  if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot create tier directory ", root, ": ", ec.message()));
   if (!fs::is_directory(root, ec)) return absl::InvalidArgumentError(absl::StrCat(root, " is not a directory"));
 
   props_.shared = shared();
@@ -168,12 +248,17 @@ absl::Status FileDevice::OpenDirectory() {
   if (shared()) {  // this node's own directory below the shared one
     own_path = absl::StrCat(root, "/", kNodesDir, "/", options_.node);
     const std::string rel = absl::StrCat(kNodesDir, "/", options_.node);
-    if ((mkdirat(dir, kNodesDir, 0750) != 0 && errno != EEXIST) || (mkdirat(dir, rel.c_str(), 0750) != 0 && errno != EEXIST) ||
-        (own = openat(dir, rel.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+    if ((mkdirat(dir, kNodesDir, 0750) != 0 && errno != EEXIST) || (mkdirat(dir, rel.c_str(), 0750) != 0 && errno != EEXIST)) {
       const absl::Status s = Errno("shared tier directory is not writable: cannot make", own_path);
       close(dir);
       return s;
     }
+    absl::StatusOr<int> opened = OpenDirectoryBeneath(dir, rel);  // never a symlink to elsewhere
+    if (!opened.ok()) {
+      close(dir);
+      return InTier(root, opened.status());
+    }
+    own = *opened;
   }
   int shared_lock = -1;
   const auto close_both = [&] {
@@ -184,8 +269,13 @@ absl::Status FileDevice::OpenDirectory() {
   if (shared()) {
     // Nodes hold the directory's lock shared, a private daemon exclusively: neither starts beside
     // the other (a private daemon would take every node's files for its own).
-    shared_lock = openat(dir, kLockName, O_RDONLY | O_CREAT | O_CLOEXEC, 0640);
-    if (shared_lock < 0 || flock(shared_lock, LOCK_SH | LOCK_NB) != 0) {
+    absl::StatusOr<int> opened = OpenLockFile(dir, O_RDONLY, absl::StrCat(root, "/", kLockName), "lock");
+    if (!opened.ok()) {
+      close_both();
+      return opened.status();
+    }
+    shared_lock = *opened;
+    if (flock(shared_lock, LOCK_SH | LOCK_NB) != 0) {
       const int err = errno;
       close_both();
       if (err == EWOULDBLOCK) {
@@ -196,12 +286,12 @@ absl::Status FileDevice::OpenDirectory() {
     }
   }
   const std::string lock_path = absl::StrCat(own_path, "/", kLockName);
-  const int lock = openat(own, kLockName, O_RDWR | O_CREAT | O_CLOEXEC, 0640);
-  if (lock < 0) {
-    const absl::Status s = Errno("tier directory is not writable: cannot create", lock_path);
+  absl::StatusOr<int> lock_file = OpenLockFile(own, O_RDWR, lock_path, "tier directory is not writable: cannot create");
+  if (!lock_file.ok()) {
     close_both();
-    return s;
+    return lock_file.status();
   }
+  const int lock = *lock_file;
   if (flock(lock, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     close(lock);
@@ -213,11 +303,17 @@ absl::Status FileDevice::OpenDirectory() {
     }
     return absl::FailedPreconditionError(absl::StrCat("tier directory ", root, " is in use by another kvstream process"));
   }
-  if (own_fd_ >= 0 && own_fd_ != dir_fd_) close(own_fd_);
-  if (dir_fd_ >= 0) close(dir_fd_);
   if (lock_fd_ >= 0) close(lock_fd_);
   if (shared_lock_fd_ >= 0) close(shared_lock_fd_);
   shared_lock_fd_ = shared_lock;
+  auto dirs = std::make_shared<Directories>();
+  dirs->root = dir;
+  dirs->own = own;
+  std::shared_ptr<const Directories> old;  // closed once no other thread uses it
+  {
+    absl::MutexLock hold(&dirs_mu_);
+    old = std::exchange(dirs_, std::move(dirs));
+  }
   dir_fd_ = dir;
   own_fd_ = own;
   own_path_ = std::move(own_path);
@@ -256,9 +352,7 @@ absl::Status FileDevice::Recreate() {
     return absl::FailedPreconditionError(
         absl::StrCat("not making ", options_.path, " again: ", parent_path, " is not on the tier's file system"));
   }
-  std::error_code ec;
-  fs::create_directories(options_.path, ec);
-  if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot create ", options_.path, ": ", ec.message()));
+  if (absl::Status s = MakeDirectories(options_.path); !s.ok()) return s;
   for (auto& [stem, f] : files_) {
     if (f.in_flight == 0) {
       close(f.fd);
@@ -277,7 +371,9 @@ absl::Status FileDevice::Recreate() {
 absl::Status FileDevice::ProbeDirectIo() {
   const std::string& root = options_.path;
   const std::string probe = absl::StrCat(own_path_, "/", kProbeName);
-  int fd = openat(own_fd_, kProbeName, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, 0640);
+  // A fresh file, never a symlink's target (O_EXCL): a stale probe is removed first if regular.
+  RemoveRegularFileBeneath(own_fd_, kProbeName).IgnoreError();
+  int fd = openat(own_fd_, kProbeName, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | O_DIRECT, 0640);
   if (fd < 0 && errno != EINVAL) return Errno("tier directory is not writable: cannot create", probe);
   if (fd < 0) {
     buffered_reason_ = "the filesystem does not support O_DIRECT";
@@ -309,7 +405,7 @@ absl::Status FileDevice::ProbeDirectIo() {
     }
     close(fd);
   }
-  unlinkat(own_fd_, kProbeName, 0);
+  if (fd >= 0) unlinkat(own_fd_, kProbeName, 0);
   if (!props_.direct_io) {
     if (!options_.allow_buffered_fallback) {
       return absl::FailedPreconditionError(absl::StrCat(root, ": ", buffered_reason_,
@@ -359,12 +455,20 @@ FileDevice::~FileDevice() {
   for (auto& [fd, n] : doomed_) close(fd);
   for (auto& [fd, path] : temps_) {
     close(fd);
-    unlinkat(own_fd_, path.c_str(), 0);
+    RemoveRegularFileBeneath(own_fd_, path).IgnoreError();
   }
   if (lock_fd_ >= 0) close(lock_fd_);
   if (shared_lock_fd_ >= 0) close(shared_lock_fd_);
-  if (own_fd_ >= 0 && own_fd_ != dir_fd_) close(own_fd_);
-  if (dir_fd_ >= 0) close(dir_fd_);
+}
+
+FileDevice::Directories::~Directories() {
+  if (own >= 0 && own != root) close(own);
+  if (root >= 0) close(root);
+}
+
+std::shared_ptr<const FileDevice::Directories> FileDevice::directories() const {
+  absl::MutexLock hold(&dirs_mu_);
+  return dirs_;
 }
 
 std::string FileDevice::ChunkPath(const std::string& stem) const {
@@ -393,35 +497,43 @@ absl::StatusOr<ScanReport> FileDevice::Scan() {
                  std::string(saved.status().message()));
   }
   // Every chunk file's header, read by a few threads (a cold scan waits on the device).
-  std::vector<std::pair<std::string, std::string>> files;  // path, stem
-  const std::error_code ec = ForEachChunkFile(
-      own_path_, [&](const fs::directory_entry& file, const std::string& stem) { files.emplace_back(file.path().string(), stem); },
-      [&](const fs::directory_entry& temp) {
-        unlink(temp.path().c_str());
-        ++report.removed_temporaries;
-      });
-  if (ec) return absl::InternalError(absl::StrCat("scanning ", options_.path, ": ", ec.message()));
+  std::vector<std::pair<std::string, std::string>> files;  // path below own_path_, stem
+  Skipped skipped;
+  const absl::Status walked = ForEachChunkFile(
+      own_fd_,
+      [&](int, const std::string&, const std::string& rel, const std::string& stem) { files.emplace_back(rel, stem); },
+      [&](int dir, const std::string& name) {
+        const absl::Status s = RemoveRegularFileBeneath(dir, name);
+        if (s.ok()) ++report.removed_temporaries;
+        if (IsRefused(s)) skipped.Add(name, std::string(s.message()));  // another owner's (or swapped meanwhile)
+      },
+      &skipped);
+  if (!walked.ok()) return absl::Status(walked.code(), absl::StrCat("scanning ", options_.path, ": ", walked.message()));
   std::vector<absl::StatusOr<ScannedChunk>> headers(files.size(), absl::UnknownError("not read"));
   std::atomic<size_t> next{0};
   std::vector<std::thread> readers;
   for (size_t r = 0; r < std::min<size_t>(kScanThreads, files.size()); ++r) {
     readers.emplace_back([&] {
-      for (size_t i = next++; i < files.size(); i = next++) headers[i] = ReadHeader(files[i].first, files[i].second, options_.mac_key.get(), options_.require_mac);
+      for (size_t i = next++; i < files.size(); i = next++) {
+        headers[i] = ReadHeader(own_fd_, own_path_, files[i].first, files[i].second, options_.owner,
+                                options_.mac_key.get(), options_.require_mac);
+      }
     });
   }
   for (auto& t : readers) t.join();
   for (size_t i = 0; i < files.size(); ++i) {
+    if (IsRefused(headers[i].status())) {  // not the daemon's to read: never removed either
+      skipped.Add(files[i].first, std::string(headers[i].status().message()));
+      continue;
+    }
+    if (absl::IsNotFound(headers[i].status())) continue;  // removed since it was listed
     if (!headers[i].ok()) {
-      spdlog::warn("tier {}: removing invalid chunk file {}: {}", options_.path, files[i].first,
+      spdlog::warn("tier {}: removing invalid chunk file {}/{}: {}", options_.path, own_path_, files[i].first,
                    std::string(headers[i].status().message()));
-      if (shared()) {
-        // Its published name too, or nobody would ever remove it.
-        if (absl::Status s = RemoveOwn(files[i].second); !s.ok()) {
-          spdlog::warn("tier {}: {}", options_.path, std::string(s.message()));
-        }
-      } else {
-        unlink(files[i].first.c_str());
-      }
+      // Shared: its published name too, or nobody would ever remove it.
+      const absl::Status s = shared() ? RemoveOwn(dir_fd_, own_fd_, files[i].second)
+                                      : RemoveRegularFileBeneath(own_fd_, files[i].first);
+      if (!s.ok()) spdlog::warn("tier {}: {}", options_.path, std::string(s.message()));
       ++report.removed_invalid;
       continue;
     }
@@ -431,34 +543,53 @@ absl::StatusOr<ScanReport> FileDevice::Scan() {
     if (shared() && !Publish(files[i].second, /*remove_on_error=*/false).ok()) continue;
     report.chunks.push_back(*std::move(headers[i]));
   }
+  skipped.Log(options_.path, "scan:");
+  report.skipped_irregular = skipped.count;
   return report;
 }
 
 absl::StatusOr<std::vector<ListedChunk>> FileDevice::ListChunks() {
+  const std::shared_ptr<const Directories> dirs = directories();  // off the loop: Recreate may replace them
   std::vector<ListedChunk> out;
-  const std::error_code ec = ForEachChunkFile(
-      own_path_,
-      [&](const fs::directory_entry& file, const std::string& stem) {
-        std::error_code size_ec;
-        const uint64_t size = file.file_size(size_ec);
-        if (!size_ec) out.push_back({stem, size});
+  Skipped skipped;
+  const absl::Status walked = ForEachChunkFile(
+      dirs->own,
+      [&](int dir, const std::string& name, const std::string&, const std::string& stem) {
+        struct stat st;
+        if (fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) {
+          out.push_back({stem, static_cast<uint64_t>(st.st_size)});
+        }
       },
-      [](const fs::directory_entry&) {});  // temporaries belong to writes in progress
-  if (ec) return absl::InternalError(absl::StrCat("listing ", options_.path, ": ", ec.message()));
+      [](int, const std::string&) {},  // temporaries belong to writes in progress
+      &skipped);
+  if (!walked.ok()) return absl::Status(walked.code(), absl::StrCat("listing ", options_.path, ": ", walked.message()));
+  skipped.Log(options_.path, "listing its files:");
   return out;
 }
 
 absl::StatusOr<ScannedChunk> FileDevice::ReadChunkHeader(const std::string& stem) {
-  absl::StatusOr<ScannedChunk> chunk = ReadHeader(ChunkPath(stem), stem, options_.mac_key.get(), options_.require_mac);
+  // Off the loop (shared lookups, the reconcile pass): Recreate may replace the directories.
+  const std::shared_ptr<const Directories> dirs = directories();
+  const std::string rel = RelativeChunkPath(stem);
+  absl::StatusOr<ScannedChunk> chunk =
+      ReadHeader(dirs->root, options_.path, rel, stem, options_.owner, options_.mac_key.get(), options_.require_mac);
+  if (IsRefused(chunk.status())) {  // a FIFO, a symlink, another owner's file: no chunk here
+    LogRefusedChunk(options_.path, stem, chunk.status());
+    return absl::NotFoundError(chunk.status().message());
+  }
   if (absl::IsPermissionDenied(chunk.status())) LogRefusedChunk(options_.path, stem, chunk.status());
-  if (chunk.ok() && shared()) chunk->owned = OwnIsPublished(RelativeChunkPath(stem));  // else another node's
+  if (chunk.ok() && shared()) chunk->owned = OwnIsPublished(dirs->root, dirs->own, rel);  // else another node's
   return chunk;
 }
 
 absl::StatusOr<uint64_t> FileDevice::ChunkFileSize(const std::string& stem) {
-  struct stat st;
-  if (fstatat(dir_fd_, RelativeChunkPath(stem).c_str(), &st, 0) != 0) return Errno("stat", ChunkPath(stem));
-  return static_cast<uint64_t>(st.st_size);
+  const std::shared_ptr<const Directories> dirs = directories();
+  absl::StatusOr<struct stat> st = StatBeneath(dirs->root, RelativeChunkPath(stem));
+  if (!st.ok() && !IsRefused(st.status())) return InTier(options_.path, st.status());
+  if (!st.ok() || !S_ISREG(st->st_mode)) {
+    return absl::NotFoundError(absl::StrCat(ChunkPath(stem), " is not a regular file reached without a symlink"));
+  }
+  return static_cast<uint64_t>(st->st_size);
 }
 
 absl::Status FileDevice::SaveIndex(const std::vector<ChunkMeta>& chunks) { return WriteCheckpoint(own_path_, chunks); }
@@ -469,9 +600,9 @@ absl::StatusOr<FileHandle> FileDevice::OpenChunk(const std::string& stem) {
     CachedFile& f = it->second;
     if (shared() && now - f.checked_ns > static_cast<int64_t>(options_.revalidate_seconds * 1e9)) {
       // Another node may have removed or replaced its file: the handle must still be the name's.
-      struct stat named, held;
-      const bool same = fstatat(dir_fd_, RelativeChunkPath(stem).c_str(), &named, 0) == 0 && fstat(f.fd, &held) == 0 &&
-                        SameFile(named, held);
+      absl::StatusOr<struct stat> named = StatBeneath(dir_fd_, RelativeChunkPath(stem));
+      struct stat held;
+      const bool same = named.ok() && S_ISREG(named->st_mode) && fstat(f.fd, &held) == 0 && SameFile(*named, held);
       if (same) f.checked_ns = now;
       if (!same) DropCached(stem);
     }
@@ -480,8 +611,15 @@ absl::StatusOr<FileHandle> FileDevice::OpenChunk(const std::string& stem) {
     if (it->second.in_flight == 0) idle_lru_.splice(idle_lru_.end(), idle_lru_, it->second.lru);
     return it->second.fd;
   }
-  const int fd = openat(dir_fd_, RelativeChunkPath(stem).c_str(), O_RDONLY | O_CLOEXEC | (props_.direct_io ? O_DIRECT : 0));
-  if (fd < 0) return Errno("open", ChunkPath(stem));
+  // One openat2 where the kernel has it: never a FIFO's blocking open, never through a symlink.
+  absl::StatusOr<int> opened =
+      OpenFileBeneath(dir_fd_, RelativeChunkPath(stem), O_RDONLY | (props_.direct_io ? O_DIRECT : 0), options_.owner);
+  if (IsRefused(opened.status())) {  // not a chunk this tier may serve: the replica is not there
+    LogRefusedChunk(options_.path, stem, opened.status());
+    return absl::NotFoundError(opened.status().message());
+  }
+  if (!opened.ok()) return InTier(options_.path, opened.status());
+  const int fd = *opened;
   ChunkVersion version;
   if (shared()) {  // the version this name holds now, for HoldsVersion
     if (!header_page_) header_page_ = AllocateAligned(kFileAlignment);
@@ -554,10 +692,15 @@ absl::StatusOr<FileHandle> FileDevice::CreateTemp(const std::string& stem) {
   if (mkdirat(own_fd_, dir.c_str(), 0750) != 0 && errno != EEXIST) {
     return Errno("mkdir", absl::StrCat(own_path_, "/", dir));
   }
-  const std::string path = absl::StrCat(dir, "/", stem, kChunkSuffix, kTempMarker, getpid(), ".", ++temp_counter_);
+  const std::string name = absl::StrCat(stem, kChunkSuffix, kTempMarker, getpid(), ".", ++temp_counter_);
+  const std::string path = absl::StrCat(dir, "/", name);
+  absl::StatusOr<int> parent = OpenDirectoryBeneath(own_fd_, dir);  // not a symlink put in its place
+  if (!parent.ok()) return InTier(own_path_, parent.status());
   const int fd =
-      openat(own_fd_, path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | (props_.direct_io ? O_DIRECT : 0), 0640);
-  if (fd < 0) return Errno("create", absl::StrCat(own_path_, "/", path));
+      openat(*parent, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | (props_.direct_io ? O_DIRECT : 0), 0640);
+  const int err = errno;
+  close(*parent);
+  if (fd < 0) return Errno("create", absl::StrCat(own_path_, "/", path), err);
   temps_[fd] = path;
   return fd;
 }
@@ -570,13 +713,18 @@ absl::Status FileDevice::CommitTemp(FileHandle temp, const std::string& stem, bo
   // Shared: the node's older version of the key is unpublished before the new one is renamed
   // over its link (a crash in between leaves the node's link unpublished, which its next start
   // publishes; never a published file without its owner's link).
-  if (shared()) status = Unpublish(stem);
+  if (shared()) status = Unpublish(dir_fd_, own_fd_, stem);
+  // Renamed within its directory, opened again as the temporary was created (no symlink).
+  absl::StatusOr<int> parent = OpenDirectoryBeneath(own_fd_, stem.substr(0, 2));
+  if (status.ok() && !parent.ok()) status = InTier(own_path_, parent.status());
+  const std::string temp_name = it->second.substr(3);  // "<2 hex>/" off
   if (!status.ok()) {
-    unlinkat(own_fd_, it->second.c_str(), 0);
-  } else if (renameat(own_fd_, it->second.c_str(), own_fd_, rel.c_str()) != 0) {
+    RemoveRegularFileBeneath(own_fd_, it->second).IgnoreError();
+  } else if (renameat(*parent, temp_name.c_str(), *parent, rel.substr(3).c_str()) != 0) {
     status = Errno("rename", absl::StrCat(own_path_, "/", it->second));
-    unlinkat(own_fd_, it->second.c_str(), 0);
+    unlinkat(*parent, temp_name.c_str(), 0);
   }
+  if (parent.ok()) close(*parent);
   close(temp);
   temps_.erase(it);
   DropCached(stem);
@@ -593,60 +741,67 @@ absl::Status FileDevice::Publish(const std::string& stem, bool remove_on_error) 
   const std::string rel = RelativeChunkPath(stem);
   const std::string dir = stem.substr(0, 2);
   if (mkdirat(dir_fd_, dir.c_str(), 0750) != 0 && errno != EEXIST) return Errno("mkdir", absl::StrCat(options_.path, "/", dir));
-  if (linkat(own_fd_, rel.c_str(), dir_fd_, rel.c_str(), 0) == 0) return absl::OkStatus();
-  const int err = errno;
-  if (err == EEXIST && OwnIsPublished(rel)) return absl::OkStatus();  // published already (a restart's scan)
-  if (err == EEXIST) {  // another node published the key first: its file stands
-    unlinkat(own_fd_, rel.c_str(), 0);
-    return absl::AlreadyExistsError(absl::StrCat("another node published ", ChunkPath(stem), " first"));
+  // Both directories opened without following a symlink: a fan-out directory another writer
+  // replaced by a link to elsewhere never receives this node's chunks.
+  absl::StatusOr<int> published = OpenDirectoryBeneath(dir_fd_, dir);
+  absl::StatusOr<int> own = OpenDirectoryBeneath(own_fd_, dir);
+  const std::string name = rel.substr(3);
+  absl::Status status;
+  if (!published.ok() || !own.ok()) {
+    status = InTier(options_.path, !published.ok() ? published.status() : own.status());
+    if (remove_on_error && own.ok()) unlinkat(*own, name.c_str(), 0);
+  } else if (linkat(*own, name.c_str(), *published, name.c_str(), 0) != 0) {
+    const int err = errno;
+    if (err == EEXIST && OwnIsPublished(dir_fd_, own_fd_, rel)) {
+      // published already (a restart's scan)
+    } else if (err == EEXIST) {  // another node published the key first: its file stands
+      unlinkat(*own, name.c_str(), 0);
+      status = absl::AlreadyExistsError(absl::StrCat("another node published ", ChunkPath(stem), " first"));
+    } else {
+      if (remove_on_error) unlinkat(*own, name.c_str(), 0);
+      status = Errno("link", ChunkPath(stem), err);
+    }
   }
-  if (remove_on_error) unlinkat(own_fd_, rel.c_str(), 0);
-  return Errno("link", ChunkPath(stem), err);
+  if (published.ok()) close(*published);
+  if (own.ok()) close(*own);
+  return status;
 }
 
-bool FileDevice::OwnIsPublished(const std::string& rel) const {
-  struct stat own, published;
-  return fstatat(own_fd_, rel.c_str(), &own, 0) == 0 && fstatat(dir_fd_, rel.c_str(), &published, 0) == 0 &&
-         SameFile(own, published);
+bool FileDevice::OwnIsPublished(int root, int own_dir, const std::string& rel) {
+  absl::StatusOr<struct stat> own = StatBeneath(own_dir, rel), published = StatBeneath(root, rel);
+  return own.ok() && published.ok() && S_ISREG(own->st_mode) && SameFile(*own, *published);
 }
 
-absl::Status FileDevice::Unpublish(const std::string& stem) {
+absl::Status FileDevice::Unpublish(int root, int own_dir, const std::string& stem) const {
   const std::string rel = RelativeChunkPath(stem);
-  struct stat own, published;
-  if (fstatat(own_fd_, rel.c_str(), &own, 0) != 0) {
-    return errno == ENOENT ? absl::OkStatus() : Errno("stat", absl::StrCat(own_path_, "/", rel));
-  }
-  if (fstatat(dir_fd_, rel.c_str(), &published, 0) != 0) {
-    return errno == ENOENT ? absl::OkStatus() : Errno("stat", ChunkPath(stem));
-  }
   // Only the owner changes its published name, so the file cannot change between stat and unlink.
-  if (SameFile(own, published) && unlinkat(dir_fd_, rel.c_str(), 0) != 0 && errno != ENOENT) {
-    return Errno("unlink", ChunkPath(stem));
-  }
-  return absl::OkStatus();
+  if (!OwnIsPublished(root, own_dir, rel)) return absl::OkStatus();
+  const absl::Status s = RemoveRegularFileBeneath(root, rel);
+  return s.ok() || absl::IsNotFound(s) ? absl::OkStatus() : InTier(options_.path, s);
 }
 
-absl::Status FileDevice::RemoveOwn(const std::string& stem) {
-  if (absl::Status s = Unpublish(stem); !s.ok()) return s;
-  const std::string rel = RelativeChunkPath(stem);
-  if (unlinkat(own_fd_, rel.c_str(), 0) != 0 && errno != ENOENT) return Errno("unlink", absl::StrCat(own_path_, "/", rel));
-  return absl::OkStatus();
+absl::Status FileDevice::RemoveOwn(int root, int own_dir, const std::string& stem) const {
+  if (absl::Status s = Unpublish(root, own_dir, stem); !s.ok()) return s;
+  const absl::Status s = RemoveRegularFileBeneath(own_dir, RelativeChunkPath(stem));
+  return s.ok() || absl::IsNotFound(s) ? absl::OkStatus() : InTier(own_path_, s);
 }
 
 void FileDevice::AbortTemp(FileHandle temp) {
   auto it = temps_.find(temp);
   if (it == temps_.end()) return;
   close(temp);
-  unlinkat(own_fd_, it->second.c_str(), 0);
+  RemoveRegularFileBeneath(own_fd_, it->second).IgnoreError();
   temps_.erase(it);
 }
 
 absl::Status FileDevice::RemoveChunk(const std::string& stem) {
   DropCached(stem);
+  // Also called off the loop (the reconcile pass): Recreate may replace the directories.
+  const std::shared_ptr<const Directories> dirs = directories();
   // Shared: only the node's own file (readers that opened it keep their file).
-  if (shared()) return RemoveOwn(stem);
-  if (unlinkat(dir_fd_, RelativeChunkPath(stem).c_str(), 0) != 0) return Errno("unlink", ChunkPath(stem));
-  return absl::OkStatus();
+  if (shared()) return RemoveOwn(dirs->root, dirs->own, stem);
+  // Only a regular file the daemon could have written, never through a symlink.
+  return InTier(options_.path, RemoveRegularFileBeneath(dirs->root, RelativeChunkPath(stem)));
 }
 
 bool FileDevice::Queue(IoRequest* request) {

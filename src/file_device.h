@@ -13,6 +13,13 @@
 // publisher wins, atomically, on any POSIX file system). Scan, ListChunks and the saved index
 // cover the node's own chunks only; RemoveChunk unlinks the published name only while it is the
 // node's own file. Readers that opened a file keep reading it after its owner removed it.
+//
+// Every name below the directory is resolved beneath it and never through a symbolic link
+// (safe_open.h): only regular files are read, and only regular files this process could have
+// written are removed. A FIFO, socket, device, symlink or directory named like a chunk, a
+// temporary or a fan-out directory is skipped, counted (ScanReport::skipped_irregular) and logged,
+// and a published name that is one is a miss. With FileDeviceOptions::owner, files of any other
+// owner are skipped too (a shared tier's nodes all write as one uid/gid).
 #pragma once
 
 #include <sys/stat.h>
@@ -24,11 +31,14 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "aligned_buffer.h"
 #include "chunk_format.h"
 #include "chunk_mac.h"
+#include "safe_open.h"
 #include "tier_device.h"
 #include "uring_queue.h"
 
@@ -48,6 +58,8 @@ struct FileDeviceOptions {
   // Shared: a cached read handle is checked against the published name again after this long
   // (its owner may have removed or replaced the file; an open handle would still read it).
   double revalidate_seconds = 1.0;
+  // Who must own a chunk file for it to be read (TierConfig::owner_uid/owner_gid; -1: anyone).
+  ExpectedOwner owner;
   // The cluster key (chunk_mac.h; null: none): a header whose MAC is present must verify; with
   // `require_mac` (a shared tier), a header without one is refused too. Refused headers are
   // misses, from a scan, a header read and the saved index alike.
@@ -108,6 +120,18 @@ class FileDevice final : public TierDevice {
   absl::Status ProbeDirectIo();
   // Opens and locks the tier directory (again, after Recreate).
   absl::Status OpenDirectory();
+  // The tier's directory and this node's, open. Recreate (on the loop) replaces them while other
+  // threads (shared lookups, the reconcile pass) may be resolving names in the old ones: each
+  // holds a reference while it does, and the last one closes them.
+  struct Directories {
+    int root = -1;  // the tier directory: every published chunk path resolves from here
+    int own = -1;   // this node's directory (== root on a private tier): lock, temporaries, links
+    Directories() = default;
+    Directories(const Directories&) = delete;
+    Directories& operator=(const Directories&) = delete;
+    ~Directories();
+  };
+  std::shared_ptr<const Directories> directories() const ABSL_LOCKS_EXCLUDED(dirs_mu_);
   void ReleaseFile(int fd);
   void DropCached(const std::string& stem);
   void TrimCache();
@@ -117,21 +141,26 @@ class FileDevice final : public TierDevice {
   // already). AlreadyExists, and the node's file removed, when another node's file is published
   // under the name; on another failure the node's file is removed only if `remove_on_error`.
   absl::Status Publish(const std::string& stem, bool remove_on_error);
-  // Shared: removes the node's own file of `stem`: the published name first while it is that
-  // file, then the node's link. OK when the node has none.
-  absl::Status RemoveOwn(const std::string& stem);
+  // Shared: removes the node's own file of `stem` (`root`, `own_dir`: the Directories in use):
+  // the published name first while it is that file, then the node's link. OK when the node has
+  // none.
+  absl::Status RemoveOwn(int root, int own_dir, const std::string& stem) const;
   // Shared: unlinks the published name of `stem` while it is the node's own file.
-  absl::Status Unpublish(const std::string& stem);
-  // Shared: the published name at `rel` (a chunk's path below the directory) is this node's file.
-  bool OwnIsPublished(const std::string& rel) const;
+  absl::Status Unpublish(int root, int own_dir, const std::string& stem) const;
+  // Shared: the published name at `rel` (a chunk's path below the directory) is this node's
+  // file (a regular file, reached without a symlink in either directory).
+  static bool OwnIsPublished(int root, int own_dir, const std::string& rel);
 
   FileDeviceOptions options_;
   DeviceProperties props_;
   std::string buffered_reason_;
   int lock_fd_ = -1;
   int shared_lock_fd_ = -1;  // shared: the directory's lock, held shared (a private daemon holds it exclusively)
-  int dir_fd_ = -1;  // the tier directory: every published chunk path resolves from here
-  int own_fd_ = -1;  // this node's directory (== dir_fd_ on a private tier): lock, temporaries, links
+  mutable absl::Mutex dirs_mu_;
+  std::shared_ptr<const Directories> dirs_ ABSL_GUARDED_BY(dirs_mu_);
+  // dirs_->root and dirs_->own, for the loop, which alone replaces them (Recreate).
+  int dir_fd_ = -1;
+  int own_fd_ = -1;
   std::string own_path_;
   dev_t dir_dev_ = 0;
   ino_t dir_ino_ = 0;

@@ -23,8 +23,12 @@ absl::Status RecoverIndex(const Tiers& tiers, Index* index, std::vector<bool>* f
       spdlog::info("tier {}: {} chunks from the index saved at the last clean shutdown", tiers[t]->name,
                    report->chunks.size());
     } else {
-      spdlog::info("tier {}: {} chunk files, removed {} temporaries and {} invalid files", tiers[t]->name,
-                   report->chunks.size(), report->removed_temporaries, report->removed_invalid);
+      spdlog::info("tier {}: {} chunk files, removed {} temporaries and {} invalid files{}", tiers[t]->name,
+                   report->chunks.size(), report->removed_temporaries, report->removed_invalid,
+                   report->skipped_irregular == 0
+                       ? ""
+                       : absl::StrCat("; skipped ", report->skipped_irregular,
+                                      " names that are not its regular files (not read, not removed)"));
     }
     for (ScannedChunk& c : report->chunks) all.emplace_back(static_cast<int>(t), std::move(c));
   }

@@ -150,11 +150,11 @@ absl::StatusOr<int> OpenFileBeneath(int dir_fd, std::string_view rel_view, int f
     refusal = Refused(rel, absl::StrCat("owned by uid ", st.st_uid, ", not the tier's owner_uid ", owner.uid));
   } else if (owner.gid >= 0 && static_cast<int64_t>(st.st_gid) != owner.gid) {
     refusal = Refused(rel, absl::StrCat("owned by gid ", st.st_gid, ", not the tier's owner_gid ", owner.gid));
-  } else if (!(flags & O_NONBLOCK)) {
+  } else if (!(flags & O_NONBLOCK) && fcntl(fd, F_SETFL, flags) != 0) {
     // A regular file: reads block as reads of files do (io_uring would otherwise hand back
-    // EAGAIN instead of waiting for the page cache).
-    const int fl = fcntl(fd, F_GETFL);
-    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) refusal = ErrnoStatus(errno, absl::StrCat("fcntl ", rel));
+    // EAGAIN instead of waiting for the page cache). F_SETFL takes only the status flags of
+    // `flags` (O_DIRECT, O_APPEND, O_NOATIME...), which the open just accepted.
+    refusal = ErrnoStatus(errno, absl::StrCat("fcntl ", rel));
   }
   if (!refusal.ok()) {
     close(fd);

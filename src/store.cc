@@ -30,6 +30,7 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StoreConfig& raw) {
     options.write_depth = t.write_queue_depth + 1;  // + the fsync of a finished replica
     options.allow_buffered_fallback = t.allow_buffered_fallback;
     options.event_fd = (*reactor)->event_fd();
+    options.owner = {t.owner_uid, t.owner_gid};
     options.mac_key = mac_key;
     options.require_mac = t.shared && mac_key != nullptr;  // anyone may write a shared tier
     if (t.shared) {

@@ -96,6 +96,10 @@ struct ScanReport {
   std::vector<ScannedChunk> chunks;
   uint64_t removed_temporaries = 0;
   uint64_t removed_invalid = 0;
+  // Names like a chunk's, a temporary's or a fan-out directory's that are not regular files the
+  // daemon may read or remove (symlinks, FIFOs, sockets, devices, directories, another owner's
+  // files): never opened blocking, read or removed.
+  uint64_t skipped_irregular = 0;
   bool from_checkpoint = false;  // read from the index saved at the last clean shutdown
 };
 

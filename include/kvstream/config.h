@@ -25,6 +25,11 @@ struct TierConfig {
   // Shared tiers: a key looked up in vain on the file system is not looked up there again for
   // this long (another node may publish it meanwhile).
   double miss_ttl_seconds = 1.0;
+  // Who must own a chunk file for it to be read (-1: anyone). On a shared tier, the uid and gid
+  // every node's daemon writes as: a file published by any other user is a miss, never read. A
+  // file of another owner is never removed either way (only this process's own files are).
+  int64_t owner_uid = -1;
+  int64_t owner_gid = -1;
 };
 
 struct StoreConfig {
