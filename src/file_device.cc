@@ -528,11 +528,15 @@ absl::StatusOr<ScanReport> FileDevice::Scan() {
     }
     if (absl::IsNotFound(headers[i].status())) continue;  // removed since it was listed
     if (!headers[i].ok()) {
-      spdlog::warn("tier {}: removing invalid chunk file {}/{}: {}", options_.path, own_path_, files[i].first,
-                   std::string(headers[i].status().message()));
       // Shared: its published name too, or nobody would ever remove it.
       const absl::Status s = shared() ? RemoveOwn(dir_fd_, own_fd_, files[i].second)
                                       : RemoveRegularFileBeneath(own_fd_, files[i].first);
+      if (IsRefused(s)) {  // another owner's: not the daemon's to remove
+        skipped.Add(files[i].first, absl::StrCat(headers[i].status().message(), "; ", s.message()));
+        continue;
+      }
+      spdlog::warn("tier {}: removed invalid chunk file {}/{}: {}", options_.path, own_path_, files[i].first,
+                   std::string(headers[i].status().message()));
       if (!s.ok()) spdlog::warn("tier {}: {}", options_.path, std::string(s.message()));
       ++report.removed_invalid;
       continue;

@@ -138,7 +138,9 @@ const char* Describe(mode_t mode) {
 absl::StatusOr<int> OpenFileBeneath(int dir_fd, std::string_view rel_view, int flags, const ExpectedOwner& owner) {
   const std::string rel(rel_view);
   if (!PlainRelativePath(rel)) return Refused(rel, "not a plain relative path");
-  const int fd = OpenBeneath(dir_fd, rel, (flags & ~O_CREAT) | kAlwaysFlags);
+  // O_DIRECT only once the file is known to be regular (F_SETFL below): a FIFO or a directory
+  // opened with it fails with EINVAL rather than being refused.
+  const int fd = OpenBeneath(dir_fd, rel, (flags & ~(O_CREAT | O_DIRECT)) | kAlwaysFlags);
   if (fd < 0) return OpenFailed(rel, errno);
   struct stat st;
   absl::Status refusal;
@@ -150,10 +152,10 @@ absl::StatusOr<int> OpenFileBeneath(int dir_fd, std::string_view rel_view, int f
     refusal = Refused(rel, absl::StrCat("owned by uid ", st.st_uid, ", not the tier's owner_uid ", owner.uid));
   } else if (owner.gid >= 0 && static_cast<int64_t>(st.st_gid) != owner.gid) {
     refusal = Refused(rel, absl::StrCat("owned by gid ", st.st_gid, ", not the tier's owner_gid ", owner.gid));
-  } else if (!(flags & O_NONBLOCK) && fcntl(fd, F_SETFL, flags) != 0) {
-    // A regular file: reads block as reads of files do (io_uring would otherwise hand back
-    // EAGAIN instead of waiting for the page cache). F_SETFL takes only the status flags of
-    // `flags` (O_DIRECT, O_APPEND, O_NOATIME...), which the open just accepted.
+  } else if (fcntl(fd, F_SETFL, flags) != 0) {
+    // A regular file: reads block as reads of files do unless `flags` has O_NONBLOCK (io_uring
+    // would otherwise hand back EAGAIN instead of waiting for the page cache). F_SETFL takes only
+    // the status flags of `flags` (O_DIRECT, O_APPEND, O_NOATIME...).
     refusal = ErrnoStatus(errno, absl::StrCat("fcntl ", rel));
   }
   if (!refusal.ok()) {

@@ -92,6 +92,25 @@ TEST_CASE("a FIFO is refused without blocking and without being read") {
   CHECK_THAT(std::string(fd.status().message()), Catch::Contains("FIFO"));
 }
 
+TEST_CASE("with O_DIRECT, a FIFO and a directory are refused and a regular file keeps the flag") {
+  PickResolution();
+  TempDir dir;
+  REQUIRE(mkfifo(dir.sub("fifo").c_str(), 0640) == 0);
+  fs::create_directory(dir.sub("dir"));
+  WriteFile(dir.sub("file"), std::string(4096, 'x'));
+  Dir d(dir.path());
+  CHECK(IsRefused(OpenFileBeneath(d.fd, "fifo", O_RDONLY | O_DIRECT).status()));
+  CHECK(IsRefused(OpenFileBeneath(d.fd, "dir", O_RDONLY | O_DIRECT).status()));
+  absl::StatusOr<int> fd = OpenFileBeneath(d.fd, "file", O_RDONLY | O_DIRECT);
+  if (!fd.ok()) {
+    WARN("no O_DIRECT on this file system: " << fd.status());
+    return;
+  }
+  CHECK((fcntl(*fd, F_GETFL) & O_DIRECT) != 0);
+  CHECK((fcntl(*fd, F_GETFL) & O_NONBLOCK) == 0);
+  close(*fd);
+}
+
 TEST_CASE("a socket, a directory and a symbolic link named like a file are refused") {
   PickResolution();
   TempDir dir;
