@@ -138,7 +138,10 @@ absl::StatusOr<std::vector<ChunkMeta>> DecodeCheckpoint(std::string_view bytes) 
 absl::Status WriteCheckpoint(const std::string& dir, const std::vector<ChunkMeta>& chunks) {
   const std::string path = absl::StrCat(dir, "/", kCheckpointName), temp = path + ".tmp";
   const std::string bytes = EncodeCheckpoint(chunks);
-  const int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+  // Whatever is under the temporary's name goes first (a symlink planted there would otherwise
+  // have the write land on its target); the new file is created, never opened through a link.
+  unlink(temp.c_str());
+  const int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0640);
   if (fd < 0) return ErrnoStatus(errno, "create " + temp);
   size_t done = 0;
   while (done < bytes.size()) {
