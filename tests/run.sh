@@ -20,7 +20,7 @@ CC=clang CXX=clang++ cmake -S "$root" -B "${build}-clang" -DCMAKE_BUILD_TYPE=Deb
 cmake --build "${build}-clang" -j "$(nproc)"
 fuzz="${build}-clang/tests/fuzz"
 "$fuzz/make_fuzz_seeds" "$fuzz/corpus" "$root/deploy/kvstreamd.yaml"
-for f in fuzz_chunk_header fuzz_checkpoint fuzz_daemon_config fuzz_requests; do
+for f in fuzz_chunk_header fuzz_checkpoint fuzz_daemon_config fuzz_requests fuzz_http_request; do
   (cd "$fuzz" && "./$f" -max_total_time="${KVSTREAM_FUZZ_SECONDS:-15}" -print_final_stats=0 "corpus/$f" 2>&1 | tail -1)
 done
 python="$("$root/deploy/python-env.sh")"

@@ -85,5 +85,6 @@ int main(int argc, char** argv) {
   in_region->set_length(4096);
   in_region->set_region(1);
   Write(out / "fuzz_requests", "\x01" + req.SerializeAsString());
+  Write(out / "fuzz_http_request", "GET /metrics HTTP/1.1\r\nHost: localhost:9400\r\nAccept: */*\r\n\r\n");
   return 0;
 }
