@@ -67,6 +67,14 @@ def _recv_exactly(sock: socket.socket, size: int) -> bytes:
     return data
 
 
+def _receive_reply(sock: socket.socket, data_socket: str) -> tuple[int, int, str]:
+    """A reply frame: (status code, value, message). Raises OSError as the socket does."""
+    code, value, length = struct.unpack("<iII", _recv_exactly(sock, 12))
+    if length > 4096:
+        raise KVStreamError(Code.DATA_LOSS, f"malformed reply on the data socket {data_socket}")
+    return code, value, _recv_exactly(sock, length).decode("utf-8", "replace")
+
+
 def region_request(
     data_socket: str, token: bytes, op: bytes, argument: int, fd: int = -1, timeout: float = HANDOVER_TIMEOUT_S
 ) -> int:
@@ -82,10 +90,7 @@ def region_request(
                 socket.send_fds(sock, [frame], [fd])
             else:
                 sock.sendall(frame)
-            code, value, length = struct.unpack("<iII", _recv_exactly(sock, 12))
-            if length > 4096:
-                raise KVStreamError(Code.DATA_LOSS, f"malformed reply on the data socket {data_socket}")
-            message = _recv_exactly(sock, length).decode("utf-8", "replace")
+            code, value, message = _receive_reply(sock, data_socket)
         except OSError as e:  # includes socket.timeout
             raise Unavailable(f"cannot reach the daemon's data socket {data_socket}: {e}") from e
     finally:
@@ -105,10 +110,7 @@ def identify(data_socket: str, timeout: float = HANDOVER_TIMEOUT_S) -> tuple[soc
         try:
             sock.connect(data_socket)
             sock.sendall(_frame(OP_IDENTIFY, bytes(32), 0))
-            code, _, length = struct.unpack("<iII", _recv_exactly(sock, 12))
-            if length > 4096:
-                raise KVStreamError(Code.DATA_LOSS, f"malformed reply on the data socket {data_socket}")
-            message = _recv_exactly(sock, length).decode("ascii", "replace")
+            code, _, message = _receive_reply(sock, data_socket)
         except OSError as e:  # includes socket.timeout
             raise Unavailable(f"cannot reach the daemon's data socket {data_socket}: {e}") from e
         if code != 0:
