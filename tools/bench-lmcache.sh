@@ -4,7 +4,7 @@
 # caps of FAST and SLOW MB/s), same keys, chunk sizes and steps; then kvbench on the same daemon
 # and steps for the tiers' alone bandwidths, the bound ratio (b0+b1)/b0 and the plugin's overhead;
 # then LMCache's multi-process L2 layer: its fs adapter on the fast tier versus the kvstream L2
-# adapter on the same daemon (tools/bench_lmcache_l2.py: same keys, same load batches).
+# adapter on the same daemon (tools/bench/bench_lmcache_l2.py: same keys, same load batches).
 # Needs root, a build (kvstreamd, kvbench) and the Python environment (deploy/python-env.sh).
 # With --gbs the GB/s regime: tier images on tmpfs (BENCH_DIR default /dev/shm/kvstream-bench-lmcache),
 # caps 2000/700 MB/s, 4 steps, and L2 passes of 256 chunks (2 GiB: shorter passes last a few blkio
@@ -37,7 +37,7 @@ else
   fast=${fast:-300} slow=${slow:-150} steps=${steps:-6}
   work="${BENCH_DIR:-/var/tmp/kvstream-bench}"
 fi
-source "$root/tools/bench-tiers.sh"
+source "$root/tools/lib/bench-tiers.sh"
 mp_chunks=${mp_chunks:-$((requests * chunks))}
 bench_up bench-lmcache 5GiB "$out/kvstreamd-lmcache.log"
 python="$("$root/deploy/python-env.sh")"
@@ -47,11 +47,11 @@ echo "== kvbench: the same step shape (1 rank, $requests requests x $chunks chun
   --json "$out/lmcache-kvbench-${requests}x${chunks}.json"
 echo
 echo "== LMCache StorageManager: LocalDiskBackend on t0 (O_DIRECT) vs the kvstream plugin on t0+t1"
-"$tierlab" run --dir "$work" -- "$python" "$root/tools/lmcache_bench.py" --socket "$sock" \
+"$tierlab" run --dir "$work" -- "$python" "$root/tools/bench/lmcache_bench.py" --socket "$sock" \
   --disk-dir "$work/mnt/t0/lmcache-disk" --steps "$steps" --requests "$requests" --chunks "$chunks" --chunk-mib 8 \
   --kvbench "$out/lmcache-kvbench-${requests}x${chunks}.json" --json "$out/lmcache-${requests}x${chunks}.json"
 echo
 echo "== LMCache multi-process L2: the fs adapter on t0 vs the kvstream L2 adapter on t0+t1 ($mp_chunks chunks of 8 MiB, loads of $chunks, $requests at once)"
-"$tierlab" run --dir "$work" -- "$python" "$root/tools/bench_lmcache_l2.py" --daemon-socket "$sock" \
+"$tierlab" run --dir "$work" -- "$python" "$root/tools/bench/bench_lmcache_l2.py" --daemon-socket "$sock" \
   --fs-dir "$work/mnt/t0/lmcache-mp-fs" --chunks "$mp_chunks" --chunk-mib 8 --batch "$chunks" \
   --concurrent "$requests" --passes 3

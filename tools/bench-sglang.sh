@@ -30,7 +30,7 @@ else
   fast=${fast:-300} slow=${slow:-150} work="${BENCH_DIR:-/var/tmp/kvstream-bench}"
 fi
 build="${BUILD_DIR:-$root/build}"
-source "$root/tools/bench-tiers.sh"
+source "$root/tools/lib/bench-tiers.sh"
 bench_up bench-sglang 7GiB "$out/kvstreamd-sglang.log"
 python="$("$root/deploy/python-env.sh" --sglang)"
 name="sglang-$fast-$slow"
@@ -41,7 +41,7 @@ echo "== kvbench: the same batches (1 rank, $((batch * 2)) pieces of 8 MiB a ste
 echo
 echo "== SGLang HiCache: HiCacheFile on t0 vs kvstream on t0+t1 (reads $fast/$slow MB/s)"
 mkdir -p "$work/mnt/t0/hicache-file"
-"$tierlab" run --dir "$work" -- "$python" "$root/tools/bench_sglang.py" --socket "$sock" \
+"$tierlab" run --dir "$work" -- "$python" "$root/tools/bench/bench_sglang.py" --socket "$sock" \
   --file-dir "$work/mnt/t0/hicache-file" --pages "$pages" --batch "$batch" --json "$out/$name.json"
 echo "bench-sglang: bound ratio (b0+b1)/b0 from the caps: $(awk "BEGIN {printf \"%.3f\", ($fast + $slow) / $fast}")"
 echo "bench-sglang: results in $out ($name*.json)"

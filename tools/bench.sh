@@ -21,7 +21,7 @@
 # persists the same new KV on the first tier, so it carries the same staging work and idle time
 # (--check does not apply; --steps defaults to 12: identical write-heavy runs differ by 2-5% over 6).
 # --pace (not with --gbs): the caps are kept by tierlab's pacing FUSE layer (tierlab up --pace:
-# tools/kvfaultfs serving each direction at its cap, no credit for idle time) instead of the blkio
+# tools/harness/kvfaultfs serving each direction at its cap, no credit for idle time) instead of the blkio
 # throttle, which lets a tier that idled read ahead of its cap (docs/design-notes.md: the replication
 # runs idle while writes drain, and kvsim --validate holds there only with --pace).
 # --key: the daemon has a cluster key (shared_key_file, docs/security.md): every chunk it writes
@@ -51,7 +51,7 @@ build="${BUILD_DIR:-$root/build}"
 if [ -n "$gbs" ]; then
   [ -z "$pace" ] || { echo "bench: --pace does not apply to --gbs (FUSE cannot pace GB/s tiers here)" >&2; exit 2; }
   work="${BENCH_DIR:-/dev/shm/kvstream-bench-gbs}"
-  source "$root/tools/bench-tiers.sh"
+  source "$root/tools/lib/bench-tiers.sh"
   fast=0 slow=0  # uncapped first
   [ "$steps" = 8 ] && steps=4  # 512 MiB per step: 2 GiB per tier in memory
   bench_up bench 7GiB "$out/kvstreamd.log"
@@ -75,7 +75,7 @@ if [ -n "$gbs" ]; then
 fi
 if [ -n "$replication" ]; then
   work="${BENCH_DIR:-/var/tmp/kvstream-bench}"
-  source "$root/tools/bench-tiers.sh"
+  source "$root/tools/lib/bench-tiers.sh"
   [ "$steps" = 8 ] && steps=12
   bench_up bench 7GiB "$out/kvstreamd.log"
   replication_run() {  # NAME T0_WRITE T1_WRITE [kvbench args]
@@ -98,7 +98,7 @@ fi
 work="${BENCH_DIR:-/var/tmp/kvstream-bench}"
 trace="${TRACE:-$root/bench/traces/conversation_trace.jsonl}"
 [ -r "$trace" ] || { echo "bench: trace $trace not readable (TRACE=FILE names another)" >&2; exit 1; }
-source "$root/tools/bench-tiers.sh"
+source "$root/tools/lib/bench-tiers.sh"
 bench_up bench 7GiB "$out/kvstreamd.log"
 common=(--socket "$sock" --ranks 2 --steps "$steps" --requests 4 --chunks 8 --hit-ratio 0.75 --chunk-size 8MiB)
 echo "== 1. steady caps: t0 $fast MB/s, t1 $slow MB/s"

@@ -254,8 +254,8 @@ def test_a_dead_daemons_socket_is_unavailable_at_once(state_dir):
 
 
 def test_the_gpu_pinned_region_check_runs_without_a_gpu(tmp_path):
-    """tools/gpu_check_pinned.py (run by tools/gpu-check.sh on a GPU machine) keeps working: the
-    same persist, retrieve through the bounce buffers and byte comparison, without the GPU."""
+    """tools/harness/gpu/gpu_check_pinned.py (run by tools/gpu-check.sh on a GPU machine) keeps
+    working: the same persist, retrieve through the bounce buffers and byte comparison, without the GPU."""
     import subprocess
     import sys
     from pathlib import Path
@@ -263,7 +263,7 @@ def test_the_gpu_pinned_region_check_runs_without_a_gpu(tmp_path):
     pytest.importorskip("torch")
     from conftest import KVSTREAMD, REPO
 
-    script = REPO / "tools" / "gpu_check_pinned.py"
+    script = REPO / "tools" / "harness" / "gpu" / "gpu_check_pinned.py"
     done = subprocess.run([sys.executable, str(script), str(Path(KVSTREAMD).parent), "--no-gpu"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stdout + done.stderr

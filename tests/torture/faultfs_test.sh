@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # kvstreamd with its second tier on kvfaultfs (a FUSE file system that injects faults into a real
-# tier, tools/kvfaultfs), every read routed to that tier (static:0), so each fault is met:
+# tier, tools/harness/kvfaultfs), every read routed to that tier (static:0), so each fault is met:
 #  - reads failing with EIO: every chunk still comes back intact from t0, the errors are counted;
 #  - reads that hang (no answer until released): a get returns within seconds from t0, health names
 #    t1 stalled, a persist meanwhile is not held; released, t1 answers again and health is OK;

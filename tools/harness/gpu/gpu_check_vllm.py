@@ -12,7 +12,7 @@ kvstream LMCache plugin twice over the same long prompts, with vLLM's own prefix
   region, chunks land in LMCache's MemoryObjs in place (through the daemon's bounce buffers) and
   go from there to the GPU; outputs must equal pass 1's.
 Usage (in the environment of deploy/python-env.sh, from the repository root, after a build):
-  python tools/gpu_check_vllm.py [--build build] [--dir /var/tmp/kvs-gpu-check]
+  python tools/harness/gpu/gpu_check_vllm.py [--build build] [--dir /var/tmp/kvs-gpu-check]
 Exit status 0 when every check passes.
 """
 

@@ -7,7 +7,7 @@ puts the kvstream adapter on its copy path). N chunks are stored, then loaded in
 task per batch); the page cache is dropped before each timed fs pass (root), as for HiCacheFile in
 bench-sglang.sh. Prints MB/s of each, the ratio, and the Python CPU seconds per GB loaded.
 
-    sudo python tools/bench_lmcache_l2.py --fs-dir /mnt/nvme/fs --daemon-socket /run/kvstream/kvstreamd.sock
+    sudo python tools/bench/bench_lmcache_l2.py --fs-dir /mnt/nvme/fs --daemon-socket /run/kvstream/kvstreamd.sock
 
 Without --daemon-socket a kvstreamd (KVSTREAMD or build/daemon/kvstreamd) is started with one tier
 under --kv-dir.
@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def parse_spec(spec: dict):

@@ -1,7 +1,8 @@
-# Sourced by tools/bench.sh and tools/bench-lmcache.sh: two emulated tiers (tools/tierlab) capped at
-# $fast and $slow MB/s under $work, and kvstreamd on them inside the capped cgroup, torn down on exit.
-# The caller sets root, build, work, fast, slow and out (and pace=1 for tierlab's pacing FUSE
-# layer instead of the blkio throttle, key=1 for a cluster key: every chunk written carries a MAC);
+# Sourced by tools/bench.sh, tools/bench-lmcache.sh and tools/bench-sglang.sh: two emulated tiers
+# (tools/tierlab) capped at $fast and $slow MB/s under $work, and kvstreamd on them inside the
+# capped cgroup, torn down on exit. The caller sets root, build, work, fast, slow and out (and
+# pace=1 for tierlab's pacing FUSE layer instead of the blkio throttle, key=1 for a cluster key:
+# every chunk written carries a MAC);
 # this sets tierlab, sock and daemon.
 
 # bench_up NAME T0_CAPACITY DAEMON_LOG: checks root and the build, brings the tiers and the daemon up.

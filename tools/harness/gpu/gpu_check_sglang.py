@@ -11,7 +11,7 @@ shared-memory host pool) over the same long prompts twice:
   pass 2 must prefetch the pages back from kvstreamd: the daemon must have read them (bytes read
   grow by at least the prompts' KV) and the outputs must equal pass 1's.
 Usage (in the environment of deploy/python-env.sh --sglang-gpu, from the repository root, after a
-build): python tools/gpu_check_sglang.py [--build build] [--dir /var/tmp/kvs-gpu-check-sglang]
+build): python tools/harness/gpu/gpu_check_sglang.py [--build build] [--dir /var/tmp/kvs-gpu-check-sglang]
 Exit status 0 when every check passes.
 """
 

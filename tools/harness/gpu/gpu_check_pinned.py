@@ -5,7 +5,7 @@ device_pinned=True; chunks persisted from it are retrieved into another part of 
 daemon's bounce buffers), copied to the GPU and compared there with the originals, three times.
 Needs only PyTorch with CUDA and the kvstream package (no vLLM, LMCache or SGLang), so it also
 runs on a GPU machine that cannot install those. `--no-gpu` runs the same without the GPU parts.
-Usage: tools/gpu_check_pinned.py DIR_WITH_KVSTREAMD [--no-gpu]   (e.g. build/daemon)"""
+Usage: tools/harness/gpu/gpu_check_pinned.py DIR_WITH_KVSTREAMD [--no-gpu]   (e.g. build/daemon)"""
 import mmap
 import os
 import shutil

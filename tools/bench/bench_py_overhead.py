@@ -4,13 +4,13 @@
 Starts kvstreamd on two tier directories on fast storage (default /dev/shm, so that I/O does not
 hide the control plane), stores C chunks, and times the same retrieve step (C chunks into the
 session arena) through:
-  C++ client       kvoverhead (tools/kvoverhead.cc: the core alone and through kvstreamd)
+  C++ client       kvoverhead (tools/bench/kvoverhead.cc: the core alone and through kvstreamd)
   Python client    kvstream.Client.retrieve
   Python + copy    the same, copying each chunk out of the arena as it lands (what the LMCache
                    plugin does into its MemoryObjs)
   LMCache plugin   KVStreamBackend.batched_get_blocking (if LMCache is installed)
 Prints the median per step and per chunk. Usage (from the repository root, after a build):
-  python tools/bench_py_overhead.py [--build build] [--dir /dev/shm/kvs-overhead] [--steps 200]
+  python tools/bench/bench_py_overhead.py [--build build] [--dir /dev/shm/kvs-overhead] [--steps 200]
 """
 
 from __future__ import annotations
