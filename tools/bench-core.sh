@@ -4,14 +4,14 @@
 # daemon-level headline benchmark. Needs root.
 # Usage: tools/bench-core.sh [FAST_MBPS] [SLOW_MBPS] [-- kvcore_bench options]
 set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source-path=SCRIPTDIR source=lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 fast=${1:-300}; slow=${2:-150}
 shift $(( $# >= 2 ? 2 : $# )) || true
 [ "${1:-}" = "--" ] && shift
 bench="${KVCORE_BENCH:-$root/build/tools/kvcore_bench}"
 work="${BENCH_DIR:-/var/tmp/kvstream-bench-core}"
-tierlab="$root/tools/tierlab"
-[ -x "$bench" ] || { echo "bench-core: $bench not built (run tests/run.sh or cmake --build build)" >&2; exit 1; }
+[ -x "$bench" ] || die "$bench not built (run tests/run.sh or cmake --build build)"
 trap '"$tierlab" down --dir "$work"' EXIT
 "$tierlab" down --dir "$work"
 "$tierlab" up --dir "$work" --tier "t0:6G:$fast" --tier "t1:6G:$slow"

@@ -13,7 +13,8 @@
 #          [--chunks C] [--mp-chunks M] [--out DIR]
 # (R requests of C chunks of 8 MiB per step; default 4 x 8; the L2 passes read M chunks, default R x C)
 set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source-path=SCRIPTDIR source=lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 fast="" slow="" steps="" requests=4 chunks=8 mp_chunks="" gbs="" out=/var/tmp/kvstream-bench-results
 while [ $# -gt 0 ]; do
   case $1 in
@@ -25,11 +26,10 @@ while [ $# -gt 0 ]; do
     --chunks) chunks=$2; shift 2 ;;
     --mp-chunks) mp_chunks=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
-    *) echo "bench-lmcache: unknown argument '$1'" >&2; exit 2 ;;
+    -h|--help) show_help; exit 0 ;;
+    *) usage_error "unknown argument '$1'" ;;
   esac
 done
-build="${BUILD_DIR:-$root/build}"
 if [ -n "$gbs" ]; then
   fast=${fast:-2000} slow=${slow:-700} steps=${steps:-4} mp_chunks=${mp_chunks:-256}
   work="${BENCH_DIR:-/dev/shm/kvstream-bench-lmcache}"
@@ -39,7 +39,7 @@ else
 fi
 source "$root/tools/lib/bench-tiers.sh"
 mp_chunks=${mp_chunks:-$((requests * chunks))}
-bench_up bench-lmcache 5GiB "$out/kvstreamd-lmcache.log"
+bench_up 5GiB "$out/kvstreamd-lmcache.log"
 python="$("$root/deploy/python-env.sh")"
 echo "== kvbench: the same step shape (1 rank, $requests requests x $chunks chunks x 8 MiB), tiers alone and completion"
 "$tierlab" run --dir "$work" -- "$build/tools/kvbench" --socket "$sock" --ranks 1 --steps "$steps" --requests "$requests" \

@@ -42,7 +42,8 @@
 #   --steps N        distinct steps per node, 16 chunks each (default 4); phase 2 repeats them
 #   --chunk-size S   bytes per chunk (default 8MiB: 128 MiB per step)
 set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source-path=SCRIPTDIR source=lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 nodes=4 nvme=300 pfs=300 work="${BENCH_DIR:-/var/tmp/kvstream-bench-nodes}" out=/var/tmp/kvstream-bench-nodes-results
 seconds=60 loads="1,0.5,0.25,0.1" steps=4 chunk=8MiB
 while [ $# -gt 0 ]; do
@@ -56,31 +57,27 @@ while [ $# -gt 0 ]; do
     --loads) loads=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --chunk-size) chunk=$2; shift 2 ;;
-    -h|--help) sed -n '2,/^[^#]/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "bench-nodes: unknown argument '$1' (--help)" >&2; exit 2 ;;
+    -h|--help) show_help | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) usage_error "unknown argument '$1' (--help)" ;;
   esac
 done
-[[ $nodes =~ ^[1-8]$ ]] || { echo "bench-nodes: --nodes is 1 to 8" >&2; exit 2; }
+[[ $nodes =~ ^[1-8]$ ]] || usage_error "--nodes is 1 to 8"
 for v in "$nvme" "$pfs" "$seconds" "$steps"; do
-  [[ $v =~ ^[1-9][0-9]*$ ]] || { echo "bench-nodes: --nvme, --pfs, --seconds and --steps take positive integers" >&2; exit 2; }
+  [[ $v =~ ^[1-9][0-9]*$ ]] || usage_error "--nvme, --pfs, --seconds and --steps take positive integers"
 done
-[ "$seconds" -le 250 ] || { echo "bench-nodes: --seconds is at most 250 (a daemon keeps 1024 step records)" >&2; exit 2; }
-[[ $chunk =~ ^[1-9][0-9]*MiB$ ]] || { echo "bench-nodes: --chunk-size is N MiB (e.g. 8MiB)" >&2; exit 2; }
-build="${BUILD_DIR:-$root/build}"
-tierlab="$root/tools/tierlab"
+[ "$seconds" -le 250 ] || usage_error "--seconds is at most 250 (a daemon keeps 1024 step records)"
+[[ $chunk =~ ^[1-9][0-9]*MiB$ ]] || usage_error "--chunk-size is N MiB (e.g. 8MiB)"
 python=python3
-[ "$(id -u)" -eq 0 ] || { echo "bench-nodes: must run as root (loop devices, mounts, cgroups)" >&2; exit 1; }
-for b in daemon/kvstreamd tools/kvbench tools/kvstreamctl tools/kvsim; do
-  [ -x "$build/$b" ] || { echo "bench-nodes: $build/$b not built (cmake --build build, or tests/run.sh)" >&2; exit 1; }
-done
-command -v "$python" > /dev/null || { echo "bench-nodes: needs python3 (deploy/install-deps.sh installs it)" >&2; exit 1; }
+need_root "loop devices, mounts, cgroups"
+need_built "$build/daemon/kvstreamd" "$build/tools/kvbench" "$build/tools/kvstreamctl" "$build/tools/kvsim"
+command -v "$python" > /dev/null || die "needs python3 (deploy/install-deps.sh installs it)"
 ctl() { "$build/tools/kvstreamctl" --socket "$1" --json "${@:2}"; }
 export KVSIM="$build/tools/kvsim"
 
 # Node i's load, from --loads (repeated when it is shorter than N).
 IFS=, read -r -a load_list <<< "$loads"
 for l in "${load_list[@]}"; do
-  awk -v l="$l" 'BEGIN { exit !(l > 0 && l <= 1) }' || { echo "bench-nodes: a load is in (0, 1], got '$l'" >&2; exit 2; }
+  awk -v l="$l" 'BEGIN { exit !(l > 0 && l <= 1) }' || usage_error "a load is in (0, 1], got '$l'"
 done
 chunk_mib=${chunk%MiB}
 step_mib=$((16 * chunk_mib))
@@ -113,10 +110,9 @@ start_daemon() {
   "$tierlab" run --dir "$work" -- "$build/daemon/kvstreamd" --config "$config" 2> "$log" &
   daemon=$!
   daemons+=("$daemon")
-  for _ in $(seq 200); do [ -S "$sock" ] && return 0; sleep 0.05; done
+  wait_socket "$sock" && return 0
   cat "$log" >&2
-  echo "bench-nodes: kvstreamd for $name did not start" >&2
-  exit 1
+  die "kvstreamd for $name did not start"
 }
 sock=()
 for i in $(seq "$nodes"); do
@@ -139,7 +135,7 @@ echo "== 1. each node alone: $steps steps of 4 requests x 4 chunks x $chunk ($st
 for i in $(seq "$nodes"); do
   "$tierlab" run --dir "$work" -- "$build/tools/kvbench" --socket "${sock[i]}" "${shape[@]}" --steps "$steps" \
     --key-prefix "node$i/" --policies completion,fastest,serial --settle 3 --json "$out/alone-node$i.json" \
-    > "$out/alone-node$i.log" 2>&1 || { cat "$out/alone-node$i.log"; echo "bench-nodes: kvbench failed on node$i" >&2; exit 1; }
+    > "$out/alone-node$i.log" 2>&1 || { cat "$out/alone-node$i.log"; die "kvbench failed on node$i"; }
   grep -E '^(nvme|pfs) +alone' "$out/alone-node$i.log" | sed "s/^/node$i  /; s/together (completion)/both tiers (completion)/"
 done
 

@@ -10,7 +10,8 @@
 # (deploy/python-env.sh --sglang).
 # Usage: sudo tools/bench-sglang.sh [--gbs] [--fast MBPS] [--slow MBPS] [--pages N] [--batch B] [--out DIR]
 set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source-path=SCRIPTDIR source=lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 fast="" slow="" pages=48 batch=16 out=/var/tmp/kvstream-bench-results gbs=""
 while [ $# -gt 0 ]; do
   case $1 in
@@ -20,8 +21,8 @@ while [ $# -gt 0 ]; do
     --pages) pages=$2; shift 2 ;;
     --batch) batch=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
-    *) echo "bench-sglang: unknown argument '$1'" >&2; exit 2 ;;
+    -h|--help) show_help; exit 0 ;;
+    *) usage_error "unknown argument '$1'" ;;
   esac
 done
 if [ -n "$gbs" ]; then
@@ -29,9 +30,8 @@ if [ -n "$gbs" ]; then
 else
   fast=${fast:-300} slow=${slow:-150} work="${BENCH_DIR:-/var/tmp/kvstream-bench}"
 fi
-build="${BUILD_DIR:-$root/build}"
 source "$root/tools/lib/bench-tiers.sh"
-bench_up bench-sglang 7GiB "$out/kvstreamd-sglang.log"
+bench_up 7GiB "$out/kvstreamd-sglang.log"
 python="$("$root/deploy/python-env.sh" --sglang)"
 name="sglang-$fast-$slow"
 echo "== kvbench: the same batches (1 rank, $((batch * 2)) pieces of 8 MiB a step, a step per batch), tiers alone and completion"

@@ -21,16 +21,17 @@
 # persists the same new KV on the first tier, so it carries the same staging work and idle time
 # (--check does not apply; --steps defaults to 12: identical write-heavy runs differ by 2-5% over 6).
 # --pace (not with --gbs): the caps are kept by tierlab's pacing FUSE layer (tierlab up --pace:
-# tools/harness/kvfaultfs serving each direction at its cap, no credit for idle time) instead of the blkio
-# throttle, which lets a tier that idled read ahead of its cap (docs/design-notes.md: the replication
-# runs idle while writes drain, and kvsim --validate holds there only with --pace).
+# tools/harness/kvfaultfs serving each direction at its cap, no credit for idle time) instead of
+# the blkio throttle, which lets a tier that idled read ahead of its cap (docs/design-notes.md: the
+# replication runs idle while writes drain, and kvsim --validate holds there only with --pace).
 # --key: the daemon has a cluster key (shared_key_file, docs/security.md): every chunk it writes
 # carries a MAC (reads verify blocks against the segment checksums the MAC covers, as without a
 # key), so a run with it against one without shows what the key costs.
 # Needs root. Results (JSON, PNG) go to OUT. Tears everything down, also on failure.
 # Usage: sudo tools/bench.sh [--gbs | --replication] [--pace] [--key] [--fast MBPS] [--slow MBPS] [--steps N] [--out DIR] [--check GAP]
 set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source-path=SCRIPTDIR source=lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 fast=300 slow=150 steps=8 out=/var/tmp/kvstream-bench-results check="" gbs="" replication="" pace="" key=""
 while [ $# -gt 0 ]; do
   case $1 in
@@ -43,18 +44,17 @@ while [ $# -gt 0 ]; do
     --steps) steps=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --check) check=$2; shift 2 ;;
-    -h|--help) sed -n '2,/^[^#]/{/^#/p}' "$0"; exit 0 ;;
-    *) echo "bench: unknown argument '$1'" >&2; exit 2 ;;
+    -h|--help) show_help; exit 0 ;;
+    *) usage_error "unknown argument '$1'" ;;
   esac
 done
-build="${BUILD_DIR:-$root/build}"
 if [ -n "$gbs" ]; then
-  [ -z "$pace" ] || { echo "bench: --pace does not apply to --gbs (FUSE cannot pace GB/s tiers here)" >&2; exit 2; }
+  [ -z "$pace" ] || usage_error "--pace does not apply to --gbs (FUSE cannot pace GB/s tiers here)"
   work="${BENCH_DIR:-/dev/shm/kvstream-bench-gbs}"
   source "$root/tools/lib/bench-tiers.sh"
   fast=0 slow=0  # uncapped first
   [ "$steps" = 8 ] && steps=4  # 512 MiB per step: 2 GiB per tier in memory
-  bench_up bench 7GiB "$out/kvstreamd.log"
+  bench_up 7GiB "$out/kvstreamd.log"
   gbs_run() {  # NAME FAST SLOW [kvbench args]
     local name=$1 f=$2 s=$3; shift 3
     "$tierlab" cap --dir "$work" t0 "$f"
@@ -77,7 +77,7 @@ if [ -n "$replication" ]; then
   work="${BENCH_DIR:-/var/tmp/kvstream-bench}"
   source "$root/tools/lib/bench-tiers.sh"
   [ "$steps" = 8 ] && steps=12
-  bench_up bench 7GiB "$out/kvstreamd.log"
+  bench_up 7GiB "$out/kvstreamd.log"
   replication_run() {  # NAME T0_WRITE T1_WRITE [kvbench args]
     local name=$1 w0=$2 w1=$3; shift 3
     "$tierlab" cap --dir "$work" t0 "$fast" "$w0"
@@ -97,9 +97,9 @@ if [ -n "$replication" ]; then
 fi
 work="${BENCH_DIR:-/var/tmp/kvstream-bench}"
 trace="${TRACE:-$root/bench/traces/conversation_trace.jsonl}"
-[ -r "$trace" ] || { echo "bench: trace $trace not readable (TRACE=FILE names another)" >&2; exit 1; }
+[ -r "$trace" ] || die "trace $trace not readable (TRACE=FILE names another)"
 source "$root/tools/lib/bench-tiers.sh"
-bench_up bench 7GiB "$out/kvstreamd.log"
+bench_up 7GiB "$out/kvstreamd.log"
 common=(--socket "$sock" --ranks 2 --steps "$steps" --requests 4 --chunks 8 --hit-ratio 0.75 --chunk-size 8MiB)
 echo "== 1. steady caps: t0 $fast MB/s, t1 $slow MB/s"
 "$tierlab" run --dir "$work" -- "$build/tools/kvbench" "${common[@]}" --fio "$work/mnt/t0/kvstream" \

@@ -6,10 +6,11 @@
 # SGLang server with the kvstream HiCache backend end to end (tools/harness/gpu/gpu_check_sglang.py).
 # Usage: tools/gpu-check.sh
 set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source-path=SCRIPTDIR source=lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 build="${BUILD_DIR:-$root/build-gpu}"
 "$root/deploy/install-deps.sh"
-nvidia-smi -L || { echo "gpu-check: no GPU visible" >&2; exit 1; }
+nvidia-smi -L || die "no GPU visible"
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVSTREAM_WITH_CUDA=ON
 cmake --build "$build" -j "$(nproc)" --target cuda_test kvstreamd
 (cd "$build" && ctest -R cuda_test --output-on-failure)

@@ -4,9 +4,9 @@
 # step across both), prints the step records and tier stats, and stops the daemon.
 # Usage: tools/quickstart.sh [STATE_DIR]     (default: /var/tmp/kvstream-quickstart)
 set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source-path=SCRIPTDIR source=lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 state="${1:-/var/tmp/kvstream-quickstart}"
-build="${BUILD_DIR:-$root/build}"
 "$root/deploy/install-deps.sh"
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$build" -j "$(nproc)" --target kvstreamd kvstreamctl kvdemo
@@ -24,8 +24,7 @@ echo "== starting kvstreamd ($state/kvstreamd.yaml)"
 "$build/daemon/kvstreamd" --config "$state/kvstreamd.yaml" 2> "$state/kvstreamd.log" &
 daemon=$!
 trap 'kill $daemon 2>/dev/null || true' EXIT
-for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.05; done
-[ -S "$sock" ] || { cat "$state/kvstreamd.log"; echo "kvstreamd did not start" >&2; exit 1; }
+wait_socket "$sock" 100 || { cat "$state/kvstreamd.log"; echo "kvstreamd did not start" >&2; exit 1; }
 echo "== demo client"
 "$build/tools/kvdemo" --socket "$sock" --chunks 16 --chunk-size 4MiB
 echo "== kvstreamctl steps"

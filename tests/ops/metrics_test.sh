@@ -8,9 +8,10 @@
 # Usage: metrics_test.sh KVSTREAMD KVSTREAMCTL KVBENCH   (exit 77: skipped without prometheus)
 set -euo pipefail
 daemon=$1 ctl=$2 kvbench=$3
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-command -v prometheus > /dev/null || { echo "SKIPPED: prometheus is not installed (deploy/install-deps.sh)"; exit 77; }
-work=$(mktemp -d "${KVSTREAM_TEST_DIR:-$PWD}/kvstream-metrics-XXXXXX")
+# shellcheck source-path=SCRIPTDIR source=../../tools/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../../tools/lib/common.sh"
+command -v prometheus > /dev/null || skip "prometheus is not installed (deploy/install-deps.sh)"
+work=$(test_work_dir kvstream-metrics)
 pids=()
 cleanup() {
   set +e
@@ -32,7 +33,7 @@ tiers:
   - {name: t1, path: $work/t1, capacity: 2GiB}
 YAML
 "$daemon" --config "$work/kvstreamd.yaml" 2> "$work/kvstreamd.log" & pids+=($!)
-for _ in $(seq 200); do [ -S "$sock" ] && break; sleep 0.05; done
+wait_socket "$sock" || true  # if not, the first request below fails and says so
 sed "s/127.0.0.1:9464/127.0.0.1:$mport/; s/scrape_interval: 5s/scrape_interval: 1s/" "$root/deploy/prometheus.yml" > "$work/prometheus.yml"
 prometheus --config.file="$work/prometheus.yml" --storage.tsdb.path="$work/tsdb" \
   --web.listen-address="127.0.0.1:$pport" --log.level=warn 2> "$work/prometheus.log" & pids+=($!)

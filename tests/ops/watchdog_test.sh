@@ -3,8 +3,10 @@
 # WatchdogSec while its I/O loop goes round (a stand-in for systemd listens on NOTIFY_SOCKET).
 # Usage: watchdog_test.sh KVSTREAMD
 set -euo pipefail
+# shellcheck source-path=SCRIPTDIR source=../../tools/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../../tools/lib/common.sh"
 daemon=$1
-work=$(mktemp -d "${KVSTREAM_TEST_DIR:-$PWD}/kvstream-watchdog-XXXXXX")
+work=$(test_work_dir kvstream-watchdog)
 trap 'rm -rf "$work"' EXIT
 cat > "$work/kvstreamd.yaml" <<YAML
 socket: {path: $work/kvstreamd.sock, mode: "0600"}

@@ -11,12 +11,14 @@
 # Usage: deb_test.sh BUILD_DIR RESTRICT_FAMILIES
 #   (exit 77: skipped, not root, no dpkg, or kvstream already installed)
 set -euo pipefail
+# shellcheck source-path=SCRIPTDIR source=../../tools/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../../tools/lib/common.sh"
 build=$(cd "$1" && pwd)
 restrict_families=$2
-[ "$(id -u)" -eq 0 ] || { echo "SKIPPED: needs root (dpkg -i)"; exit 77; }
-command -v dpkg > /dev/null || { echo "SKIPPED: no dpkg"; exit 77; }
+[ "$(id -u)" -eq 0 ] || skip "needs root (dpkg -i)"
+command -v dpkg > /dev/null || skip "no dpkg"
 if grep -q installed <<< "$(dpkg-query -W -f='${Status}' kvstream 2>/dev/null)"; then
-  echo "SKIPPED: a kvstream package is already installed here; not touching it"; exit 77
+  skip "a kvstream package is already installed here; not touching it"
 fi
 work=$(mktemp -d /var/tmp/kvstream-deb-XXXXXX)
 pid=""
@@ -80,8 +82,7 @@ grep -q "listen: \"127.0.0.1:$mport\"" /etc/kvstream/kvstreamd.yaml || fail "cou
  exec "$restrict_families" "${families[@]}" -- setpriv --reuid kvstream --regid kvstream --init-groups \
    /usr/bin/kvstreamd --config /etc/kvstream/kvstreamd.yaml) 2> "$work/kvstreamd.log" &
 pid=$!
-for _ in $(seq 200); do [ -S /run/kvstream/kvstreamd.sock ] && break; sleep 0.05; done
-[ -S /run/kvstream/kvstreamd.sock ] || fail "no socket at /run/kvstream/kvstreamd.sock"
+wait_socket /run/kvstream/kvstreamd.sock || fail "no socket at /run/kvstream/kvstreamd.sock"
 [ "$(stat -c %G:%a /run/kvstream/kvstreamd.sock)" = kvstream:660 ] || fail "socket is $(stat -c %G:%a /run/kvstream/kvstreamd.sock)"
 head -c 3000000 /dev/urandom > "$work/chunk"
 kvstreamctl put deb-test-key "$work/chunk" > /dev/null || fail "put"

@@ -5,7 +5,9 @@
 # Exits 77 (skipped) for the device parts when not root or without loop devices/blkio/FUSE.
 # Usage: tierlab_test.sh [all | rate | devices | paced KVFAULTFS]
 set -uo pipefail
-T="$(cd "$(dirname "$0")/../.." && pwd)/tools/tierlab"
+# shellcheck source-path=SCRIPTDIR source=../../tools/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../../tools/lib/common.sh"
+T=$tierlab
 failures=0
 check() {  # check DESCRIPTION COMMAND...
   local what=$1; shift

@@ -4,8 +4,10 @@
 # 5 here; the reliability target is >= 50).
 # Usage: crash_test.sh KVSTREAMD KVTORTURE
 set -euo pipefail
+# shellcheck source-path=SCRIPTDIR source=../../tools/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../../tools/lib/common.sh"
 daemon=$1 torture=$2
-work=$(mktemp -d "${KVSTREAM_TEST_DIR:-$PWD}/kvtorture-crash-XXXXXX")
+work=$(test_work_dir kvtorture-crash)
 trap 'rm -rf "$work"' EXIT
 cat > "$work/kvstreamd.yaml" <<YAML
 socket: {path: $work/kvstreamd.sock, mode: "0600"}

@@ -11,9 +11,11 @@
 #    lack of space.
 # Usage: faultfs_test.sh KVSTREAMD KVSTREAMCTL KVFAULTFS   (exit 77: skipped, no FUSE here)
 set -euo pipefail
+# shellcheck source-path=SCRIPTDIR source=../../tools/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../../tools/lib/common.sh"
 daemon=$1 ctl=$2 faultfs=$3
-[ -x "$faultfs" ] || { echo "SKIPPED: kvfaultfs not built (libfuse3-dev missing)"; exit 77; }
-[ -c /dev/fuse ] && command -v fusermount3 > /dev/null || { echo "SKIPPED: no /dev/fuse or fusermount3"; exit 77; }
+[ -x "$faultfs" ] || skip "kvfaultfs not built (libfuse3-dev missing)"
+[ -c /dev/fuse ] && command -v fusermount3 > /dev/null || skip "no /dev/fuse or fusermount3"
 work=$(mktemp -d /var/tmp/kvstream-faultfs-XXXXXX)
 mkdir "$work/back" "$work/mnt" "$work/t0"
 : > "$work/rules"
@@ -31,7 +33,7 @@ fail() { echo "FAILED: $*"; tail -20 "$work/kvstreamd.log"; exit 1; }
 "$faultfs" --backing="$work/back" --rules="$work/rules" "$work/mnt" -f 2> "$work/faultfs.log" &
 fspid=$!
 for _ in $(seq 100); do mountpoint -q "$work/mnt" && break; sleep 0.05; done
-mountpoint -q "$work/mnt" || { cat "$work/faultfs.log"; echo "SKIPPED: kvfaultfs could not mount"; exit 77; }
+mountpoint -q "$work/mnt" || { cat "$work/faultfs.log"; skip "kvfaultfs could not mount"; }
 sock="$work/kvstreamd.sock"
 cat > "$work/kvstreamd.yaml" <<YAML
 socket: {path: $sock, mode: "0600"}
@@ -42,8 +44,7 @@ tiers:
 YAML
 "$daemon" --config "$work/kvstreamd.yaml" 2> "$work/kvstreamd.log" &
 pid=$!
-for _ in $(seq 200); do [ -S "$sock" ] && break; sleep 0.05; done
-[ -S "$sock" ] || fail "kvstreamd did not start on the FUSE tier"
+wait_socket "$sock" || fail "kvstreamd did not start on the FUSE tier"
 ctl() { "$ctl" --socket "$sock" "$@"; }
 rules() { printf '%s\n' "$@" > "$work/rules.new" && mv "$work/rules.new" "$work/rules"; }
 timed() {  # COMMAND...: runs it (killed after 30 s), sets `took` to its seconds; fails as it does

@@ -16,8 +16,10 @@
 #     (skipped, saying so, where the daemon does not know shared_key_file).
 # Usage: hostile_tier_test.sh KVSTREAMD KVSTREAMCTL FORGE_CHUNK  (KVSTREAM_HOSTILE_CASES="a c": those only)
 set -euo pipefail
+# shellcheck source-path=SCRIPTDIR source=../../tools/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../../tools/lib/common.sh"
 daemon=$1 ctl=$2 forge=$3
-work=$(mktemp -d "${KVSTREAM_TEST_DIR:-$PWD}/kvstream-hostile-XXXXXX")
+work=$(test_work_dir kvstream-hostile)
 pids=()
 cleanup() {
   set +e

@@ -5,15 +5,16 @@
 # output goes to LOG; the first failure stops the soak with its output.
 # Usage: tests/torture/soak.sh [--duration 8h] [--build DIR] [--log FILE]   (durations as sleep(1) takes them)
 set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+# shellcheck source-path=SCRIPTDIR source=../../tools/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../../tools/lib/common.sh"
 duration=1h build="$root/build" log=/var/tmp/kvstream-soak.log
 while [ $# -gt 0 ]; do
   case $1 in
     --duration) duration=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
     --log) log=$2; shift 2 ;;
-    -h|--help) sed -n '2,/^[^#]/{/^#/p}' "$0"; exit 0 ;;
-    *) echo "soak: unknown argument '$1'" >&2; exit 2 ;;
+    -h|--help) show_help; exit 0 ;;
+    *) usage_error "unknown argument '$1'" ;;
   esac
 done
 seconds=$(python3 -c "

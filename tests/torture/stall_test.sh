@@ -11,10 +11,10 @@
 # Usage: stall_test.sh KVSTREAMD KVTORTURE   (exit 77: skipped, not root or no loop devices)
 set -euo pipefail
 daemon=$1 torture=$2
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-tierlab="$root/tools/tierlab"
-[ "$(id -u)" -eq 0 ] || { echo "SKIPPED: needs root (loop devices, blkio caps)"; exit 77; }
-[ -d /sys/fs/cgroup/blkio ] && losetup -f > /dev/null 2>&1 || { echo "SKIPPED: no blkio cgroup or loop devices"; exit 77; }
+# shellcheck source-path=SCRIPTDIR source=../../tools/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../../tools/lib/common.sh"
+[ "$(id -u)" -eq 0 ] || skip "needs root (loop devices, blkio caps)"
+[ -d /sys/fs/cgroup/blkio ] && losetup -f > /dev/null 2>&1 || skip "no blkio cgroup or loop devices"
 work=$(mktemp -d /var/tmp/kvstream-stall-XXXXXX)
 pid=""
 cleanup() {
@@ -35,7 +35,7 @@ tiers:
 YAML
 "$tierlab" run --dir "$work" -- "$daemon" --config "$work/kvstreamd.yaml" 2> "$work/kvstreamd.log" &
 pid=$!
-for _ in $(seq 200); do [ -S "$work/kvstreamd.sock" ] && break; sleep 0.05; done
+wait_socket "$work/kvstreamd.sock" || true  # if not, the first request below fails and says so
 status=0
 "$torture" stall --socket "$work/kvstreamd.sock" --chunks 48 --chunk-size 4MiB --hook-after-ms 50 \
   --hook "$tierlab cap --dir $work t1 0.008" --undo "$tierlab cap --dir $work t1 150" --expect-stalled t1 \

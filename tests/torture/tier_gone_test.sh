@@ -9,10 +9,10 @@
 # Usage: tier_gone_test.sh KVSTREAMD KVSTREAMCTL   (exit 77: skipped, not root or no loop devices)
 set -euo pipefail
 daemon=$1 ctl=$2
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-tierlab="$root/tools/tierlab"
-[ "$(id -u)" -eq 0 ] || { echo "SKIPPED: needs root (loop devices, mounts)"; exit 77; }
-[ -d /sys/fs/cgroup/blkio ] && losetup -f > /dev/null 2>&1 || { echo "SKIPPED: no blkio cgroup or loop devices"; exit 77; }
+# shellcheck source-path=SCRIPTDIR source=../../tools/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../../tools/lib/common.sh"
+[ "$(id -u)" -eq 0 ] || skip "needs root (loop devices, mounts)"
+[ -d /sys/fs/cgroup/blkio ] && losetup -f > /dev/null 2>&1 || skip "no blkio cgroup or loop devices"
 work=$(mktemp -d /var/tmp/kvstream-gone-XXXXXX)
 pid=""
 cleanup() {
@@ -35,7 +35,7 @@ tiers:
 YAML
 "$daemon" --config "$work/kvstreamd.yaml" 2> "$work/kvstreamd.log" &
 pid=$!
-for _ in $(seq 200); do [ -S "$sock" ] && break; sleep 0.05; done
+wait_socket "$sock" || true  # if not, the first request below fails and says so
 ctl() { "$ctl" --socket "$sock" "$@"; }
 head -c 3000000 /dev/urandom > "$work/a.bin"
 grep -q "tier mask 0x7" <<< "$(ctl put a "$work/a.bin")" || fail "put a"

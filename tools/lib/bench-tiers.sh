@@ -1,18 +1,16 @@
+# shellcheck shell=bash
 # Sourced by tools/bench.sh, tools/bench-lmcache.sh and tools/bench-sglang.sh: two emulated tiers
 # (tools/tierlab) capped at $fast and $slow MB/s under $work, and kvstreamd on them inside the
-# capped cgroup, torn down on exit. The caller sets root, build, work, fast, slow and out (and
-# pace=1 for tierlab's pacing FUSE layer instead of the blkio throttle, key=1 for a cluster key:
-# every chunk written carries a MAC);
-# this sets tierlab, sock and daemon.
+# capped cgroup, torn down on exit. The caller has sourced tools/lib/common.sh (root, build,
+# tierlab and the helpers) and sets work, fast, slow and out (and pace=1 for tierlab's pacing FUSE
+# layer instead of the blkio throttle, key=1 for a cluster key: every chunk written carries a MAC);
+# this sets sock and daemon.
 
-# bench_up NAME T0_CAPACITY DAEMON_LOG: checks root and the build, brings the tiers and the daemon up.
+# bench_up T0_CAPACITY DAEMON_LOG: checks root and the build, brings the tiers and the daemon up.
 bench_up() {
-  local name=$1 t0_capacity=$2 log=$3
-  tierlab="$root/tools/tierlab"
-  [ "$(id -u)" -eq 0 ] || { echo "$name: must run as root (loop devices, mounts, cgroups)" >&2; exit 1; }
-  for b in daemon/kvstreamd tools/kvbench; do
-    [ -x "$build/$b" ] || { echo "$name: $build/$b not built (cmake --build build, or tests/run.sh)" >&2; exit 1; }
-  done
+  local t0_capacity=$1 log=$2
+  need_root "loop devices, mounts, cgroups"
+  need_built "$build/daemon/kvstreamd" "$build/tools/kvbench"
   mkdir -p "$out"
   "$tierlab" down --dir "$work"
   daemon=""
@@ -37,8 +35,7 @@ YAML
   # The daemon (which does the reads) runs inside the capped cgroup, as do the benchmarks.
   "$tierlab" run --dir "$work" -- "$build/daemon/kvstreamd" --config "$work/kvstreamd.yaml" 2> "$log" &
   daemon=$!
-  for _ in $(seq 200); do [ -S "$sock" ] && break; sleep 0.05; done
-  [ -S "$sock" ] || { cat "$log"; echo "$name: kvstreamd did not start" >&2; exit 1; }
+  wait_socket "$sock" || { cat "$log"; die "kvstreamd did not start"; }
 }
 
 bench_down() {
