@@ -7,7 +7,7 @@
 // truncated by its owner at any time, and a load or store through a mapping of a page that is gone
 // kills the process (SIGBUS): the daemon maps such a region as a target for O_DIRECT reads (where
 // a vanished page fails the read), hashes it only under a SIGBUS guard, and otherwise reaches its
-// bytes through the descriptor (src/client_memory.h). `sealed()` says which.
+// bytes through the descriptor (src/memory/client_memory.h). `sealed()` says which.
 #pragma once
 
 #include <cstdint>

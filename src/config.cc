@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "absl/strings/str_cat.h"
-#include "chunk_format.h"
+#include "format/chunk_format.h"
 #include "kvstream/types.h"  // kMaxTiers
 
 namespace kvstream {

@@ -1,15 +1,12 @@
 #include "engine.h"
 
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <chrono>
 #include <future>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "reconcile.h"
-#include "recovery.h"
+#include "index/reconcile.h"
+#include "index/recovery.h"
 #include "spdlog/spdlog.h"
 #include "thread_name.h"
 
@@ -19,12 +16,12 @@ namespace {
 constexpr int64_t kIdleWaitNs = 100'000'000;
 constexpr int64_t kTierCheckNs = 1'000'000'000;
 
-int64_t SteadyNowNs() {
+}  // namespace
+
+int64_t Engine::SteadyNowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
-
-}  // namespace
 
 Engine::Engine(StoreConfig config, Tiers tiers, std::shared_ptr<Reactor> reactor)
     : config_(std::move(config)),
@@ -329,94 +326,6 @@ Policies Engine::policies() const {
   return policies_;
 }
 
-StoreStats Engine::Stats() const {
-  StoreStats s;
-  s.staged_bytes = stager_.staged_bytes();
-  s.staged_chunks = stager_.staged_chunks();
-  s.staging_limit_bytes = stager_.limit_bytes();
-  s.staging_kept_bytes = stager_.kept_bytes();
-  s.persists = stager_.persists();
-  s.persist_failures = stager_.persist_failures();
-  s.steps = history_.count();
-  s.retrieve_hits = counters_.retrieve_hits;
-  s.retrieve_misses = counters_.retrieve_misses;
-  s.retrieve_failures = counters_.retrieve_failures;
-  s.writes_under_pressure = counters_.writes_under_pressure;
-  s.shared_copies = counters_.shared_copies;
-  s.shared_copies_skipped = counters_.shared_copies_skipped;
-  s.write_stall_seconds = stager_.stall_seconds();
-  {
-    const int64_t ran = loop_ran_ns_.load(std::memory_order_relaxed);
-    s.loop_lag_seconds = ran == 0 ? 0 : std::max<int64_t>(0, SteadyNowNs() - ran) / 1e9;
-  }
-  {
-    rusage usage{};
-    getrusage(RUSAGE_SELF, &usage);
-    auto seconds = [](const timeval& tv) { return static_cast<double>(tv.tv_sec) + tv.tv_usec / 1e6; };
-    s.process_cpu_seconds = seconds(usage.ru_utime) + seconds(usage.ru_stime);
-  }
-  s.verify_threads = static_cast<uint32_t>(reader_.verify_threads());
-  s.reconciling = reconciling_.load();
-  s.step_seconds = step_seconds_.Snapshot();
-  s.step_bound_seconds = step_bound_seconds_.Snapshot();
-  s.step_gap = step_gap_.Snapshot();
-  s.policies = policies();
-  absl::ReaderMutexLock lock(&index_.mu());
-  const Index& index = index_.get_shared();
-  s.chunks = index.size();
-  for (size_t t = 0; t < tiers_.size(); ++t) {
-    const Tier& tier = *tiers_[t];
-    const TierCounters& c = tier.counters;
-    const DeviceProperties& p = tier.device->properties();
-    TierStats ts;
-    ts.name = tier.name;
-    ts.path = config_.tiers[t].path;
-    ts.direct_io = p.direct_io;
-    ts.mem_alignment = p.mem_alignment;
-    ts.offset_alignment = p.offset_alignment;
-    ts.fixed_buffers = p.fixed_buffers;
-    ts.queue_depth = tier.read_depth;
-    ts.capacity_bytes = index.capacity(static_cast<int>(t));
-    ts.used_bytes = index.used(static_cast<int>(t));
-    ts.chunks = index.replicas(static_cast<int>(t));
-    ts.bytes_read = c.bytes_read;
-    ts.blocks_read = c.blocks_read;
-    ts.bytes_written = c.bytes_written;
-    ts.replicas_written = c.replicas_written;
-    ts.read_errors = c.read_errors;
-    ts.checksum_failures = c.checksum_failures;
-    ts.write_errors = c.write_errors;
-    ts.evictions = c.evictions;
-    ts.bounce_reads = c.bounce_reads;
-    ts.resubmits = tier.device->resubmits();
-    ts.fixed_ops = tier.device->fixed_ops();
-    ts.reference_bandwidth_bps = tier.reference_bps;
-    ts.stalled = tier.stalled;
-    ts.stalls = c.stalls;
-    ts.late_reads = c.late_reads;
-    ts.hedged_reads = c.hedged_reads;
-    ts.tail_blocks_left = c.tail_blocks_left;
-    ts.no_space_errors = c.no_space_errors;
-    ts.gone_errors = c.gone_errors;
-    ts.media_errors = c.media_errors;
-    ts.dropped_replicas = c.dropped_replicas;
-    ts.secondaries_dropped = c.secondaries_dropped;
-    ts.shared = p.shared;
-    ts.foreign_chunks = index.foreign_replicas(static_cast<int>(t));
-    ts.discovered = shared_lookup_.discovered(static_cast<int>(t));
-    ts.read_seconds = c.read_seconds.Snapshot();
-    ts.write_seconds = c.write_seconds.Snapshot();
-    ts.readable = tier.readable;
-    ts.writable = tier.writable;
-    {
-      absl::MutexLock condition_lock(&tier.condition_mu);
-      ts.condition = tier.condition;
-    }
-    s.tiers.push_back(std::move(ts));
-  }
-  return s;
-}
-
 std::vector<StepRecord> Engine::RecentSteps(size_t max) const { return history_.Recent(max); }
 
 // ---------------------------------------------------------------------------------------------
@@ -474,35 +383,34 @@ void Engine::Loop() {
 }
 
 void Engine::CheckTiers() {
+  using State = TierCondition::State;
   for (size_t t = 0; t < tiers_.size(); ++t) {
     Tier& tier = *tiers_[t];
-    absl::Status condition = tier.device->Condition();
-    std::string reason(condition.message());
+    TierCondition condition = tier.device->Condition();
     {
       absl::MutexLock lock(&tier.condition_mu);
-      if (reason == tier.condition) continue;  // nothing new
+      if (condition.reason == tier.condition) continue;  // nothing new
     }
-    if (condition.ok()) {
+    if (condition.state == State::kUsable) {
       spdlog::warn("tier {}: usable again (its chunks return to the index at the next start)", tier.name);
-    } else if (absl::IsNotFound(condition) || !absl::StrContains(reason, "read-only")) {
+    } else if (!condition.readable()) {
       uint64_t dropped;
       {
         absl::MutexLock lock(&index_.mu());
         dropped = index_.get().DropTier(static_cast<int>(t));
       }
-      spdlog::error("tier {}: {}: its {} chunks are out of the index", tier.name, reason, dropped);
-      if (absl::IsNotFound(condition) && tier.device->Recreate().ok()) {
+      spdlog::error("tier {}: {}: its {} chunks are out of the index", tier.name, condition.reason, dropped);
+      if (condition.state == State::kDeleted && tier.device->Recreate().ok()) {
         spdlog::warn("tier {}: its directory is made again, empty, and in use", tier.name);
-        condition = absl::OkStatus();
-        reason.clear();
+        condition = {};
       }
     } else {
-      spdlog::error("tier {}: {}: no more replicas are written there", tier.name, reason);
+      spdlog::error("tier {}: {}: no more replicas are written there", tier.name, condition.reason);
     }
-    tier.readable = condition.ok() || absl::StrContains(reason, "read-only");
-    tier.writable = condition.ok();
+    tier.readable = condition.readable();
+    tier.writable = condition.writable();
     absl::MutexLock lock(&tier.condition_mu);
-    tier.condition = reason;
+    tier.condition = std::move(condition.reason);
   }
 }
 

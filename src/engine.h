@@ -4,17 +4,10 @@
 // from the step pool, then writes when the write stager allows, submit, and wait. Client threads
 // reach it through the inbox (steps, commands), the write stager (persists) and the index's own
 // lock (lookups). Tests build it on SimDevices directly.
-//
-//   file              mechanism
-//   step_pool.h       M1: every pending read of every step in one queue of blocks
-//   routing.h         M4: which block each tier claims next (completion, static, fastest)
-//   step_reader.h     placement, reads, verification, failover, results
-//   step_record.h     a step's record, its bound and gap; the history
-//   write_stager.h    M2: bounded staging and when writes may run
-//   replicator.h      M3: replica targets, temporaries, fsync, commit
-//   recovery.h        the index rebuilt from the tiers at start
+// The layers it ties together, file by file: docs/design.md, "Source map".
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -22,25 +15,23 @@
 #include <thread>
 #include <vector>
 
-#include <atomic>
-
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "histogram.h"
-#include "index.h"
+#include "index/index.h"
+#include "index/shared_lookup.h"
+#include "io/reactor.h"
 #include "kvstream/config.h"
 #include "kvstream/store.h"
-#include "memory_regions.h"
-#include "reactor.h"
-#include "replicator.h"
-#include "shared_lookup.h"
-#include "step_pool.h"
-#include "step_reader.h"
-#include "step_record.h"
+#include "memory/memory_regions.h"
+#include "read/step_pool.h"
+#include "read/step_reader.h"
+#include "read/step_record.h"
 #include "tier.h"
-#include "write_stager.h"
+#include "write/replicator.h"
+#include "write/write_stager.h"
 
 namespace kvstream {
 
@@ -108,6 +99,7 @@ class Engine final : public Store {
   AtomicHistogram step_seconds_{AtomicHistogram::SecondsBuckets()};
   AtomicHistogram step_bound_seconds_{AtomicHistogram::SecondsBuckets()};
   AtomicHistogram step_gap_{AtomicHistogram::GapBuckets()};
+  static int64_t SteadyNowNs();  // the steady clock, for loop_ran_ns_
   std::atomic<int64_t> loop_ran_ns_{0};  // when the loop last went round (steady clock)
   WriteStager stager_;
 
@@ -133,7 +125,7 @@ class Engine final : public Store {
 
   absl::Mutex join_mu_;  // serialises Shutdown's join and commands run after the loop exited
   std::thread thread_;
-  // The reconcile pass after a start from saved indexes (reconcile.h), off the loop.
+  // The reconcile pass after a start from saved indexes (index/reconcile.h), off the loop.
   void Reconcile(const std::vector<bool>& tiers);
   std::thread reconcile_thread_;
   std::atomic<bool> reconcile_stop_{false};

@@ -3,10 +3,10 @@
 #include <future>
 
 #include "absl/strings/str_cat.h"
-#include "chunk_mac.h"
 #include "engine.h"
-#include "event_reactor.h"
-#include "file_device.h"
+#include "format/chunk_mac.h"
+#include "io/event_reactor.h"
+#include "io/file_device.h"
 #include "spdlog/spdlog.h"
 
 namespace kvstream {

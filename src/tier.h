@@ -12,23 +12,17 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "histogram.h"
-#include "index.h"
-#include "tier_device.h"
+#include "index/index.h"
+#include "io/tier_device.h"
+#include "kvstream/tier_counters.h"
 
 namespace kvstream {
 
 struct TierCounters {
-  std::atomic<uint64_t> bytes_read{0}, blocks_read{0}, bytes_written{0}, replicas_written{0};
-  std::atomic<uint64_t> read_errors{0}, checksum_failures{0}, write_errors{0}, evictions{0};
-  std::atomic<uint64_t> bounce_reads{0};
-  std::atomic<uint64_t> stalls{0};        // times the tier was marked stalled
-  std::atomic<uint64_t> late_reads{0};    // reads that missed their deadline
-  std::atomic<uint64_t> hedged_reads{0};  // reads abandoned and given to another holder
-  std::atomic<uint64_t> tail_blocks_left{0};  // blocks left to faster tiers at the end of a step
-  // Failed reads, writes and file operations by kind (IoStatus).
-  std::atomic<uint64_t> no_space_errors{0}, gone_errors{0}, media_errors{0};
-  std::atomic<uint64_t> dropped_replicas{0};  // bad or gone replicas taken out of the index
-  std::atomic<uint64_t> secondaries_dropped{0};  // adaptive copies for this tier given up under pressure
+  // The counters of kvstream/tier_counters.h, each a std::atomic<uint64_t> of the same name.
+#define KVSTREAM_TIER_ATOMIC(field, metric, labels, help) std::atomic<uint64_t> field{0};
+  KVSTREAM_TIER_COUNTERS(KVSTREAM_TIER_ATOMIC)
+#undef KVSTREAM_TIER_ATOMIC
   AtomicHistogram read_seconds{AtomicHistogram::SecondsBuckets()};
   AtomicHistogram write_seconds{AtomicHistogram::SecondsBuckets()};
 

@@ -13,9 +13,9 @@
 #include <random>
 #include <vector>
 
-#include "chunk_format.h"
-#if __has_include("chunk_mac.h")
-#include "chunk_mac.h"
+#include "format/chunk_format.h"
+#if __has_include("format/chunk_mac.h")
+#include "format/chunk_mac.h"
 #define KVSTREAM_FUZZ_MAC 1
 #endif
 

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "chunk_format.h"
-#include "chunk_mac.h"
-#include "index_checkpoint.h"
+#include "format/chunk_format.h"
+#include "format/chunk_mac.h"
+#include "index/index_checkpoint.h"
 #include "kvstream.pb.h"
 
 namespace fs = std::filesystem;

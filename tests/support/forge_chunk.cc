@@ -27,7 +27,7 @@
 #include <string>
 #include <vector>
 
-#include "chunk_format.h"
+#include "format/chunk_format.h"
 #include "xxhash.h"
 
 namespace {

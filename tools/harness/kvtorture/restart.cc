@@ -12,8 +12,8 @@
 #include <fstream>
 #include <thread>
 
-#include "chunk_format.h"
 #include "daemon_runner.h"
+#include "format/chunk_format.h"
 
 namespace kvtorture {
 namespace {

@@ -1,0 +1,144 @@
+// Index: key -> chunk metadata, the tiers holding a durable replica, and each tier's LRU order
+// and used bytes. Rebuilt at start from the tiers' headers (index/recovery.h). Not thread-safe by
+// itself: GuardedIndex puts it behind its own lock.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/node_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "format/chunk_format.h"
+#include "kvstream/types.h"  // kMaxTiers
+
+namespace kvstream {
+
+struct IndexEntry {
+  std::shared_ptr<const ChunkMeta> meta;  // replaced, never mutated: readers keep their version
+  std::string stem;
+  uint32_t tiers = 0;       // bit k: tier k holds a durable replica
+  // Bit k: tier k's replica is another node's file on a shared tier. It is read like any replica
+  // but never evicted here nor counted against this node's capacity of the tier (its owner does).
+  uint32_t foreign = 0;
+  uint32_t own() const { return tiers & ~foreign; }  // tiers holding this node's own file of it
+  int64_t foreign_checked_ns = 0;  // when SharedLookup last found the foreign files in place
+  std::list<IndexEntry*>::iterator foreign_lru;  // its place in Index's foreign LRU while foreign != 0
+  uint32_t read_pins = 0;   // steps reading it; capacity eviction skips pinned entries
+  uint32_t locks = 0;       // clients' locks (Index::Lock); capacity eviction skips it while
+  int64_t locked_until_ns = 0;  // ... any is held and the latest lease has not ended
+  std::array<std::list<IndexEntry*>::iterator, kMaxTiers> lru{};
+};
+
+// A replica taken out of the index whose file must now be removed.
+struct Victim {
+  std::string key;
+  std::string stem;
+  int tier;
+  uint64_t bytes;
+};
+
+class Index {
+ public:
+  // `foreign_limit`: ForgetForeign keeps at most this many keys with a foreign replica.
+  explicit Index(std::vector<uint64_t> capacities, uint64_t foreign_limit = UINT64_MAX);
+
+  IndexEntry* Find(std::string_view key);
+  const IndexEntry* Find(std::string_view key) const;
+
+  // Records a durable replica on `tier` (`foreign`: another node's file on a shared tier). If the
+  // entry held a different version (another checksum or size), that version's replicas on other
+  // tiers are removed and returned: their files are stale. A foreign replica of a version this
+  // node then publishes itself becomes its own.
+  std::vector<Victim> AddReplica(int tier, std::shared_ptr<const ChunkMeta> meta, bool foreign = false);
+  // Removes `tier` from the entry (and the entry once no tier holds it). Returns false if absent.
+  bool RemoveReplica(std::string_view key, int tier, Victim* victim = nullptr);
+
+  // Marks the entry most recently used on every tier holding it.
+  void Touch(IndexEntry* entry);
+
+  // A step reading the entry pins it against capacity eviction. An entry whose last replica is
+  // removed while pinned stays (with tiers == 0, invisible to lookups) until unpinned.
+  void Pin(IndexEntry* entry) { ++entry->read_pins; }
+  void Unpin(std::string_view key);
+  // A client's lock (lookup-and-lock, LMCache's pin) until Unlock or `until_ns`, the lease's
+  // end on the store's clock, whichever comes first: a crashed client's locks end with their
+  // lease. Capacity eviction skips a locked entry; an explicit eviction still removes it.
+  void Lock(IndexEntry* entry, int64_t until_ns);
+  // Releases one lock of `key`; false if it held none.
+  bool Unlock(std::string_view key);
+  static bool Locked(const IndexEntry& entry, int64_t now_ns) {
+    return entry.locks > 0 && now_ns < entry.locked_until_ns;
+  }
+  // Entry with at least one replica, or null.
+  const IndexEntry* FindLive(std::string_view key) const;
+
+  // Space for writes in progress, counted against capacity until committed or released.
+  void Reserve(int tier, uint64_t bytes) { reserved_[tier] += bytes; }
+  void Release(int tier, uint64_t bytes) { reserved_[tier] -= bytes; }
+
+  // Evicts least recently used replicas on `tier` that are neither pinned nor locked at `now_ns`
+  // until used + reserved + `bytes` fits the capacity. Returns false (evicting nothing) if it
+  // cannot fit.
+  bool MakeRoom(int tier, uint64_t bytes, int64_t now_ns, std::vector<Victim>* victims);
+  // Evicts least recently used replicas on `tier` until `bytes` were freed (all when bytes is
+  // UINT64_MAX). Pinned entries are evicted too: their in-flight reads fail over or fail.
+  void EvictLru(int tier, uint64_t bytes, std::vector<Victim>* victims);
+
+  // While more than foreign_limit keys have a foreign replica, forgets the foreign replicas of
+  // the least recently used (their files are other nodes': nothing is removed, and a later lookup
+  // finds them again on the file system), except keys pinned by a step, locked at `now_ns`, or
+  // found in place (foreign_checked_ns) at or after `found_since_ns` (a step about to be placed
+  // may want them; such keys move to the back, and one call looks at no more than the excess plus
+  // 1024 keys, so the index lock is held briefly). Returns how many keys it forgot.
+  uint64_t ForgetForeign(int64_t now_ns, int64_t found_since_ns);
+  // Forgets every replica of `tier` (its files are gone or out of reach); returns how many.
+  uint64_t DropTier(int tier);
+  // The versions of this node's own files `tier` holds, least recently used first.
+  std::vector<ChunkMeta> Replicas(int tier) const;
+  uint64_t used(int tier) const { return used_[tier]; }
+  uint64_t capacity(int tier) const { return capacity_[tier]; }
+  uint64_t replicas(int tier) const { return lru_[tier].size(); }  // this node's own
+  uint64_t foreign_replicas(int tier) const { return foreign_[tier]; }
+  uint64_t foreign_keys() const { return foreign_lru_.size(); }       // keys with a foreign replica
+  bool foreign_over_limit() const { return foreign_lru_.size() > foreign_limit_; }
+  uint64_t foreign_forgotten() const { return foreign_forgotten_; }  // keys forgotten over the limit
+  uint64_t size() const { return live_; }  // keys with at least one replica
+  int tier_count() const { return static_cast<int>(capacity_.size()); }
+
+ private:
+  void Unlink(IndexEntry* e, int tier);
+  std::vector<uint64_t> capacity_;
+  std::vector<uint64_t> used_;
+  std::vector<uint64_t> reserved_;
+  std::vector<std::list<IndexEntry*>> lru_;  // this node's own replicas; front = least recently used
+  std::vector<uint64_t> foreign_;            // foreign replicas per tier
+  std::list<IndexEntry*> foreign_lru_;       // keys with a foreign replica; front = least recently used
+  uint64_t foreign_limit_;
+  uint64_t foreign_forgotten_ = 0;
+  absl::node_hash_map<std::string, IndexEntry> entries_;
+  uint64_t live_ = 0;
+};
+
+// The index behind its own lock, so lookups (shared) never wait for the loop's inbox or for I/O.
+// The loop takes it exclusively to place steps, commit replicas and drop bad ones. Never held
+// across I/O, device calls or callbacks.
+class GuardedIndex {
+ public:
+  explicit GuardedIndex(std::vector<uint64_t> capacities, uint64_t foreign_limit = UINT64_MAX)
+      : index_(std::move(capacities), foreign_limit) {}
+  absl::Mutex& mu() const ABSL_LOCK_RETURNED(mu_) { return mu_; }
+  Index& get() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return index_; }
+  const Index& get_shared() const ABSL_SHARED_LOCKS_REQUIRED(mu_) { return index_; }
+
+ private:
+  mutable absl::Mutex mu_;
+  Index index_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace kvstream

@@ -1,0 +1,526 @@
+#include "io/file_device.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "index/index_checkpoint.h"
+#include "io/chunk_files.h"
+#include "io/direct_io_probe.h"
+#include "io/safe_open.h"
+#include "io/shared_publish.h"
+#include "spdlog/spdlog.h"
+
+namespace kvstream {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kLockName[] = ".kvstream.lock";
+constexpr char kNodesDir[] = ".nodes";  // shared tiers: each node's own directory below it
+
+absl::Status Errno(const char* what, const std::string& path, int err = errno) {
+  return ErrnoStatus(err, absl::StrCat(what, " ", path));
+}
+
+// fsyncs the directory `name` below `base` (whose path is `base_path`, for messages).
+absl::Status SyncDirectory(int base, const std::string& base_path, const std::string& name) {
+  const int dfd = openat(base, name.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  absl::Status status;
+  if (dfd < 0 || fsync(dfd) != 0) status = Errno("fsync", absl::StrCat(base_path, "/", name));
+  if (dfd >= 0) close(dfd);
+  return status;
+}
+
+int64_t MonotonicNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<FileDevice>> FileDevice::Open(const FileDeviceOptions& options) {
+  std::unique_ptr<FileDevice> device(new FileDevice(options));
+  if (absl::Status s = device->Init(); !s.ok()) return s;
+  return device;
+}
+
+absl::Status FileDevice::Init() {
+  const std::string& root = options_.path;
+  if (absl::Status s = MakeDirectories(root); !s.ok()) return s;
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return absl::InvalidArgumentError(absl::StrCat(root, " is not a directory"));
+
+  props_.shared = shared();
+  if (absl::Status s = OpenDirectory(); !s.ok()) return s;
+  if (absl::Status s = ProbeDirectIo(); !s.ok()) return s;
+  // Reads stay inline (an O_DIRECT read that would block is handed to io-wq by the kernel itself,
+  // and a context switch per block costs at GB/s); writes go to io-wq always: a FUSE write that
+  // extends its file blocks inside the submission (measured: the loop thread held for every write).
+  UringQueue::Options ring;
+  ring.event_fd = options_.event_fd;
+  ring.io_workers = options_.io_workers;
+  ring.depth = options_.read_depth;
+  if (absl::Status s = read_queue_.Init(ring); !s.ok()) return s;
+  ring.depth = options_.write_depth;
+  ring.never_inline = true;
+  if (absl::Status s = write_queue_.Init(ring); !s.ok()) return s;
+  // A sparse table of registered buffers, filled by RegisterRegion. Kernels or limits that refuse
+  // it leave fixed buffers off; plain buffers work everywhere.
+  if (read_queue_.RegisterSparseBuffers(kMaxRegions) == 0 && write_queue_.RegisterSparseBuffers(kMaxRegions) == 0) {
+    props_.fixed_buffers = true;
+    slots_.Reset(kMaxRegions);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FileDevice::OpenDirectory() {
+  const std::string& root = options_.path;
+  const int dir = open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) return Errno("open tier directory", root);
+  struct stat st;
+  if (fstat(dir, &st) != 0) {
+    const absl::Status s = Errno("stat tier directory", root);
+    close(dir);
+    return s;
+  }
+  int own = dir;
+  std::string own_path = root;
+  if (shared()) {  // this node's own directory below the shared one
+    own_path = absl::StrCat(root, "/", kNodesDir, "/", options_.node);
+    const std::string rel = absl::StrCat(kNodesDir, "/", options_.node);
+    if ((mkdirat(dir, kNodesDir, 0750) != 0 && errno != EEXIST) || (mkdirat(dir, rel.c_str(), 0750) != 0 && errno != EEXIST)) {
+      const absl::Status s = Errno("shared tier directory is not writable: cannot make", own_path);
+      close(dir);
+      return s;
+    }
+    absl::StatusOr<int> opened = OpenDirectoryBeneath(dir, rel);  // never a symlink to elsewhere
+    if (!opened.ok()) {
+      close(dir);
+      return InTier(root, opened.status());
+    }
+    own = *opened;
+  }
+  int shared_lock = -1;
+  const auto close_both = [&] {
+    if (shared_lock >= 0) close(shared_lock);
+    if (own != dir) close(own);
+    close(dir);
+  };
+  if (shared()) {
+    // Nodes hold the directory's lock shared, a private daemon exclusively: neither starts beside
+    // the other (a private daemon would take every node's files for its own).
+    absl::StatusOr<int> opened = OpenLockFile(dir, kLockName, O_RDONLY, absl::StrCat(root, "/", kLockName), "lock");
+    if (!opened.ok()) {
+      close_both();
+      return opened.status();
+    }
+    shared_lock = *opened;
+    if (flock(shared_lock, LOCK_SH | LOCK_NB) != 0) {
+      const int err = errno;
+      close_both();
+      if (err == EWOULDBLOCK) {
+        return absl::FailedPreconditionError(absl::StrCat("shared tier directory ", root,
+                                                          " is in use by a kvstream process that does not share it"));
+      }
+      return Errno("lock", absl::StrCat(root, "/", kLockName), err);
+    }
+  }
+  const std::string lock_path = absl::StrCat(own_path, "/", kLockName);
+  absl::StatusOr<int> lock_file = OpenLockFile(own, kLockName, O_RDWR, lock_path, "tier directory is not writable: cannot create");
+  if (!lock_file.ok()) {
+    close_both();
+    return lock_file.status();
+  }
+  const int lock = *lock_file;
+  if (flock(lock, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    close(lock);
+    close_both();
+    if (err != EWOULDBLOCK) return Errno("lock", lock_path, err);  // e.g. a file system mounted without flock
+    if (shared()) {
+      return absl::FailedPreconditionError(absl::StrCat("node '", options_.node, "' of the shared tier directory ", root,
+                                                        " is in use by another kvstream process (each node needs its own name)"));
+    }
+    return absl::FailedPreconditionError(absl::StrCat("tier directory ", root, " is in use by another kvstream process"));
+  }
+  if (lock_fd_ >= 0) close(lock_fd_);
+  if (shared_lock_fd_ >= 0) close(shared_lock_fd_);
+  shared_lock_fd_ = shared_lock;
+  auto dirs = std::make_shared<Directories>();
+  dirs->root = dir;
+  dirs->own = own;
+  std::shared_ptr<const Directories> old;  // closed once no other thread uses it
+  {
+    absl::MutexLock hold(&dirs_mu_);
+    old = std::exchange(dirs_, std::move(dirs));
+  }
+  dir_fd_ = dir;
+  own_fd_ = own;
+  own_path_ = std::move(own_path);
+  lock_fd_ = lock;
+  dir_dev_ = st.st_dev;
+  dir_ino_ = st.st_ino;
+  return absl::OkStatus();
+}
+
+TierCondition FileDevice::Condition() const {
+  using State = TierCondition::State;
+  const std::string& root = options_.path;
+  struct stat opened, at_path;
+  if (fstat(dir_fd_, &opened) != 0 || opened.st_nlink == 0) {
+    return {State::kDeleted, absl::StrCat("the tier directory ", root, " was deleted")};
+  }
+  if (stat(root.c_str(), &at_path) != 0) {  // still linked, but not there: its file system went away
+    return {State::kDetached,
+            absl::StrCat("the tier directory is no longer at ", root, " (its file system was unmounted, or it moved)")};
+  }
+  if (at_path.st_dev != dir_dev_ || at_path.st_ino != dir_ino_) {
+    return {State::kDetached,
+            absl::StrCat("another directory is now at ", root, " (its file system was unmounted or it was replaced)")};
+  }
+  struct statvfs vfs;
+  if (fstatvfs(dir_fd_, &vfs) == 0 && (vfs.f_flag & ST_RDONLY)) {
+    return {State::kReadOnly, absl::StrCat("the file system of ", root, " is read-only")};
+  }
+  return {};
+}
+
+absl::Status FileDevice::Recreate() {
+  // Only where it was: never on another file system (an unmounted tier's mount point).
+  struct stat parent;
+  const std::string parent_path = fs::path(options_.path).parent_path().string();
+  if (stat(parent_path.c_str(), &parent) != 0 || parent.st_dev != dir_dev_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("not making ", options_.path, " again: ", parent_path, " is not on the tier's file system"));
+  }
+  if (absl::Status s = MakeDirectories(options_.path); !s.ok()) return s;
+  handles_.DropAll();
+  return OpenDirectory();
+}
+
+absl::Status FileDevice::ProbeDirectIo() {
+  absl::StatusOr<DirectIoSupport> probed = ProbeDirectIoBeneath(own_fd_, own_path_);
+  if (!probed.ok()) return probed.status();
+  buffered_reason_ = probed->buffered_reason;
+  props_.direct_io = probed->direct_io;
+  props_.mem_alignment = probed->direct_io ? probed->mem_alignment : 1;
+  props_.offset_alignment = probed->direct_io ? probed->offset_alignment : 1;
+  if (!props_.direct_io && !options_.allow_buffered_fallback) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(options_.path, ": ", buffered_reason_, " and buffered fallback is disabled"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> FileDevice::RegisterRegion(void* base, size_t size) {
+  if (!props_.fixed_buffers) return absl::UnimplementedError("registered buffers are unavailable");
+  if (size == 0 || size > (1ull << 30)) {
+    return absl::InvalidArgumentError("a registered region must be 1 byte to 1 GiB");
+  }
+  const int index = slots_.Free();
+  if (index < 0) return absl::ResourceExhaustedError("all registered buffer slots are in use");
+  int rc = read_queue_.UpdateBuffer(index, {base, size});
+  if (rc == 0) {
+    rc = write_queue_.UpdateBuffer(index, {base, size});
+    if (rc < 0) read_queue_.UpdateBuffer(index, {nullptr, 0});  // undo the read ring's registration
+  }
+  if (rc < 0) {
+    return absl::ResourceExhaustedError(absl::StrCat("registering ", size, " bytes of buffers: ", std::strerror(-rc),
+                                                     rc == -ENOMEM ? " (raise LimitMEMLOCK)" : ""));
+  }
+  slots_.Take(index, base, size);
+  return index;
+}
+
+void FileDevice::UnregisterRegion(int index) {
+  if (!slots_.Holds(index)) return;
+  read_queue_.UpdateBuffer(index, {nullptr, 0});
+  write_queue_.UpdateBuffer(index, {nullptr, 0});
+  slots_.Release(index);
+}
+
+// The queues, destroyed after this body, wait for requests still in flight; the kernel keeps its
+// own reference to each file they use.
+FileDevice::~FileDevice() {
+  for (auto& [fd, path] : temps_) {
+    close(fd);
+    RemoveRegularFileBeneath(own_fd_, path).IgnoreError();
+  }
+  if (lock_fd_ >= 0) close(lock_fd_);
+  if (shared_lock_fd_ >= 0) close(shared_lock_fd_);
+}
+
+FileDevice::Directories::~Directories() {
+  if (own >= 0 && own != root) close(own);
+  if (root >= 0) close(root);
+}
+
+std::shared_ptr<const FileDevice::Directories> FileDevice::directories() const {
+  absl::MutexLock hold(&dirs_mu_);
+  return dirs_;
+}
+
+std::string FileDevice::ChunkPath(const std::string& stem) const {
+  return absl::StrCat(options_.path, "/", RelativeChunkPath(stem));
+}
+
+absl::StatusOr<ScanReport> FileDevice::Scan() {
+  ScanReport report;
+  absl::StatusOr<std::vector<ChunkMeta>> saved = TakeCheckpoint(own_path_);
+  if (saved.ok()) {
+    report.from_checkpoint = true;
+    for (ChunkMeta& m : *saved) {
+      // Refused entries are left to the reconciliation that follows a checkpoint (it reads their
+      // headers, refuses them again and removes the files).
+      if (absl::Status s = VerifyChunkMac(m, options_.mac_key.get(), options_.require_mac); !s.ok()) {
+        LogRefusedChunk(options_.path, FileStem(m.key), s);
+        continue;
+      }
+      const uint64_t size = m.file_size();
+      report.chunks.push_back({std::move(m), size});
+    }
+    return report;
+  }
+  if (!absl::IsNotFound(saved.status())) {
+    spdlog::warn("tier {}: ignoring its index checkpoint: {}; reading every chunk header", options_.path,
+                 std::string(saved.status().message()));
+  }
+  // Every chunk file's header, read by a few threads (a cold scan waits on the device).
+  std::vector<std::pair<std::string, std::string>> files;  // path below own_path_, stem
+  SkippedNames skipped;
+  const absl::Status walked = ForEachChunkFile(
+      own_fd_,
+      [&](int, const std::string&, const std::string& rel, const std::string& stem) { files.emplace_back(rel, stem); },
+      [&](int dir, const std::string& name) {
+        const absl::Status s = RemoveRegularFileBeneath(dir, name);
+        if (s.ok()) ++report.removed_temporaries;
+        if (IsRefused(s)) skipped.Add(name, std::string(s.message()));  // another owner's (or swapped meanwhile)
+      },
+      &skipped);
+  if (!walked.ok()) return absl::Status(walked.code(), absl::StrCat("scanning ", options_.path, ": ", walked.message()));
+  std::vector<absl::StatusOr<ScannedChunk>> headers =
+      ReadChunkFileHeaders(own_fd_, own_path_, files, options_.owner, options_.mac_key.get(), options_.require_mac);
+  for (size_t i = 0; i < files.size(); ++i) {
+    if (IsRefused(headers[i].status())) {  // not the daemon's to read: never removed either
+      skipped.Add(files[i].first, std::string(headers[i].status().message()));
+      continue;
+    }
+    if (absl::IsNotFound(headers[i].status())) continue;  // removed since it was listed
+    if (!headers[i].ok()) {
+      // Shared: its published name too, or nobody would ever remove it.
+      const absl::Status s = shared() ? RemoveOwnChunk(Shared(dir_fd_, own_fd_), files[i].second)
+                                      : RemoveRegularFileBeneath(own_fd_, files[i].first);
+      if (IsRefused(s)) {  // another owner's: not the daemon's to remove
+        skipped.Add(files[i].first, absl::StrCat(headers[i].status().message(), "; ", s.message()));
+        continue;
+      }
+      spdlog::warn("tier {}: removed invalid chunk file {}/{}: {}", options_.path, own_path_, files[i].first,
+                   std::string(headers[i].status().message()));
+      if (!s.ok()) spdlog::warn("tier {}: {}", options_.path, std::string(s.message()));
+      ++report.removed_invalid;
+      continue;
+    }
+    // Shared: a crash between the node's link and the publish left a chunk unpublished; one whose
+    // name another node published meanwhile is not this node's any more. A chunk that cannot be
+    // published now stays, unindexed, for the next start.
+    if (shared() && !PublishChunk(Shared(dir_fd_, own_fd_), files[i].second, /*remove_on_error=*/false).ok()) continue;
+    report.chunks.push_back(*std::move(headers[i]));
+  }
+  skipped.Log(options_.path, "scan:");
+  report.skipped_irregular = skipped.count;
+  return report;
+}
+
+absl::StatusOr<std::vector<ListedChunk>> FileDevice::ListChunks() {
+  const std::shared_ptr<const Directories> dirs = directories();  // off the loop: Recreate may replace them
+  std::vector<ListedChunk> out;
+  SkippedNames skipped;
+  const absl::Status walked = ForEachChunkFile(
+      dirs->own,
+      [&](int dir, const std::string& name, const std::string&, const std::string& stem) {
+        struct stat st;
+        if (fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) {
+          out.push_back({stem, static_cast<uint64_t>(st.st_size)});
+        }
+      },
+      [](int, const std::string&) {},  // temporaries belong to writes in progress
+      &skipped);
+  if (!walked.ok()) return absl::Status(walked.code(), absl::StrCat("listing ", options_.path, ": ", walked.message()));
+  skipped.Log(options_.path, "listing its files:");
+  return out;
+}
+
+absl::StatusOr<ScannedChunk> FileDevice::ReadChunkHeader(const std::string& stem) {
+  // Off the loop (shared lookups, the reconcile pass): Recreate may replace the directories.
+  const std::shared_ptr<const Directories> dirs = directories();
+  const std::string rel = RelativeChunkPath(stem);
+  absl::StatusOr<ScannedChunk> chunk =
+      ReadChunkFileHeader(dirs->root, options_.path, rel, stem, options_.owner, options_.mac_key.get(), options_.require_mac);
+  if (IsRefused(chunk.status())) {  // a FIFO, a symlink, another owner's file: no chunk here
+    LogRefusedChunk(options_.path, stem, chunk.status());
+    return absl::NotFoundError(chunk.status().message());
+  }
+  if (absl::IsPermissionDenied(chunk.status())) LogRefusedChunk(options_.path, stem, chunk.status());
+  if (chunk.ok() && shared()) chunk->owned = OwnIsPublished(dirs->root, dirs->own, rel);  // else another node's
+  return chunk;
+}
+
+absl::StatusOr<uint64_t> FileDevice::ChunkFileSize(const std::string& stem) {
+  const std::shared_ptr<const Directories> dirs = directories();
+  absl::StatusOr<struct stat> st = StatBeneath(dirs->root, RelativeChunkPath(stem));
+  if (!st.ok() && !IsRefused(st.status())) return InTier(options_.path, st.status());
+  if (!st.ok() || !S_ISREG(st->st_mode)) {
+    return absl::NotFoundError(absl::StrCat(ChunkPath(stem), " is not a regular file reached without a symlink"));
+  }
+  return static_cast<uint64_t>(st->st_size);
+}
+
+absl::Status FileDevice::SaveIndex(const std::vector<ChunkMeta>& chunks) { return WriteCheckpoint(own_path_, chunks); }
+
+absl::StatusOr<FileHandle> FileDevice::OpenChunk(const std::string& stem) {
+  const int64_t now = shared() ? MonotonicNs() : 0;
+  if (ReadHandleCache::Handle* h = handles_.Find(stem); h != nullptr) {
+    if (!shared() || now - h->checked_ns <= static_cast<int64_t>(options_.revalidate_seconds * 1e9)) return h->fd;
+    // Another node may have removed or replaced its file: the handle must still be the name's.
+    absl::StatusOr<struct stat> named = StatBeneath(dir_fd_, RelativeChunkPath(stem));
+    struct stat held;
+    if (named.ok() && S_ISREG(named->st_mode) && fstat(h->fd, &held) == 0 && SameFile(*named, held)) {
+      h->checked_ns = now;
+      return h->fd;
+    }
+    handles_.Drop(stem);
+  }
+  // One openat2 where the kernel has it: never a FIFO's blocking open, never through a symlink.
+  absl::StatusOr<int> opened =
+      OpenFileBeneath(dir_fd_, RelativeChunkPath(stem), O_RDONLY | (props_.direct_io ? O_DIRECT : 0), options_.owner);
+  if (IsRefused(opened.status())) {  // not a chunk this tier may serve: the replica is not there
+    LogRefusedChunk(options_.path, stem, opened.status());
+    return absl::NotFoundError(opened.status().message());
+  }
+  if (!opened.ok()) return InTier(options_.path, opened.status());
+  ReadHandleCache::Handle handle{*opened, now, {}};
+  if (shared()) {  // the version this name holds now, for HoldsVersion
+    if (!header_page_) header_page_ = AllocateAligned(kFileAlignment);
+    const ssize_t n = pread(handle.fd, header_page_.get(), kFileAlignment, 0);
+    absl::StatusOr<ChunkVersion> v = n > 0 ? PeekChunkVersion(header_page_.get(), static_cast<size_t>(n))
+                                           : absl::DataLossError("unreadable header");
+    if (v.ok()) handle.version = *v;  // else no version matches: the chunk is read elsewhere or missed
+  }
+  handles_.Insert(stem, handle);
+  return handle.fd;
+}
+
+bool FileDevice::HoldsVersion(FileHandle handle, const ChunkMeta& meta) {
+  if (!shared()) return true;
+  const ReadHandleCache::Handle* h = handles_.ByFd(handle);
+  return h != nullptr && h->version == VersionOf(meta);
+}
+
+absl::StatusOr<FileHandle> FileDevice::CreateTemp(const std::string& stem) {
+  const std::string dir = stem.substr(0, 2);
+  if (mkdirat(own_fd_, dir.c_str(), 0750) != 0 && errno != EEXIST) {
+    return Errno("mkdir", absl::StrCat(own_path_, "/", dir));
+  }
+  const std::string name = absl::StrCat(stem, kChunkSuffix, kTempMarker, getpid(), ".", ++temp_counter_);
+  const std::string path = absl::StrCat(dir, "/", name);
+  absl::StatusOr<int> parent = OpenDirectoryBeneath(own_fd_, dir);  // not a symlink put in its place
+  if (!parent.ok()) return InTier(own_path_, parent.status());
+  const int fd =
+      openat(*parent, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | (props_.direct_io ? O_DIRECT : 0), 0640);
+  const int err = errno;
+  close(*parent);
+  if (fd < 0) return Errno("create", absl::StrCat(own_path_, "/", path), err);
+  temps_[fd] = path;
+  return fd;
+}
+
+absl::Status FileDevice::CommitTemp(FileHandle temp, const std::string& stem, bool sync_directory) {
+  auto it = temps_.find(temp);
+  if (it == temps_.end()) return absl::InternalError("unknown temporary handle");
+  const std::string rel = RelativeChunkPath(stem);
+  absl::Status status;
+  // Shared: the node's older version of the key is unpublished before the new one is renamed
+  // over its link (a crash in between leaves the node's link unpublished, which its next start
+  // publishes; never a published file without its owner's link).
+  if (shared()) status = UnpublishChunk(Shared(dir_fd_, own_fd_), stem);
+  // Renamed within its directory, opened again as the temporary was created (no symlink).
+  absl::StatusOr<int> parent = OpenDirectoryBeneath(own_fd_, stem.substr(0, 2));
+  if (status.ok() && !parent.ok()) status = InTier(own_path_, parent.status());
+  const std::string temp_name = it->second.substr(3);  // "<2 hex>/" off
+  if (!status.ok()) {
+    RemoveRegularFileBeneath(own_fd_, it->second).IgnoreError();
+  } else if (renameat(*parent, temp_name.c_str(), *parent, rel.substr(3).c_str()) != 0) {
+    status = Errno("rename", absl::StrCat(own_path_, "/", it->second));
+    unlinkat(*parent, temp_name.c_str(), 0);
+  }
+  if (parent.ok()) close(*parent);
+  close(temp);
+  temps_.erase(it);
+  handles_.Drop(stem);
+  if (status.ok() && shared()) status = PublishChunk(Shared(dir_fd_, own_fd_), stem, /*remove_on_error=*/true);
+  if (status.ok() && sync_directory) {  // the rename (and the published link) survive power loss
+    const std::string dir = stem.substr(0, 2);
+    status = SyncDirectory(own_fd_, own_path_, dir);
+    if (status.ok() && shared()) status = SyncDirectory(dir_fd_, options_.path, dir);
+  }
+  return status;
+}
+
+void FileDevice::AbortTemp(FileHandle temp) {
+  auto it = temps_.find(temp);
+  if (it == temps_.end()) return;
+  close(temp);
+  RemoveRegularFileBeneath(own_fd_, it->second).IgnoreError();
+  temps_.erase(it);
+}
+
+absl::Status FileDevice::RemoveChunk(const std::string& stem) {
+  handles_.Drop(stem);
+  // Also called off the loop (the reconcile pass): Recreate may replace the directories.
+  const std::shared_ptr<const Directories> dirs = directories();
+  // Shared: only the node's own file (readers that opened it keep their file).
+  if (shared()) return RemoveOwnChunk(Shared(dirs->root, dirs->own), stem);
+  // Only a regular file the daemon could have written, never through a symlink.
+  return InTier(options_.path, RemoveRegularFileBeneath(dirs->root, RelativeChunkPath(stem)));
+}
+
+bool FileDevice::Queue(IoRequest* request) {
+  UringQueue& queue = request->kind == IoKind::kRead ? read_queue_ : write_queue_;
+  request->transferred = 0;
+  request->region = -1;
+  if (request->kind != IoKind::kSync) {
+    request->region = static_cast<int16_t>(slots_.Covering(request->buffer, request->length));
+    if (request->region >= 0) fixed_ops_.fetch_add(1, std::memory_order_relaxed);
+  }
+  if (!queue.Queue(request)) return false;
+  if (request->kind == IoKind::kRead) handles_.ReadIssued(request->file);  // stays open while in flight
+  return true;
+}
+
+void FileDevice::Abandon(IoRequest* request) {
+  (request->kind == IoKind::kRead ? read_queue_ : write_queue_).Cancel(request);
+}
+
+void FileDevice::Submit() {
+  read_queue_.Submit();
+  write_queue_.Submit();
+}
+
+void FileDevice::Reap(std::vector<IoCompletion>* out) {
+  const size_t first = out->size();
+  read_queue_.Reap(out);
+  for (size_t i = first; i < out->size(); ++i) handles_.ReadLanded((*out)[i].request->file);
+  write_queue_.Reap(out);
+}
+
+}  // namespace kvstream

@@ -1,0 +1,65 @@
+// MemoryRegions: long-lived memory registered with the store (Store::RegisterMemory), such as a
+// session's arena. Each region is registered for fixed-buffer I/O on every tier that can, in
+// pieces of at most kPieceBytes, so a read into it targets the pages it was registered with, not
+// whatever the address maps when the kernel gets to it.
+//
+// Memory backed by a file the store may punch (a memfd or a tmpfs file) can be taken back from a
+// late read: the file gets fresh pages under the range (fallocate PUNCH_HOLE) and the piece is
+// registered again over them, so a read still in flight into the old registration lands in pages
+// nobody maps any more. That is what makes hedging a read that went straight into a caller's
+// buffer safe (read/step_reader.h). Loop thread only.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "tier.h"
+
+namespace kvstream {
+
+class MemoryRegions {
+ public:
+  static constexpr size_t kPieceBytes = 16ull << 20;  // taking memory back registers one piece again
+
+  explicit MemoryRegions(const Tiers& tiers) : tiers_(tiers) {}
+  ~MemoryRegions();
+
+  // Registers [base, base + size). `fd` >= 0: the file that maps it from `fd_offset`, which the
+  // store may punch holes in (the caller keeps it open until Remove). Unimplemented when no tier
+  // can register buffers and there is no fd (nothing to gain: reads into it still work).
+  absl::Status Add(uint8_t* base, size_t size, int fd, uint64_t fd_offset);
+  // REQUIRES: no read into the region is in flight, late ones included.
+  void Remove(const void* base);
+
+  // True when a late read into [p, p + length) that used the registered buffer `region_id` of
+  // `tier` can no longer be seen by the region's users: the range is punched and its piece
+  // registered again. False when that is impossible (no fd, not page-aligned, not registered).
+  bool TakeBack(int tier, int region_id, uint8_t* p, size_t length);
+  // Registers the pieces covering [p, p + length) again, over the pages their file has now: a
+  // client that truncated its memory and grew it back has new pages under the old addresses,
+  // while the registration still pins the old ones. Regions without an fd are left alone.
+  void Refresh(uint8_t* p, size_t length);
+
+ private:
+  struct Piece {
+    uint8_t* base = nullptr;
+    size_t size = 0;
+    std::vector<int> ids;  // registered buffer id per tier, or -1
+  };
+  struct Region {
+    size_t size = 0;
+    int fd = -1;
+    uint64_t fd_offset = 0;
+    std::vector<Piece> pieces;
+  };
+  void Register(Piece* piece);
+  void Unregister(Piece* piece);
+
+  const Tiers& tiers_;
+  std::map<const uint8_t*, Region> regions_;  // by base
+};
+
+}  // namespace kvstream

@@ -1,0 +1,522 @@
+#include "read/step_reader.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "memory/client_memory.h"
+#include "spdlog/spdlog.h"
+
+namespace kvstream {
+namespace {
+
+int64_t UnixNowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+StepReader::StepReader(const StoreConfig& config, const Tiers& tiers, GuardedIndex* index, StepPool* pool,
+                       MemoryRegions* regions, Reactor* reactor, StoreCounters* counters,
+                       StepFinished on_step_finished)
+    : config_(config),
+      tiers_(tiers),
+      index_(index),
+      pool_(pool),
+      regions_(regions),
+      reactor_(reactor),
+      counters_(counters),
+      on_step_finished_(std::move(on_step_finished)) {}
+
+absl::Status StepReader::Init() {
+  const size_t block = config_.block_size;
+  slots_.resize(tiers_.size());
+  for (size_t t = 0; t < tiers_.size(); ++t) {
+    Tier& tier = *tiers_[t];
+    TierReads& ts = slots_[t];
+    tier_names_.push_back(tier.name);
+    ts.slots = std::vector<ReadSlot>(tier.read_depth);
+    for (uint32_t i = tier.read_depth; i > 0; --i) ts.free.push_back(i - 1);
+    ts.bounce_pool = AllocateAligned(block * tier.read_depth);
+    if (!ts.bounce_pool) return absl::ResourceExhaustedError("cannot allocate bounce buffers");
+    for (uint32_t i = 0; i < tier.read_depth; ++i) ts.slots[i].bounce = ts.bounce_pool.get() + i * block;
+    if (tier.device->properties().fixed_buffers) {
+      auto region = tier.device->RegisterRegion(ts.bounce_pool.get(), block * tier.read_depth);
+      if (!region.ok()) {
+        spdlog::info("tier {}: bounce buffers not registered: {}", tier.name, std::string(region.status().message()));
+      }
+    }
+  }
+  const int threads = !config_.verify_checksums ? 0
+                      : config_.verify_threads < 0 ? BlockVerifier::AutoThreads()
+                                                   : config_.verify_threads;
+  verifier_ = std::make_unique<BlockVerifier>(threads, reactor_);
+  return absl::OkStatus();
+}
+
+void StepReader::Place(std::unique_ptr<ReadStep> owned, const Policies& policies) {
+  ReadStep* step = owned.get();
+  steps_.push_back(std::move(owned));
+  const size_t n = step->reads.size();
+  step->policies = policies;
+  step->start_ns = reactor_->NowNs();
+  step->results.resize(n);
+  step->state.assign(n, ChunkState{});
+  step->use.resize(tiers_.size());
+  std::vector<uint32_t> finished;  // delivered after the index lock is released
+  {
+    absl::MutexLock lock(&index_->mu());
+    Index& index = index_->get();
+    for (size_t i = 0; i < n; ++i) {
+      const ChunkRead& read = step->reads[i];
+      ChunkResult& result = step->results[i];
+      result.index = i;
+      IndexEntry* e = nullptr;
+      if (absl::Status s = ValidateKey(read.key); !s.ok()) {
+        result.status = s;
+      } else if (e = index.Find(read.key); e == nullptr || e->tiers == 0) {
+        result.status = absl::NotFoundError(absl::StrCat("no tier holds '", read.key, "'"));
+        e = nullptr;
+      } else if (read.dst == nullptr || read.dst_capacity < e->meta->payload_size) {
+        result.status = absl::OutOfRangeError(absl::StrCat("destination of ", read.dst_capacity,
+                                                           " bytes is smaller than the chunk's ", e->meta->payload_size));
+        e = nullptr;
+      } else if (e->meta->segment_count() == 0) {  // cannot come from a valid file; never wait on it
+        result.status = absl::DataLossError(absl::StrCat("'", read.key, "' has no payload"));
+        e = nullptr;
+      }
+      if (e == nullptr) {
+        step->AddChunk(0, 0);
+        finished.push_back(static_cast<uint32_t>(i));
+        continue;
+      }
+      index.Pin(e);
+      index.Touch(e);
+      step->state[i].meta = e->meta;
+      step->state[i].stem = e->stem;
+      step->state[i].foreign = e->foreign;
+      step->eligible |= e->tiers;
+      result.size = e->meta->payload_size;
+      step->AddChunk(e->tiers, e->meta->segment_count());
+    }
+  }
+  pool_->Add(step);
+  for (size_t t = 0; t < tiers_.size(); ++t) {
+    if (slots_[t].late > 0) pool_->ReleasePins(step, static_cast<int>(t));  // placed while t is stalled
+  }
+  for (uint32_t chunk : finished) Deliver(step, chunk, step->results[chunk].status);
+  if (step->unfinished == 0) Finish(step);
+}
+
+int64_t StepReader::Schedule(int t) {
+  if (slots_[t].late > 0 || !tiers_[t]->readable) return kNoDeadline;  // stalled or out of reach
+  BlockRef ref;
+  while (!slots_[t].free.empty() && pool_->Claim(t, &ref)) {
+    if (LeavesToOthers(t, ref)) {
+      if (!pool_->Unclaim(ref, t)) ++tiers_[t]->counters.tail_blocks_left;
+      // The others finish the step sooner: nothing to take over either. (Its next claim would
+      // find this block first again, so `t` claims nothing more until a read lands.)
+      return kNoDeadline;
+    }
+    Issue(t, ref);
+  }
+  if (slots_[t].free.empty()) return kNoDeadline;
+  int64_t recheck = kNoDeadline;
+  while (!slots_[t].free.empty() && HedgeTail(t, &recheck)) {
+    while (!slots_[t].free.empty() && pool_->Claim(t, &ref)) Issue(t, ref);
+  }
+  return recheck;
+}
+
+bool StepReader::reads_pending() const {
+  if (pool_->empty()) return false;  // reads still in flight serve no pending step (hedged ones)
+  for (const TierReads& tr : slots_) {
+    if (tr.late == 0 && tr.free.size() < tr.slots.size()) return true;
+  }
+  return false;
+}
+
+void StepReader::Issue(int t, BlockRef ref) {
+  Tier& tier = *tiers_[t];
+  auto* step = static_cast<ReadStep*>(ref.step);
+  const StepBlock& blk = step->blocks[ref.block];
+  const ChunkMeta& meta = *step->state[blk.chunk].meta;
+  absl::StatusOr<FileHandle> file = tier.device->OpenChunk(step->state[blk.chunk].stem);
+  if (!file.ok()) {
+    // A missing file is a lost replica; other errors (EMFILE, ENOMEM...) only fail over.
+    ReadFailed(t, step, ref, std::string(file.status().message()), IoStatusOf(file.status()), false, true,
+               /*absent=*/absl::IsNotFound(file.status()));
+    return;
+  }
+  if (!tier.device->HoldsVersion(*file, meta)) {  // another node replaced the file under its name
+    ReadFailed(t, step, ref, "the file holds another version now", IoStatus::kGone, false, true, /*absent=*/true);
+    return;
+  }
+  TierReads& ts = slots_[t];
+  const uint32_t index = ts.free.back();
+  ts.free.pop_back();
+  ReadSlot& slot = ts.slots[index];
+  const uint64_t start = uint64_t{blk.segment} * meta.segment_size;
+  const DeviceProperties& props = tier.device->properties();
+  const ChunkRead& read = step->reads[blk.chunk];
+  slot.ref = ref;
+  slot.payload = static_cast<uint32_t>(meta.segment_length(blk.segment));
+  slot.dst = static_cast<uint8_t*>(read.dst) + start;
+  const uint32_t length = static_cast<uint32_t>(AlignUp(slot.payload, props.offset_alignment));
+  const bool via_bounce = read.bounce || reinterpret_cast<uintptr_t>(slot.dst) % props.mem_alignment != 0 ||
+                          start + length > read.dst_capacity;
+  slot.oversized.reset();
+  uint8_t* target = slot.dst;
+  if (via_bounce) {
+    ++tier.counters.bounce_reads;
+    target = slot.bounce;
+    if (length > config_.block_size) {
+      slot.oversized = AllocateAligned(length);
+      target = slot.oversized.get();
+    }
+  }
+  const int64_t now = reactor_->NowNs();
+  step->use[t].ReadStarted(now);
+  ++step->reads_in_flight;
+  slot.Set(IoKind::kRead, *file, meta.header_size() + start, length, target);
+  slot.busy = true;
+  slot.late = false;
+  slot.hedge_pending = false;
+  slot.held = false;
+  slot.issued_ns = now;
+  tier.device->Queue(&slot);
+}
+
+void StepReader::Complete(int t, const IoCompletion& c) {
+  Tier& tier = *tiers_[t];
+  auto& slot = static_cast<ReadSlot&>(*c.request);
+  const uint32_t index = static_cast<uint32_t>(&slot - slots_[t].slots.data());
+  const int64_t now = reactor_->NowNs();
+  ReadLanded(t, &slot, now);
+  const BlockRef ref = slot.ref;
+  auto* step = static_cast<ReadStep*>(ref.step);
+  const StepBlock& blk = step->blocks[ref.block];
+  step->use[t].ReadEnded(now);
+  --step->reads_in_flight;
+  const bool bounced = slot.buffer != slot.dst;
+  const bool held = slot.held;
+  slot.held = false;
+  if (blk.state == BlockState::kAbandoned || c.status != IoStatus::kOk || !config_.verify_checksums || !bounced) {
+    FreeSlot(t, index);  // a bounced block keeps its slot (the bytes) until verified and copied
+  }
+  if (blk.state == BlockState::kAbandoned) {  // hedged, or its chunk is being read again
+    if (held) HeldReadLanded(step, blk.chunk);
+    return;
+  }
+  const ChunkRead& read = step->reads[blk.chunk];
+  if (c.status != IoStatus::kOk) {
+    if (read.dst_fd >= 0 && !bounced && c.error == EFAULT) {  // the client unmapped its memory, not the tier's fault
+      regions_->Refresh(slot.dst, slot.length);  // registers what the file maps now, if it grew back
+      DestinationGone(step, blk.chunk, absl::FailedPreconditionError(absl::StrCat(
+                                           "the destination of '", read.key, "' is no longer in the client's memory ",
+                                           "(truncated while being read into)")));
+      return;
+    }
+    ReadFailed(t, step, ref, absl::StrCat("read error on tier ", tier.name, ": ", std::strerror(c.error)), c.status,
+               false, true, /*absent=*/c.error == ENOENT || c.error == ESTALE);
+    return;
+  }
+  if (!config_.verify_checksums) {
+    if (bounced && !CopyIn(step, blk.chunk, slot)) return;
+    Accept(t, ref, slot.payload);
+    return;
+  }
+  ++step->verifying;
+  const ChunkMeta& meta = *step->state[blk.chunk].meta;
+  VerifyJob job{static_cast<const uint8_t*>(slot.buffer)};
+  job.guarded = read.dst_fd >= 0 && !bounced;  // client memory that may vanish under the hash
+  job.length = slot.payload;
+  job.expected = meta.segment_checksums[blk.segment];
+  job.owner = step;
+  job.index = ref.block;
+  job.slot = bounced ? index : kNoSlot;
+  job.tier = t;
+  verifier_->Submit(job);
+  if (verifier_->threads() == 0) TakeVerified();  // verified inline: settle now
+}
+
+bool StepReader::CopyIn(ReadStep* step, uint32_t chunk, const ReadSlot& slot) {
+  const ChunkRead& read = step->reads[chunk];
+  if (read.dst_fd < 0) {
+    std::memcpy(slot.dst, slot.buffer, slot.payload);
+    return true;
+  }
+  absl::Status copied = GuardedCopy(slot.dst, slot.buffer, slot.payload);
+  if (copied.ok()) return true;
+  DestinationGone(step, chunk, std::move(copied));
+  return false;
+}
+
+void StepReader::DestinationGone(ReadStep* step, uint32_t chunk, absl::Status why) {
+  HoldOrTakeBack(step, chunk);
+  pool_->ReplaceChunk(step, chunk, 0, 0);  // abandons its other blocks in flight
+  Deliver(step, chunk, std::move(why));
+  if (step->unfinished == 0) Finish(step);
+}
+
+bool StepReader::TakeVerified() {
+  verified_.clear();
+  verifier_->TakeDone(&verified_);
+  for (const VerifyJob& job : verified_) Verified(job);
+  return !verified_.empty();
+}
+
+void StepReader::Verified(const VerifyJob& job) {
+  auto* step = static_cast<ReadStep*>(job.owner);
+  const BlockRef ref{step, job.index};
+  const StepBlock blk = step->blocks[ref.block];
+  --step->verifying;
+  const bool wanted = blk.state != BlockState::kAbandoned;  // the chunk may have been placed again
+  if (job.slot != kNoSlot) {
+    ReadSlot& slot = slots_[job.tier].slots[job.slot];
+    // Copied here, on the loop, only while wanted: a late copy could land over a newer version.
+    const bool copied = !wanted || !job.ok || CopyIn(step, blk.chunk, slot);
+    FreeSlot(job.tier, job.slot);
+    if (!copied) return;  // the destination is gone; the chunk failed
+  }
+  if (!wanted) {
+    if (step->unfinished == 0) Finish(step);  // it waited for this job
+    return;
+  }
+  if (job.guarded && !job.ok) {
+    // The pages a fixed-buffer read pinned may no longer be the file's (truncated, perhaps grown
+    // back): later reads, this block's failover too, go to the pages the file has now.
+    regions_->Refresh(const_cast<uint8_t*>(job.data), job.length);
+  }
+  if (job.gone) {
+    DestinationGone(step, blk.chunk, absl::FailedPreconditionError(absl::StrCat(
+                                         "the destination of '", step->reads[blk.chunk].key,
+                                         "' is no longer in the client's memory (truncated while being read into)")));
+    return;
+  }
+  if (!job.ok) {
+    // Hashed in client memory that may shrink, a mismatch may be the client truncating or writing
+    // into its destination: the read fails over, but the replica is not dropped on that evidence.
+    ReadFailed(job.tier, step, ref,
+               absl::StrCat("checksum mismatch on tier ", tiers_[job.tier]->name, " (block ", blk.segment, ")"),
+               IoStatus::kMediaError, true, /*may_drop=*/!job.guarded);
+    return;
+  }
+  Accept(job.tier, ref, job.length);
+}
+
+void StepReader::Accept(int t, BlockRef ref, uint32_t payload) {
+  auto* step = static_cast<ReadStep*>(ref.step);
+  const uint32_t chunk = step->blocks[ref.block].chunk;
+  Tier& tier = *tiers_[t];
+  pool_->Done(ref);
+  ++tier.counters.blocks_read;
+  tier.counters.bytes_read += payload;
+  ++step->use[t].blocks;
+  step->use[t].bytes += payload;
+  step->results[chunk].tier_mask |= 1u << t;
+  Settle(step, chunk);
+}
+
+void StepReader::ReadFailed(int t, ReadStep* step, BlockRef ref, std::string why, IoStatus kind, bool checksum,
+                            bool may_drop, bool absent) {
+  const uint32_t chunk = step->blocks[ref.block].chunk;
+  if (PlaceAgainIfRewritten(step, chunk)) return;  // not the tier's fault
+  Tier& tier = *tiers_[t];
+  // Another node's file that is gone, replaced or bad: a miss here, nothing of this node's lost.
+  const bool foreign = (step->state[chunk].foreign & (1u << t)) != 0;
+  const bool foreign_missing = foreign && (absent || checksum);
+  (foreign_missing ? step->state[chunk].foreign_missing : step->state[chunk].real_failure) = true;
+  if (!foreign_missing || checksum) ++(checksum ? tier.counters.checksum_failures : tier.counters.read_errors);
+  tier.counters.CountError(kind);
+  const bool bad_copy = may_drop && (checksum || IsBadCopy(kind));
+  if (foreign && checksum && may_drop && on_foreign_bad_) on_foreign_bad_(t, *step->state[chunk].meta);
+  uint64_t left_out;
+  if (foreign_missing && !checksum) {
+    spdlog::debug("tier {}: '{}': another node's file: {}", tier.name, step->reads[chunk].key, why);
+  } else if (tier.read_log.Allow(&left_out)) {
+    spdlog::warn("tier {}: '{}': {}{}", tier.name, step->reads[chunk].key, why,
+                 left_out ? absl::StrCat(" (", left_out, " more read failures not logged)") : "");
+  }
+  step->state[chunk].error = std::move(why);
+  pool_->Fail(ref, t);  // only this chunk loses the tier; its other chunks are unaffected
+  if (bad_copy) DropReplica(step, chunk, t);
+  Settle(step, chunk);
+}
+
+bool StepReader::PlaceAgainIfRewritten(ReadStep* step, uint32_t chunk) {
+  const ChunkRead& read = step->reads[chunk];
+  std::shared_ptr<const ChunkMeta> current;
+  uint32_t holders = 0;
+  {
+    absl::MutexLock lock(&index_->mu());
+    const IndexEntry* e = index_->get().FindLive(read.key);
+    if (e == nullptr || e->meta == step->state[chunk].meta) return false;
+    current = e->meta;
+    holders = e->tiers;
+  }
+  if (++step->state[chunk].placements > kMaxPlacements) {
+    step->state[chunk].error = absl::StrCat("rewritten ", kMaxPlacements, " times while being read");
+    HoldOrTakeBack(step, chunk);
+    pool_->ReplaceChunk(step, chunk, 0, 1);  // no holder: fails once nothing is in flight
+    Settle(step, chunk);
+    return true;
+  }
+  if (read.dst_capacity < current->payload_size) {
+    HoldOrTakeBack(step, chunk);
+    pool_->ReplaceChunk(step, chunk, 0, 0);
+    Deliver(step, chunk, absl::OutOfRangeError(absl::StrCat("'", read.key, "' was rewritten as ", current->payload_size,
+                                                            " bytes, more than its destination of ",
+                                                            read.dst_capacity)));
+    if (step->unfinished == 0) Finish(step);
+    return true;
+  }
+  if (HoldOrTakeBack(step, chunk) > 0) {
+    // Reads of the old version still land in the destination: the new one is read once they have.
+    --step->state[chunk].placements;  // counted when it is placed
+    step->state[chunk].place_when_landed = true;
+    pool_->ReplaceChunk(step, chunk, 0, 0);
+    return true;
+  }
+  step->state[chunk].meta = current;
+  step->results[chunk].size = current->payload_size;
+  step->results[chunk].tier_mask = 0;
+  step->eligible |= holders;
+  pool_->ReplaceChunk(step, chunk, holders, current->segment_count());
+  return true;
+}
+
+// Drops the bad copy, unless the key was rewritten since this step placed it (then the file on
+// this tier may be the new version, and this step's read simply fails over).
+void StepReader::DropReplica(ReadStep* step, uint32_t chunk, int t) {
+  std::vector<Victim> victims;
+  {
+    absl::MutexLock lock(&index_->mu());
+    Index& index = index_->get();
+    const IndexEntry* e = index.Find(step->reads[chunk].key);
+    Victim v;
+    if (e != nullptr && e->meta == step->state[chunk].meta && index.RemoveReplica(step->reads[chunk].key, t, &v)) {
+      victims.push_back(std::move(v));
+      ++tiers_[t]->counters.dropped_replicas;
+    }
+  }
+  RemoveReplicaFiles(tiers_, victims);
+}
+
+uint32_t StepReader::HoldOrTakeBack(ReadStep* step, uint32_t chunk) {
+  uint32_t held = 0;
+  for (size_t t = 0; t < slots_.size(); ++t) {
+    for (ReadSlot& slot : slots_[t].slots) {
+      if (!slot.busy || slot.held || slot.ref.step != step || slot.buffer != slot.dst) continue;
+      const StepBlock& blk = step->blocks[slot.ref.block];
+      if (blk.chunk != chunk || blk.state != BlockState::kInFlight) continue;
+      if (regions_->TakeBack(static_cast<int>(t), slot.region, static_cast<uint8_t*>(slot.buffer), slot.length)) {
+        tiers_[t]->device->Abandon(&slot);  // lands in pages nobody maps any more
+        continue;
+      }
+      slot.held = true;
+      ++step->state[chunk].held;
+      ++step->held_total;
+      ++held;
+    }
+  }
+  return held;
+}
+
+void StepReader::HeldReadLanded(ReadStep* step, uint32_t chunk) {
+  --step->held_total;
+  if (--step->state[chunk].held == 0) {
+    if (step->state[chunk].place_when_landed) {
+      step->state[chunk].place_when_landed = false;
+      if (!PlaceAgainIfRewritten(step, chunk)) {  // removed meanwhile
+        step->state[chunk].error = "rewritten, then removed, while being read";
+        pool_->ReplaceChunk(step, chunk, 0, 1);  // no holder: fails now (nothing in flight)
+        Settle(step, chunk);
+      }
+    } else if (!step->chunks[chunk].finished) {
+      Settle(step, chunk);
+    }
+  }
+  if (step->unfinished == 0) Finish(step);
+}
+
+void StepReader::Settle(ReadStep* step, uint32_t chunk) {
+  if (step->state[chunk].held > 0) return;  // reads abandoned straight into its destination still land
+  switch (StepPool::ChunkOutcome(*step, chunk)) {
+    case StepPool::Outcome::kPending:
+      return;
+    case StepPool::Outcome::kComplete:
+      Deliver(step, chunk, absl::OkStatus());
+      break;
+    case StepPool::Outcome::kFailed:
+      if (step->state[chunk].foreign_missing && !step->state[chunk].real_failure) {
+        Deliver(step, chunk, absl::NotFoundError(absl::StrCat("'", step->reads[chunk].key, "' is no longer in ",
+                                                              "the file another node published (", step->state[chunk].error,
+                                                              ")")));
+        break;
+      }
+      Deliver(step, chunk, absl::DataLossError(absl::StrCat("no intact replica of '", step->reads[chunk].key, "' (",
+                                                            step->state[chunk].error, ")")));
+      break;
+  }
+  if (step->unfinished == 0) Finish(step);
+}
+
+void StepReader::Deliver(ReadStep* step, uint32_t chunk, absl::Status status) {
+  ChunkResult& result = step->results[chunk];
+  result.status = std::move(status);
+  if (!result.status.ok()) result.size = 0;
+  pool_->Finish(step, chunk);
+  bool copy = false;
+  if (step->state[chunk].meta) {
+    absl::MutexLock lock(&index_->mu());
+    const IndexEntry* e = index_->get().Find(step->reads[chunk].key);
+    if (result.status.ok() && on_foreign_read_ && e != nullptr && e->meta == step->state[chunk].meta && e->foreign != 0 &&
+        e->own() == 0) {
+      // Cross-node reuse: the chunk is only in other nodes' files; copy it where the replication
+      // policy would have put this node's own write of it.
+      const uint32_t targets = step->policies.replication == ReplicationPolicy::kPrimary
+                                   ? 1u
+                                   : static_cast<uint32_t>((uint64_t{1} << tiers_.size()) - 1);
+      copy = (targets & ~e->tiers) != 0;
+    }
+    index_->get().Unpin(step->reads[chunk].key);
+  }
+  if (copy) on_foreign_read_(step->reads[chunk], *step->state[chunk].meta);
+  if (result.status.ok()) {
+    ++counters_->retrieve_hits;
+  } else if (absl::IsNotFound(result.status)) {
+    ++counters_->retrieve_misses;
+  } else {
+    ++counters_->retrieve_failures;
+  }
+  if (step->on_chunk) step->on_chunk(result);
+}
+
+void StepReader::Finish(ReadStep* step) {
+  // A step ends once no verify thread reads its memory (an abandoned block's job may be left).
+  if (step->end_ns != 0 || step->verifying > 0 || step->held_total > 0) return;
+  step->end_ns = std::max(reactor_->NowNs(), step->start_ns + 1);
+  pool_->Remove(step);
+  for (TierUse& use : step->use) use.StepEnded(step->end_ns);
+  std::vector<double> reference(tiers_.size());
+  for (size_t t = 0; t < tiers_.size(); ++t) reference[t] = tiers_[t]->reference_bps;
+  StepRecord rec = MakeStepRecord({&step->results, &step->use, &tier_names_, step->eligible,
+                                   step->end_ns - step->start_ns, step->policies},
+                                  &reference);
+  for (size_t t = 0; t < tiers_.size(); ++t) tiers_[t]->reference_bps = reference[t];
+  rec.start_unix_ns = UnixNowNs() - (step->end_ns - step->start_ns);
+  on_step_finished_(&rec);
+  if (step->on_done) step->on_done(std::move(rec));
+}
+
+void StepReader::Sweep() {
+  std::erase_if(steps_, [](const std::unique_ptr<ReadStep>& s) {
+    return s->end_ns != 0 && s->reads_in_flight == 0 && s->verifying == 0;
+  });
+}
+
+}  // namespace kvstream

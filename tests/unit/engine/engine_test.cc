@@ -1,0 +1,154 @@
+// The engine's loop and calls: policies switched at run time, shutdown.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <thread>
+
+#include "sim_rig.h"
+
+namespace kvstream::testing {
+namespace {
+
+constexpr double MBps = 1e6;
+
+TEST_CASE("policies switched at run time apply to the next step and never to a pending one") {
+  SimRig rig({300 * MBps, 100 * MBps});
+  rig.Populate("k", 8, 4 * kBlock);
+  auto batch = SimRig::MakeBatch("k", 8, 4 * kBlock);
+  StepRecord first = rig.engine->Retrieve(batch.reads, nullptr, nullptr);
+  CHECK(first.routing == "completion");
+  CHECK(first.tiers[1].blocks > 0);
+
+  Policies fastest = rig.engine->policies();
+  fastest.routing = *ParseRouting("fastest");
+  fastest.writes = WritePolicy::kImmediate;
+  CHECK(rig.engine->SetPolicies(fastest));  // idle: applies at once
+  CHECK(ToString(rig.engine->policies().routing) == "fastest");
+  CHECK(rig.engine->Stats().policies.writes == WritePolicy::kImmediate);
+  StepRecord second = rig.engine->Retrieve(batch.reads, nullptr, nullptr);
+  CHECK(second.routing == "fastest");
+  CHECK(second.tiers[1].blocks == 0);
+
+  // Switching back while a step is pending: that step finishes under the old policy.
+  rig.clock->Pause();
+  std::atomic<bool> done{false};
+  StepRecord pending;
+  rig.engine->RetrieveAsync(batch.reads, nullptr, [&](StepRecord r) {
+    pending = r;
+    done = true;
+  });
+  rig.clock->WaitUntilQuiescent();  // placed and reading
+  Policies completion = fastest;
+  completion.routing = *ParseRouting("completion");
+  CHECK_FALSE(rig.engine->SetPolicies(completion));  // waits for the pending step
+  CHECK(ToString(rig.engine->policies().routing) == "fastest");
+  rig.clock->Resume();
+  while (!done) std::this_thread::yield();
+  CHECK(pending.routing == "fastest");
+  CHECK(pending.tiers[1].blocks == 0);
+  CHECK(ToString(rig.engine->policies().routing) == "completion");
+  StepRecord last = rig.engine->Retrieve(batch.reads, nullptr, nullptr);
+  CHECK(last.routing == "completion");
+  CHECK(last.tiers[1].blocks > 0);
+}
+
+TEST_CASE("calls after shutdown fail cleanly instead of hanging") {
+  SimRig rig({300 * MBps});
+  rig.Populate("k", 1, kBlock);
+  rig.engine->Shutdown();
+  auto batch = SimRig::MakeBatch("k", 1, kBlock);
+  std::vector<ChunkResult> results;
+  StepRecord rec = rig.engine->Retrieve(batch.reads, &results, nullptr);
+  CHECK(absl::IsUnavailable(results[0].status));
+  CHECK(rec.failed == 1);
+  CHECK(absl::IsUnavailable(rig.engine->Persist("x", batch.buffers[0].data(), 10)));
+  auto ev = rig.engine->Evict({"k0", "", 0, false});
+  REQUIRE(ev.ok());
+  CHECK(ev->replicas == 1);
+}
+
+}  // namespace
+}  // namespace kvstream::testing
+
+namespace kvstream::testing {
+namespace {
+
+constexpr double kMBps = 1e6;
+
+// Runs the loop past its next tier check (virtual time moves only while it waits).
+void PassTierCheck(SimRig& rig) {
+  static uint64_t seed = 0;
+  SimDevice& d = *rig.devices[0];
+  d.SetFaultHook([](const SimOpInfo&) { return SimFault::Delay(600'000'000); });
+  for (int i = 0; i < 2; ++i) {  // a slow write gives the loop something to wait for
+    auto data = Payload(4096, ++seed);
+    REQUIRE(rig.engine->Persist("tick", data.data(), data.size()).ok());
+    rig.engine->Flush();
+  }
+  d.SetFaultHook(nullptr);
+  REQUIRE(rig.engine->Evict({"no-such-key", "", 0, false}).ok());  // runs on the loop after its check
+}
+
+TEST_CASE("a tier whose directory was deleted is made again, empty, and its chunks leave the index") {
+  SimRig rig({300 * kMBps, 100 * kMBps});
+  rig.Populate("k", 4, kBlock);
+  rig.devices[1]->SetCondition({TierCondition::State::kDeleted, "the tier directory /sim/t1 was deleted"});
+  PassTierCheck(rig);
+  CHECK(rig.engine->Lookup({"k0"})[0].tier_mask == 1u);  // only t0 still holds it
+  const TierStats t1 = rig.engine->Stats().tiers[1];
+  CHECK(t1.readable);
+  CHECK(t1.writable);  // made again and in use
+  CHECK(t1.condition.empty());
+  auto data = Payload(kBlock, 9);
+  PersistResult result;
+  REQUIRE(rig.engine->Persist("after", data.data(), data.size(), [&](const std::string&, const PersistResult& r) {
+    result = r;
+  }).ok());
+  rig.engine->Flush();
+  CHECK(result.tier_mask == 3u);
+}
+
+TEST_CASE("a read-only tier gets no replicas but is read, a tier out of reach is neither (by state, not message)") {
+  SimRig rig({300 * kMBps, 100 * kMBps});
+  auto data = rig.Populate("k", 4, kBlock);
+  rig.devices[1]->SetCondition({TierCondition::State::kReadOnly, "the file system of /sim/t1 is mounted ro"});
+  PassTierCheck(rig);
+  TierStats t1 = rig.engine->Stats().tiers[1];
+  CHECK(t1.readable);
+  CHECK_FALSE(t1.writable);
+  CHECK(t1.condition.find("mounted ro") != std::string::npos);
+  CHECK(rig.engine->Lookup({"k0"})[0].tier_mask == 3u);  // still read there
+  auto fresh = Payload(kBlock, 10);
+  PersistResult result;
+  REQUIRE(rig.engine->Persist("new", fresh.data(), fresh.size(), [&](const std::string&, const PersistResult& r) {
+    result = r;
+  }).ok());
+  rig.engine->Flush();
+  CHECK(result.status.ok());
+  CHECK(result.tier_mask == 1u);
+  CHECK(result.lost_mask == 2u);
+  CHECK(result.lost_reason.find("mounted ro") != std::string::npos);
+
+  rig.devices[1]->SetCondition({TierCondition::State::kDetached, "another directory is now at /sim/t1 (unmounted)"});
+  PassTierCheck(rig);
+  t1 = rig.engine->Stats().tiers[1];
+  CHECK_FALSE(t1.readable);
+  CHECK(rig.engine->Lookup({"k0"})[0].tier_mask == 1u);
+  auto batch = SimRig::MakeBatch("k", 4, kBlock);
+  std::vector<ChunkResult> results;
+  StepRecord rec = rig.engine->Retrieve(batch.reads, &results);
+  RequireIntact(batch, data, results);
+  CHECK(rec.tiers[1].blocks == 0);
+
+  rig.devices[1]->SetCondition({});
+  PassTierCheck(rig);
+  CHECK(rig.engine->Stats().tiers[1].readable);
+  CHECK(rig.engine->Stats().tiers[1].writable);
+}
+
+}  // namespace
+}  // namespace kvstream::testing

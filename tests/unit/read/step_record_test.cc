@@ -1,0 +1,111 @@
+// A step's record as pure arithmetic: counts, per-tier bandwidth, the bound D / sum_k b_k over the
+// eligible tiers, the gap, and each tier's reference bandwidth; the history's ids and limit.
+#include "read/step_record.h"
+
+#include <catch2/catch.hpp>
+
+namespace kvstream {
+namespace {
+
+TierUse Use(uint64_t bytes, double busy_seconds) {
+  TierUse u;
+  u.blocks = bytes >> 20;
+  u.bytes = bytes;
+  u.busy_ns = static_cast<int64_t>(busy_seconds * 1e9);
+  return u;
+}
+
+StepRecordInput Input(const std::vector<ChunkResult>& results, const std::vector<TierUse>& use,
+                      const std::vector<std::string>& names, uint32_t eligible, double wall_seconds) {
+  return {&results, &use, &names, eligible, static_cast<int64_t>(wall_seconds * 1e9), Policies{}};
+}
+
+TEST_CASE("the bound is the bytes over the sum of the eligible tiers' bandwidths in the step") {
+  const std::vector<ChunkResult> results = {{0, absl::OkStatus(), 300'000'000, 3},
+                                            {1, absl::NotFoundError("x"), 0, 0},
+                                            {2, absl::DataLossError("y"), 0, 0}};
+  const std::vector<TierUse> use = {Use(200'000'000, 1.0), Use(100'000'000, 1.0)};  // 200 and 100 MB/s
+  const std::vector<std::string> names = {"t0", "t1"};
+  std::vector<double> reference = {0, 0};
+  StepRecord rec = MakeStepRecord(Input(results, use, names, 3, 1.1), &reference);
+  CHECK(rec.chunks == 3);
+  CHECK(rec.hits == 1);
+  CHECK(rec.misses == 1);
+  CHECK(rec.failed == 1);
+  CHECK(rec.bytes == 300'000'000);
+  CHECK(rec.bound_seconds == Approx(1.0));
+  CHECK(rec.gap == Approx(0.1));
+  CHECK(rec.tiers[0].bandwidth_bps == Approx(200e6));
+  CHECK(rec.tiers[1].eligible);
+  CHECK(reference[0] == Approx(200e6));  // the first step sets the reference
+  CHECK(rec.routing == "completion");
+}
+
+TEST_CASE("an eligible tier that read nothing counts with its reference bandwidth") {
+  const std::vector<ChunkResult> results = {{0, absl::OkStatus(), 100'000'000, 1}};
+  const std::vector<TierUse> use = {Use(100'000'000, 1.0), TierUse{}};
+  const std::vector<std::string> names = {"t0", "t1"};
+  std::vector<double> reference = {80e6, 100e6};
+  StepRecord rec = MakeStepRecord(Input(results, use, names, 3, 1.0), &reference);
+  CHECK(rec.tiers[1].bandwidth_bps == Approx(100e6));
+  CHECK(rec.bound_seconds == Approx(0.5));  // 100 MB over 100 + 100 MB/s
+  CHECK(reference[0] == Approx(0.75 * 80e6 + 0.25 * 100e6));
+  CHECK(reference[1] == Approx(100e6));  // unchanged: no bytes this step
+
+  // A tier that holds none of the step's chunks is not in the bound.
+  std::vector<double> reference2 = {80e6, 100e6};
+  StepRecord alone = MakeStepRecord(Input(results, use, names, 1, 1.0), &reference2);
+  CHECK(alone.bound_seconds == Approx(1.0));
+}
+
+TEST_CASE("a step that served nothing has no bound and no gap") {
+  const std::vector<ChunkResult> results = {{0, absl::NotFoundError("x"), 0, 0}};
+  const std::vector<TierUse> use = {TierUse{}};
+  const std::vector<std::string> names = {"t0"};
+  std::vector<double> reference = {0};
+  StepRecord rec = MakeStepRecord(Input(results, use, names, 0, 0.001), &reference);
+  CHECK(rec.bound_seconds == 0);
+  CHECK(rec.gap == 0);
+}
+
+TEST_CASE("busy time counts while at least one of the step's reads is in flight") {
+  TierUse u;
+  u.ReadStarted(100);
+  u.ReadStarted(150);
+  u.ReadEnded(200);
+  u.ReadEnded(300);  // busy 100..300
+  u.ReadStarted(1000);
+  u.ReadEnded(1100);
+  CHECK(u.busy_ns == 300);
+  CHECK(u.in_flight == 0);
+}
+
+TEST_CASE("a step that ends with a read still in flight counts that tier busy until its end") {
+  TierUse u;
+  u.ReadStarted(100);
+  u.ReadStarted(150);
+  u.ReadEnded(200);  // the other one was abandoned for another tier's copy and has not landed
+  u.StepEnded(400);
+  CHECK(u.busy_ns == 300);  // not 0: in flight since the tier first read for the step
+  u.ReadEnded(900);         // lands after the record was made: adds nothing
+  CHECK(u.in_flight == 0);
+  CHECK(u.busy_ns == 300);
+}
+
+TEST_CASE("the history numbers records and keeps the most recent") {
+  StepHistory history;
+  for (size_t i = 0; i < StepHistory::kLimit + 10; ++i) {
+    StepRecord r;
+    history.Add(&r);
+    CHECK(r.id == i);
+  }
+  CHECK(history.count() == StepHistory::kLimit + 10);
+  auto recent = history.Recent(3);
+  REQUIRE(recent.size() == 3);
+  CHECK(recent.back().id == StepHistory::kLimit + 9);
+  CHECK(recent.front().id == StepHistory::kLimit + 7);
+  CHECK(history.Recent(1u << 20).size() == StepHistory::kLimit);
+}
+
+}  // namespace
+}  // namespace kvstream
