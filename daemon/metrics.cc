@@ -1,5 +1,7 @@
 #include "metrics.h"
 
+#include <iterator>
+#include <string_view>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -49,6 +51,25 @@ void PerTier(std::string* out, const StoreStats& s, const std::string& name, con
   for (const TierStats& t : s.tiers) f.Sample(Tier(t), static_cast<double>(get(t)));
 }
 
+// The counters of tier_counters.h: one family per metric name, a sample per tier and counter.
+void TierCounterFamilies(std::string* out, const StoreStats& s) {
+  for (size_t i = 0; i < std::size(kTierCounters); ++i) {
+    const TierCounter& first = kTierCounters[i];
+    bool seen = false;  // rendered with an earlier counter of the same metric
+    for (size_t k = 0; k < i && !seen; ++k) seen = std::string_view(kTierCounters[k].metric) == first.metric;
+    if (seen) continue;
+    Family f(out, first.metric, "counter", first.help);
+    for (const TierStats& t : s.tiers) {
+      for (size_t k = i; k < std::size(kTierCounters); ++k) {
+        const TierCounter& c = kTierCounters[k];
+        if (std::string_view(c.metric) != first.metric) continue;
+        const std::string labels = *c.labels == '\0' ? Tier(t) : absl::StrCat(Tier(t), ",", c.labels);
+        f.Sample(labels, static_cast<double>(t.*c.field));
+      }
+    }
+  }
+}
+
 }  // namespace
 
 std::string RenderMetrics(const StoreStats& s, const DaemonGauges& d, bool healthy, const std::string& version) {
@@ -58,14 +79,7 @@ std::string RenderMetrics(const StoreStats& s, const DaemonGauges& d, bool healt
   Family(&out, "kvstream_up", "gauge", "1 when health is OK (tiers usable, none stalled, the I/O loop turning).")
       .Sample("", healthy ? 1 : 0);
 
-  PerTier(&out, s, "kvstream_tier_read_bytes_total", "counter", "Payload bytes read per tier.",
-          [](const TierStats& t) { return t.bytes_read; });
-  PerTier(&out, s, "kvstream_tier_read_blocks_total", "counter", "Blocks read per tier.",
-          [](const TierStats& t) { return t.blocks_read; });
-  PerTier(&out, s, "kvstream_tier_written_bytes_total", "counter", "Replica bytes written per tier.",
-          [](const TierStats& t) { return t.bytes_written; });
-  PerTier(&out, s, "kvstream_tier_replicas_written_total", "counter", "Replicas written per tier.",
-          [](const TierStats& t) { return t.replicas_written; });
+  TierCounterFamilies(&out, s);
   {
     Family f(&out, "kvstream_tier_io_seconds", "histogram", "A block read's or a replica write's time per tier.");
     for (const TierStats& t : s.tiers) {
@@ -73,44 +87,12 @@ std::string RenderMetrics(const StoreStats& s, const DaemonGauges& d, bool healt
       f.Distribution(Tier(t) + ",op=\"write\"", t.write_seconds);
     }
   }
-  {
-    Family f(&out, "kvstream_tier_errors_total", "counter", "Failed reads and writes per tier.");
-    for (const TierStats& t : s.tiers) {
-      f.Sample(Tier(t) + ",op=\"read\"", static_cast<double>(t.read_errors));
-      f.Sample(Tier(t) + ",op=\"write\"", static_cast<double>(t.write_errors));
-    }
-  }
-  {
-    Family f(&out, "kvstream_tier_errors_by_kind_total", "counter",
-             "Failed operations per tier by kind: no_space, gone, media (bad bytes).");
-    for (const TierStats& t : s.tiers) {
-      f.Sample(Tier(t) + ",kind=\"no_space\"", static_cast<double>(t.no_space_errors));
-      f.Sample(Tier(t) + ",kind=\"gone\"", static_cast<double>(t.gone_errors));
-      f.Sample(Tier(t) + ",kind=\"media\"", static_cast<double>(t.media_errors));
-    }
-  }
-  PerTier(&out, s, "kvstream_tier_checksum_failures_total", "counter", "Blocks that failed their checksum per tier.",
-          [](const TierStats& t) { return t.checksum_failures; });
-  PerTier(&out, s, "kvstream_tier_dropped_replicas_total", "counter", "Replicas dropped because bad or gone.",
-          [](const TierStats& t) { return t.dropped_replicas; });
-  PerTier(&out, s, "kvstream_tier_secondaries_dropped_total", "counter",
-          "Copies for the tier given up under staging pressure (replication: adaptive).",
-          [](const TierStats& t) { return t.secondaries_dropped; });
   PerTier(&out, s, "kvstream_tier_foreign_chunks", "gauge",
           "Indexed chunks other nodes published on a shared tier (not counted against this node's capacity).",
           [](const TierStats& t) { return t.foreign_chunks; });
   PerTier(&out, s, "kvstream_tier_discovered_total", "counter",
           "Keys the index lacked that were found on a shared tier's file system (published by another node).",
           [](const TierStats& t) { return t.discovered; });
-  PerTier(&out, s, "kvstream_tier_evictions_total", "counter", "Replicas evicted per tier (LRU or by request).",
-          [](const TierStats& t) { return t.evictions; });
-  PerTier(&out, s, "kvstream_tier_hedged_reads_total", "counter", "Reads abandoned and served by another tier.",
-          [](const TierStats& t) { return t.hedged_reads; });
-  PerTier(&out, s, "kvstream_tier_tail_blocks_left_total", "counter",
-          "Blocks the tier left to faster tiers at the end of a step (they would read them all sooner).",
-          [](const TierStats& t) { return t.tail_blocks_left; });
-  PerTier(&out, s, "kvstream_tier_late_reads_total", "counter", "Reads that missed their deadline.",
-          [](const TierStats& t) { return t.late_reads; });
   PerTier(&out, s, "kvstream_tier_stalled", "gauge", "1 while a read of the tier is past its deadline.",
           [](const TierStats& t) { return t.stalled; });
   PerTier(&out, s, "kvstream_tier_usable", "gauge", "1 when the tier can be read and written.",

@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "kvstream/policies.h"
+#include "kvstream/tier_counters.h"
 
 namespace kvstream {
 
@@ -110,27 +111,13 @@ struct TierStats {
   uint64_t capacity_bytes = 0;
   uint64_t used_bytes = 0;
   uint64_t chunks = 0;
-  uint64_t bytes_read = 0;
-  uint64_t blocks_read = 0;
-  uint64_t bytes_written = 0;
-  uint64_t replicas_written = 0;
-  uint64_t read_errors = 0;
-  uint64_t checksum_failures = 0;
-  uint64_t write_errors = 0;
-  uint64_t evictions = 0;
-  uint64_t bounce_reads = 0;
+  // The counters of tier_counters.h (bytes_read, hedged_reads, ...), each a uint64_t.
+#define KVSTREAM_TIER_STATS_FIELD(field, metric, labels, help) uint64_t field = 0;
+  KVSTREAM_TIER_COUNTERS(KVSTREAM_TIER_STATS_FIELD)
+#undef KVSTREAM_TIER_STATS_FIELD
   uint64_t resubmits = 0;       // short reads and -EAGAIN
   uint64_t fixed_ops = 0;       // ops on registered buffers
   bool stalled = false;         // a read is past its deadline: the tier claims no new reads
-  uint64_t stalls = 0;          // times the tier was marked stalled
-  uint64_t late_reads = 0;      // reads that missed their deadline
-  uint64_t hedged_reads = 0;    // reads abandoned and served by another holder instead
-  uint64_t tail_blocks_left = 0;  // blocks left to faster tiers at a step's end (completion routing)
-  uint64_t no_space_errors = 0; // failed operations by kind: no space (ENOSPC, EDQUOT),
-  uint64_t gone_errors = 0;     // file or directory gone (ENOENT, ESTALE...),
-  uint64_t media_errors = 0;    // bad bytes (EIO, a short file, a checksum mismatch)
-  uint64_t dropped_replicas = 0;  // replicas dropped because their bytes were bad or gone
-  uint64_t secondaries_dropped = 0;  // replication adaptive: copies for this tier given up under staging pressure
   bool shared = false;          // other nodes publish chunks into the same directory
   uint64_t foreign_chunks = 0;  // shared: indexed chunks other nodes published (not in chunks/used_bytes)
   uint64_t discovered = 0;      // shared: keys this node's index lacked, found on the file system
@@ -141,6 +128,22 @@ struct TierStats {
   std::string condition;        // why not, or ""
   double reference_bandwidth_bps = 0;  // moving average of achieved step bandwidth
 };
+
+// The counters of tier_counters.h as data: each one's name, its metric, labels and help, and its
+// field in TierStats, in the table's order.
+struct TierCounter {
+  const char* name;
+  const char* metric;
+  const char* labels;
+  const char* help;
+  uint64_t TierStats::*field;
+};
+inline constexpr TierCounter kTierCounters[] = {
+#define KVSTREAM_TIER_COUNTER_ROW(field, metric, labels, help) {#field, metric, labels, help, &TierStats::field},
+    KVSTREAM_TIER_COUNTERS(KVSTREAM_TIER_COUNTER_ROW)
+#undef KVSTREAM_TIER_COUNTER_ROW
+};
+
 
 // What kvstreamd says of its own health.
 struct HealthReport {

@@ -23,19 +23,16 @@ std::string Mib(uint64_t bytes) {
 }
 
 nlohmann::json TierJson(const TierStats& t) {
-  return {{"name", t.name}, {"path", t.path}, {"direct_io", t.direct_io}, {"mem_alignment", t.mem_alignment},
-          {"offset_alignment", t.offset_alignment}, {"fixed_buffers", t.fixed_buffers}, {"queue_depth", t.queue_depth},
-          {"capacity_bytes", t.capacity_bytes}, {"used_bytes", t.used_bytes}, {"chunks", t.chunks},
-          {"bytes_read", t.bytes_read}, {"blocks_read", t.blocks_read}, {"bytes_written", t.bytes_written},
-          {"replicas_written", t.replicas_written}, {"read_errors", t.read_errors},
-          {"checksum_failures", t.checksum_failures}, {"write_errors", t.write_errors}, {"evictions", t.evictions},
-          {"bounce_reads", t.bounce_reads}, {"resubmits", t.resubmits}, {"fixed_ops", t.fixed_ops},
-          {"reference_bandwidth_bps", t.reference_bandwidth_bps}, {"stalled", t.stalled}, {"stalls", t.stalls},
-          {"late_reads", t.late_reads}, {"hedged_reads", t.hedged_reads},
-          {"tail_blocks_left", t.tail_blocks_left}, {"no_space_errors", t.no_space_errors},
-          {"gone_errors", t.gone_errors}, {"media_errors", t.media_errors}, {"readable", t.readable},
-          {"writable", t.writable}, {"condition", t.condition}, {"secondaries_dropped", t.secondaries_dropped},
-          {"shared", t.shared}, {"foreign_chunks", t.foreign_chunks}, {"discovered", t.discovered}};
+  nlohmann::json j = {{"name", t.name}, {"path", t.path}, {"direct_io", t.direct_io},
+                      {"mem_alignment", t.mem_alignment}, {"offset_alignment", t.offset_alignment},
+                      {"fixed_buffers", t.fixed_buffers}, {"queue_depth", t.queue_depth},
+                      {"capacity_bytes", t.capacity_bytes}, {"used_bytes", t.used_bytes}, {"chunks", t.chunks},
+                      {"resubmits", t.resubmits}, {"fixed_ops", t.fixed_ops},
+                      {"reference_bandwidth_bps", t.reference_bandwidth_bps}, {"stalled", t.stalled},
+                      {"readable", t.readable}, {"writable", t.writable}, {"condition", t.condition},
+                      {"shared", t.shared}, {"foreign_chunks", t.foreign_chunks}, {"discovered", t.discovered}};
+  for (const TierCounter& c : kTierCounters) j[c.name] = t.*c.field;  // tier_counters.h
+  return j;
 }
 
 nlohmann::json StepJson(const StepRecord& s) {

@@ -60,7 +60,7 @@ def stats(msg: Any) -> Stats:
     return _scalars(
         Stats,
         msg,
-        tiers=[_scalars(TierStats, t) for t in msg.tiers],
+        tiers=[_scalars(TierStats, t, counters=dict(t.counters)) for t in msg.tiers],
         policies=policies(msg.policies),
     )
 

@@ -105,6 +105,10 @@ class Policies:
 
 @dataclass(frozen=True)
 class TierStats:
+    """One tier's state and counters. Every per-tier counter (bytes_read, blocks_read, hedged_reads,
+    ...: the daemon's include/kvstream/tier_counters.h) is in `counters` by name and reads as an
+    attribute too (`t.bytes_read`)."""
+
     name: str
     path: str
     direct_io: bool
@@ -115,33 +119,23 @@ class TierStats:
     capacity_bytes: int
     used_bytes: int
     chunks: int
-    bytes_read: int
-    blocks_read: int
-    bytes_written: int
-    replicas_written: int
-    read_errors: int
-    checksum_failures: int
-    write_errors: int
-    evictions: int
-    bounce_reads: int
     resubmits: int
     fixed_ops: int
     reference_bandwidth_bps: float
     stalled: bool = False
-    stalls: int = 0
-    late_reads: int = 0
-    hedged_reads: int = 0
-    tail_blocks_left: int = 0  # blocks left to faster tiers at a step's end (completion routing)
-    no_space_errors: int = 0
-    gone_errors: int = 0
-    media_errors: int = 0
     readable: bool = True
     writable: bool = True
     condition: str = ""
-    secondaries_dropped: int = 0  # replication adaptive: copies for this tier given up under pressure
     shared: bool = False  # other nodes publish chunks into the same directory
     foreign_chunks: int = 0  # shared: indexed chunks other nodes published (not in chunks/used_bytes)
     discovered: int = 0  # shared: keys this node's index lacked, found on the file system
+    counters: Dict[str, int] = field(default_factory=dict)
+
+    def __getattr__(self, name: str) -> int:
+        counters = self.__dict__.get("counters")
+        if counters is not None and name in counters:
+            return counters[name]
+        raise AttributeError(f"TierStats has no field or counter '{name}'")
 
 
 @dataclass(frozen=True)

@@ -110,5 +110,27 @@ TEST_CASE("chunk results keep their status code and message") {
   CHECK(eb.all);
 }
 
+TEST_CASE("every per-tier counter of tier_counters.h crosses the control plane by its name") {
+  StoreStats s;
+  TierStats t;
+  uint64_t value = 1000;
+  for (const TierCounter& c : kTierCounters) t.*c.field = value++;
+  s.tiers.push_back(t);
+  v1::StatsReply p;
+  ToProto(s, &p);
+  REQUIRE(p.tiers_size() == 1);
+  CHECK(p.tiers(0).counters_size() == static_cast<int>(std::size(kTierCounters)));
+  CHECK(p.tiers(0).counters().at("hedged_reads") == t.hedged_reads);
+  const StoreStats b = FromProto(p);
+  value = 1000;
+  for (const TierCounter& c : kTierCounters) {
+    INFO(c.name);
+    CHECK(b.tiers[0].*c.field == value++);
+  }
+  // A counter this build does not know (a newer daemon's) is ignored, not an error.
+  (*p.mutable_tiers(0)->mutable_counters())["counted_by_a_newer_daemon"] = 7;
+  CHECK(FromProto(p).tiers[0].bytes_read == t.bytes_read);
+}
+
 }  // namespace
 }  // namespace kvstream
