@@ -263,19 +263,15 @@ absl::StatusOr<std::vector<StepRecord>> Client::Steps(uint32_t max) {
   return out;
 }
 
-absl::StatusOr<Policies> Client::SetPolicies(const std::string& routing, const std::string& batching,
-                                             const std::string& writes, bool* pending,
-                                             const std::string& replication) {
+absl::StatusOr<Client::PoliciesInForce> Client::SetPolicies(const Policies& policies) {
   v1::Policies req, reply;
-  req.set_routing(routing);
-  req.set_batching(batching);
-  req.set_writes(writes);
-  req.set_replication(replication);
+  ToProto(policies, &req);
   grpc::ClientContext ctx;
   impl_->Prepare(&ctx);
   if (absl::Status s = FromGrpc(impl_->stub->SetPolicies(&ctx, req, &reply)); !s.ok()) return s;
-  if (pending) *pending = reply.pending();
-  return FromProto(reply, Policies{});
+  auto in_force = FromProto(reply, Policies{});
+  if (!in_force.ok()) return in_force.status();
+  return PoliciesInForce{*in_force, reply.pending()};
 }
 
 absl::StatusOr<EvictResult> Client::Evict(const EvictRequest& request) {

@@ -106,4 +106,29 @@ std::string_view ToString(ReplicationPolicy r) {
 }
 std::string_view ToString(FsyncPolicy f) { return f == FsyncPolicy::kNone ? "none" : "chunk"; }
 
+absl::StatusOr<Policies> ChangePolicies(Policies p, std::string_view routing, std::string_view batching,
+                                        std::string_view writes, std::string_view replication) {
+  if (!routing.empty()) {
+    auto parsed = ParseRouting(routing);
+    if (!parsed.ok()) return parsed.status();
+    p.routing = *parsed;
+  }
+  if (!batching.empty()) {
+    auto parsed = ParseBatching(batching);
+    if (!parsed.ok()) return parsed.status();
+    p.batching = *parsed;
+  }
+  if (!writes.empty()) {
+    auto parsed = ParseWrites(writes);
+    if (!parsed.ok()) return parsed.status();
+    p.writes = *parsed;
+  }
+  if (!replication.empty()) {
+    auto parsed = ParseReplication(replication);
+    if (!parsed.ok()) return parsed.status();
+    p.replication = *parsed;
+  }
+  return p;
+}
+
 }  // namespace kvstream

@@ -159,28 +159,7 @@ ChunkResult FromProto(const v1::ChunkDone& in) {
 }
 
 absl::StatusOr<Policies> FromProto(const v1::Policies& in, const Policies& current) {
-  Policies p = current;
-  if (!in.routing().empty()) {
-    auto routing = ParseRouting(in.routing());
-    if (!routing.ok()) return routing.status();
-    p.routing = *routing;
-  }
-  if (!in.batching().empty()) {
-    auto batching = ParseBatching(in.batching());
-    if (!batching.ok()) return batching.status();
-    p.batching = *batching;
-  }
-  if (!in.writes().empty()) {
-    auto writes = ParseWrites(in.writes());
-    if (!writes.ok()) return writes.status();
-    p.writes = *writes;
-  }
-  if (!in.replication().empty()) {
-    auto replication = ParseReplication(in.replication());
-    if (!replication.ok()) return replication.status();
-    p.replication = *replication;
-  }
-  return p;
+  return ChangePolicies(current, in.routing(), in.batching(), in.writes(), in.replication());
 }
 
 void ToProto(const Policies& in, v1::Policies* out) {

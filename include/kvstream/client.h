@@ -67,12 +67,15 @@ class Client {
   absl::StatusOr<HealthReport> Health();
   absl::StatusOr<std::vector<StepRecord>> Steps(uint32_t max);
   absl::StatusOr<EvictResult> Evict(const EvictRequest& request);
-  // Asks the daemon for new policies (Store::SetPolicies); empty strings keep the current value.
-  // Returns the policies in force on return: the requested ones, or, while steps are pending, the
-  // old ones (the requested ones follow once those steps finish; `pending` says so).
-  absl::StatusOr<Policies> SetPolicies(const std::string& routing, const std::string& batching,
-                                       const std::string& writes, bool* pending = nullptr,
-                                       const std::string& replication = "");
+  // Asks the daemon for new policies, as Store::SetPolicies does (ChangePolicies in policies.h
+  // makes them from the current ones and names on a command line). Returns the policies in force
+  // on return: the requested ones, or, while steps are pending, the old ones (`pending`: the
+  // requested ones follow once those steps finish).
+  struct PoliciesInForce {
+    Policies policies;
+    bool pending = false;
+  };
+  absl::StatusOr<PoliciesInForce> SetPolicies(const Policies& policies);
 
   struct Impl;
 

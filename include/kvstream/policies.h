@@ -58,6 +58,11 @@ absl::StatusOr<BatchingPolicy> ParseBatching(std::string_view text);        // "
 absl::StatusOr<WritePolicy> ParseWrites(std::string_view text);             // "deferred" | "immediate"
 absl::StatusOr<ReplicationPolicy> ParseReplication(std::string_view text);  // "all" | "primary" | "adaptive"
 absl::StatusOr<FsyncPolicy> ParseFsync(std::string_view text);              // "none" | "chunk"
+// `current` with each policy a text names replaced ("" keeps it): what command lines and the
+// control plane ask for. InvalidArgument names the text that is not a policy.
+absl::StatusOr<Policies> ChangePolicies(Policies current, std::string_view routing, std::string_view batching,
+                                        std::string_view writes, std::string_view replication);
+
 // Parses "64MiB", "1.5G", "4096" (binary units; K/M/G/T with optional "iB"/"B").
 absl::StatusOr<uint64_t> ParseBytes(std::string_view text);
 

@@ -26,6 +26,13 @@
 namespace kvstream::testing {
 namespace {
 
+// Policies that differ from the defaults (completion routing): half the blocks on the first tier.
+Policies StaticHalf() {
+  Policies p;
+  p.routing = {RoutingKind::kStatic, 0.5};
+  return p;
+}
+
 constexpr uid_t kAlice = 60101, kBob = 60102, kCarol = 60103;  // Carol is in the admin group
 constexpr gid_t kUsers = 60100, kAdmins = 60199;
 
@@ -142,7 +149,7 @@ TEST_CASE("under isolation uid evict and policies are for administrators only") 
           EvictRequest all;
           all.all = true;
           EXPECT_OR_RETURN(2, absl::IsPermissionDenied((*c)->Evict(all).status()));
-          EXPECT_OR_RETURN(3, absl::IsPermissionDenied((*c)->SetPolicies("static:0.5", "", "").status()));
+          EXPECT_OR_RETURN(3, absl::IsPermissionDenied((*c)->SetPolicies(StaticHalf()).status()));
           EXPECT_OR_RETURN(4, (*c)->Stats().ok());   // read-only calls stay open
           EXPECT_OR_RETURN(5, (*c)->Health().ok());
           return 0;
@@ -151,7 +158,7 @@ TEST_CASE("under isolation uid evict and policies are for administrators only") 
   CHECK(RunAs(kCarol, [&] {
           auto c = Client::Connect(d.socket());
           EXPECT_OR_RETURN(1, c.ok());
-          EXPECT_OR_RETURN(2, (*c)->SetPolicies("static:0.5", "", "").ok());
+          EXPECT_OR_RETURN(2, (*c)->SetPolicies(StaticHalf()).ok());
           EvictRequest all;
           all.all = true;
           EXPECT_OR_RETURN(3, (*c)->Evict(all).ok());
@@ -159,7 +166,7 @@ TEST_CASE("under isolation uid evict and policies are for administrators only") 
         }, {kAdmins}) == 0);
   CHECK(RunAs(0, [&] {
           auto c = Client::Connect(d.socket());
-          EXPECT_OR_RETURN(1, c.ok() && (*c)->SetPolicies("completion", "", "").ok());
+          EXPECT_OR_RETURN(1, c.ok() && (*c)->SetPolicies(Policies{}).ok());
           return 0;
         }) == 0);
   CHECK(d.Stop() == 0);
@@ -233,7 +240,7 @@ TEST_CASE("with isolation none two uids share keys and may administer, as before
           auto c = AttachAs(d);
           EXPECT_OR_RETURN(1, c != nullptr);
           EXPECT_OR_RETURN(2, Get(*c, "prefix-0", 1 << 20) == bytes);
-          EXPECT_OR_RETURN(3, c->SetPolicies("static:0.5", "", "").ok());
+          EXPECT_OR_RETURN(3, c->SetPolicies(StaticHalf()).ok());
           return 0;
         }) == 0);
   CHECK(d.Stop() == 0);

@@ -204,8 +204,7 @@ absl::Status Bench::LockReadChunks() {
 }
 
 absl::StatusOr<Run> Bench::Measure(const RunSpec& spec, const StepHook& hook) {
-  auto policies = control_->SetPolicies(spec.routing, spec.batching, spec.writes, nullptr, spec.replication);
-  if (!policies.ok()) return policies.status();
+  if (absl::Status s = ChangePolicies(spec.routing, spec.batching, spec.writes, spec.replication); !s.ok()) return s;
   if (warm_up_) {
     for (size_t s = 0; s < w_.steps.size(); ++s) {
       if (hook) hook(s);
@@ -295,8 +294,7 @@ absl::StatusOr<double> Bench::MeasureChunkDrain(const std::string& routing, cons
     double seconds[2];  // [0] step batching, [1] serial
     for (int i = 0; i < 2; ++i) {
       const int serial = (i + p) % 2;
-      auto in_force = control_->SetPolicies(routing, serial ? "serial" : "step", "", nullptr, "");
-      if (!in_force.ok()) return in_force.status();
+      if (absl::Status s = ChangePolicies(routing, serial ? "serial" : "step", "", ""); !s.ok()) return s;
       std::this_thread::sleep_for(std::chrono::duration<double>(kIdleSeconds));
       auto t = RunStep(probe, std::nullopt);
       if (!t.ok()) return t.status();
@@ -353,10 +351,17 @@ absl::StatusOr<std::vector<Run>> Bench::MeasureAll(const std::vector<RunSpec>& r
 }
 
 void Bench::RestorePolicies(const kvstream::Policies& policies) {
-  auto p = control_->SetPolicies(kvstream::ToString(policies.routing), std::string(kvstream::ToString(policies.batching)),
-                                 std::string(kvstream::ToString(policies.writes)), nullptr,
-                                 std::string(kvstream::ToString(policies.replication)));
+  auto p = control_->SetPolicies(policies);
   if (!p.ok()) std::fprintf(stderr, "kvbench: could not restore the policies: %s\n", std::string(p.status().message()).c_str());
+}
+
+absl::Status Bench::ChangePolicies(const std::string& routing, const std::string& batching, const std::string& writes,
+                                   const std::string& replication) {
+  auto stats = control_->Stats();
+  if (!stats.ok()) return stats.status();
+  auto wanted = kvstream::ChangePolicies(stats->policies, routing, batching, writes, replication);
+  if (!wanted.ok()) return wanted.status();
+  return control_->SetPolicies(*wanted).status();
 }
 
 absl::Status Bench::ReadStep(uint32_t r, const BenchStep& step) {

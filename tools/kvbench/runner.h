@@ -112,6 +112,10 @@ class Bench {
   // One chunk drain of MeasureChunkDrains: `probe` under `routing`.
   absl::StatusOr<double> MeasureChunkDrain(const std::string& routing, const BenchStep& probe, int pairs);
   void RestorePolicies(const kvstream::Policies& policies);
+  // Changes the policies the texts name ("" keeps one: kvstream::ChangePolicies) from those in
+  // force on the daemon.
+  absl::Status ChangePolicies(const std::string& routing, const std::string& batching, const std::string& writes,
+                              const std::string& replication);
 
   // Where rank r reads into: its arena, or its client region.
   struct ReadMemory {

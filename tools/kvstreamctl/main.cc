@@ -255,15 +255,18 @@ int Main(int argc, char** argv) {
       std::printf("prefix hits: %zu of %zu\n", prefix, keys.size());
     }
   } else if (policy->parsed()) {
-    absl::StatusOr<Policies> p;
-    bool pending = false;
-    if (routing.empty() && batching.empty() && writes.empty() && replication.empty()) {
-      auto s = c.Stats();
-      p = s.ok() ? absl::StatusOr<Policies>(s->policies) : s.status();
-    } else {
-      p = c.SetPolicies(routing, batching, writes, &pending, replication);
+    auto stats = c.Stats();  // the policies in force, which the options change
+    if (!stats.ok()) return Fail(stats.status());
+    Client::PoliciesInForce in_force{stats->policies, false};
+    if (!routing.empty() || !batching.empty() || !writes.empty() || !replication.empty()) {
+      auto wanted = ChangePolicies(stats->policies, routing, batching, writes, replication);
+      if (!wanted.ok()) return Fail(wanted.status());
+      auto set = c.SetPolicies(*wanted);
+      if (!set.ok()) return Fail(set.status());
+      in_force = *set;
     }
-    if (!p.ok()) return Fail(p.status());
+    const Policies* p = &in_force.policies;
+    const bool pending = in_force.pending;
     if (json) {
       nlohmann::json j = PoliciesJson(*p);
       j["pending"] = pending;

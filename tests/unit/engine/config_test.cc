@@ -26,6 +26,21 @@ TEST_CASE("policies parse and print") {
   CHECK(!ParseBatching("batch").ok());
 }
 
+TEST_CASE("policies change by name from the current ones, an empty name keeps one") {
+  Policies current;
+  current.writes = WritePolicy::kImmediate;
+  current.replication = ReplicationPolicy::kAdaptive;
+  auto changed = ChangePolicies(current, "static:0.25", "serial", "", "");
+  REQUIRE(changed.ok());
+  CHECK(changed->routing.kind == RoutingKind::kStatic);
+  CHECK(changed->routing.static_share == Approx(0.25));
+  CHECK(changed->batching == BatchingPolicy::kSerial);
+  CHECK(changed->writes == WritePolicy::kImmediate);               // kept
+  CHECK(changed->replication == ReplicationPolicy::kAdaptive);    // kept
+  CHECK(ChangePolicies(current, "", "", "", "all")->replication == ReplicationPolicy::kAll);
+  CHECK(absl::IsInvalidArgument(ChangePolicies(current, "", "", "sometimes", "").status()));
+}
+
 TEST_CASE("byte sizes parse with binary units") {
   CHECK(*ParseBytes("4096") == 4096);
   CHECK(*ParseBytes("64MiB") == 64ull << 20);

@@ -134,11 +134,18 @@ int RunSlow(const StallOptions& o) {
     std::fprintf(stderr, "kvtorture: populate or connect failed\n");
     return 1;
   }
+  // Switches the daemon's routing, keeping its other policies.
+  auto route = [&control](const char* routing) {
+    auto stats = (*control)->Stats();
+    if (!stats.ok()) return false;
+    auto wanted = kvstream::ChangePolicies(stats->policies, routing, "", "", "");
+    return wanted.ok() && (*control)->SetPolicies(*wanted).ok();
+  };
   double seconds;
   // Warm up under completion routing: every tier's read time is known before it turns slow.
-  if (!(*control)->SetPolicies("completion", "", "").ok() || !Step(*w, &seconds) || !Step(*w, &seconds)) return 1;
+  if (!route("completion") || !Step(*w, &seconds) || !Step(*w, &seconds)) return 1;
   std::vector<double> alone;
-  if (!(*control)->SetPolicies("static:1", "", "").ok()) return 1;
+  if (!route("static:1")) return 1;
   for (int s = 0; s < o.steps; ++s) {
     if (!Step(*w, &seconds)) return 1;
     alone.push_back(seconds);
@@ -146,7 +153,7 @@ int RunSlow(const StallOptions& o) {
   std::sort(alone.begin(), alone.end());
   const double reference = alone[alone.size() / 2];
   RunHook(o.hook);
-  if (!(*control)->SetPolicies("completion", "", "").ok()) return 1;
+  if (!route("completion")) return 1;
   double worst = 0;
   for (int s = 0; s < o.steps; ++s) {
     if (!Step(*w, &seconds)) return 1;
