@@ -20,12 +20,6 @@ namespace {
 
 constexpr size_t kChunk = 1 << 20;
 
-std::unique_ptr<Client> AttachOrFail(const DaemonProcess& d) {
-  auto c = Client::Attach(d.socket(), {"test-model", 0, 1, 64 << 20});
-  if (!c.ok()) FAIL(c.status().ToString());
-  return *std::move(c);
-}
-
 // Every chunk's replica count and the tiers' error counters: what a client's truncation must
 // never change.
 struct Health {

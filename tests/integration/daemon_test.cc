@@ -13,13 +13,6 @@
 namespace kvstream::testing {
 namespace {
 
-std::unique_ptr<Client> AttachOrFail(const DaemonProcess& d, uint32_t rank = 0, uint32_t world = 1,
-                                     uint64_t arena = 64 << 20) {
-  auto c = Client::Attach(d.socket(), {"test-model", rank, world, arena});
-  if (!c.ok()) FAIL(c.status().ToString());
-  return *std::move(c);
-}
-
 void WaitForSessions(Client& c, uint32_t want) {
   for (int i = 0; i < 300; ++i) {
     uint32_t n = 0;

@@ -1,6 +1,8 @@
 // Starts a real kvstreamd (the built binary) on a temporary socket and tier directories, and
-// stops it with SIGTERM.
+// stops it with SIGTERM; clients attached to it.
 #pragma once
+
+#include <catch2/catch.hpp>
 
 #include <signal.h>
 #include <sys/socket.h>
@@ -12,9 +14,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <thread>
 
+#include "kvstream/client.h"
 #include "test_util.h"
 
 namespace kvstream::testing {
@@ -102,5 +106,14 @@ class DaemonProcess {
   pid_t pid_ = -1;
   int exit_status_ = 0;
 };
+
+// A client attached to `d` as rank `rank` of `world` with an arena of `arena` bytes; fails the test
+// where the attach fails.
+inline std::unique_ptr<Client> AttachOrFail(const DaemonProcess& d, uint32_t rank = 0, uint32_t world = 1,
+                                            uint64_t arena = 64 << 20) {
+  auto c = Client::Attach(d.socket(), {"test-model", rank, world, arena});
+  if (!c.ok()) FAIL(c.status().ToString());
+  return *std::move(c);
+}
 
 }  // namespace kvstream::testing

@@ -1,5 +1,6 @@
 // SimRig: an Engine over SimDevices on a virtual clock, for deterministic tests of the step pool,
-// routing, the step reader, the write stager and the replicator, with faults injected per device.
+// routing, the step reader, the write stager and the replicator, with faults injected per device;
+// MakeStep, a Step for the step pool and routing as pure logic.
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -9,6 +10,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "engine.h"
@@ -99,6 +101,13 @@ struct SimRig {
     return b;
   }
 };
+
+// A step for the step pool as pure logic: one chunk per (holders, blocks) pair, holders a tier mask.
+inline Step MakeStep(std::vector<std::pair<uint32_t, uint32_t>> chunks) {
+  Step s;
+  for (auto [holders, blocks] : chunks) s.AddChunk(holders, blocks);
+  return s;
+}
 
 // Every chunk came back OK and byte-identical to `data`.
 inline void RequireIntact(const SimRig::Batch& b, const std::vector<std::vector<uint8_t>>& data,

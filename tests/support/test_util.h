@@ -1,4 +1,5 @@
-// Helpers shared by the tests: deterministic payloads, temporary directories, feature probes.
+// Helpers shared by the tests: deterministic payloads, temporary directories, feature probes,
+// bandwidth units.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +14,9 @@ namespace kvstream::testing {
 
 // Exit code ctest treats as "skipped" (SKIP_RETURN_CODE in tests/CMakeLists.txt).
 inline constexpr int kSkipExitCode = 77;
+
+// Bandwidths are in bytes per second: 300 * MBps.
+inline constexpr double MBps = 1e6;
 
 inline std::vector<uint8_t> Payload(size_t size, uint64_t seed) {
   std::vector<uint8_t> v(size);

@@ -13,8 +13,6 @@
 namespace kvstream::testing {
 namespace {
 
-constexpr double MBps = 1e6;
-
 TEST_CASE("policies switched at run time apply to the next step and never to a pending one") {
   SimRig rig({300 * MBps, 100 * MBps});
   rig.Populate("k", 8, 4 * kBlock);
@@ -77,8 +75,6 @@ TEST_CASE("calls after shutdown fail cleanly instead of hanging") {
 namespace kvstream::testing {
 namespace {
 
-constexpr double kMBps = 1e6;
-
 // Runs the loop past its next tier check (virtual time moves only while it waits).
 void PassTierCheck(SimRig& rig) {
   static uint64_t seed = 0;
@@ -94,7 +90,7 @@ void PassTierCheck(SimRig& rig) {
 }
 
 TEST_CASE("a tier whose directory was deleted is made again, empty, and its chunks leave the index") {
-  SimRig rig({300 * kMBps, 100 * kMBps});
+  SimRig rig({300 * MBps, 100 * MBps});
   rig.Populate("k", 4, kBlock);
   rig.devices[1]->SetCondition({TierCondition::State::kDeleted, "the tier directory /sim/t1 was deleted"});
   PassTierCheck(rig);
@@ -113,7 +109,7 @@ TEST_CASE("a tier whose directory was deleted is made again, empty, and its chun
 }
 
 TEST_CASE("a read-only tier gets no replicas but is read, a tier out of reach is neither (by state, not message)") {
-  SimRig rig({300 * kMBps, 100 * kMBps});
+  SimRig rig({300 * MBps, 100 * MBps});
   auto data = rig.Populate("k", 4, kBlock);
   rig.devices[1]->SetCondition({TierCondition::State::kReadOnly, "the file system of /sim/t1 is mounted ro"});
   PassTierCheck(rig);

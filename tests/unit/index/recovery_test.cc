@@ -12,8 +12,6 @@
 namespace kvstream::testing {
 namespace {
 
-constexpr double MBps = 1e6;
-
 std::vector<uint8_t> FileImage(const std::string& key, const std::vector<uint8_t>& payload, int64_t created) {
   ChunkMeta meta = DescribeChunk(key, payload.data(), payload.size(), kBlock, created);
   std::vector<uint8_t> image(meta.file_size());

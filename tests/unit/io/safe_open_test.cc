@@ -17,20 +17,14 @@
 #include <fstream>
 #include <future>
 
-#include "safe_open.h"
+#include "io/safe_open.h"
+#include "safe_open_util.h"
 #include "test_util.h"
 
 namespace kvstream::testing {
 namespace {
 
 namespace fs = std::filesystem;
-
-// Runs the rest of the test case with openat2 and with the component walk.
-void PickResolution() {
-  const bool walk = GENERATE(false, true);
-  ForceComponentWalkForTesting(walk);
-  INFO((walk ? "component walk" : "openat2 where available"));
-}
 
 void WriteFile(const std::string& path, const std::string& text) {
   std::ofstream(path, std::ios::binary) << text;
@@ -41,18 +35,6 @@ struct Dir {
   explicit Dir(const std::string& path) : fd(open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)) { REQUIRE(fd >= 0); }
   ~Dir() { close(fd); }
 };
-
-// Binds a Unix socket at `path` (closed again: the socket file stays).
-void MakeSocketFile(const std::string& path) {
-  const int s = socket(AF_UNIX, SOCK_STREAM, 0);
-  REQUIRE(s >= 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  REQUIRE(path.size() < sizeof(addr.sun_path));
-  std::strcpy(addr.sun_path, path.c_str());
-  REQUIRE(bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-  close(s);
-}
 
 // Opens `rel` on another thread; fails the test (instead of hanging it) if the open blocks.
 absl::StatusOr<int> OpenWithin2s(int dir_fd, const std::string& rel) {

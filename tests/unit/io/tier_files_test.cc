@@ -18,21 +18,16 @@
 #include <memory>
 #include <thread>
 
-#include "chunk_format.h"
-#include "file_device.h"
-#include "safe_open.h"
+#include "format/chunk_format.h"
+#include "io/file_device.h"
+#include "io/safe_open.h"
+#include "safe_open_util.h"
 #include "test_util.h"
 
 namespace kvstream::testing {
 namespace {
 
 namespace fs = std::filesystem;
-
-void PickResolution() {
-  const bool walk = GENERATE(false, true);
-  ForceComponentWalkForTesting(walk);
-  INFO((walk ? "component walk" : "openat2 where available"));
-}
 
 // Runs `fn` on a thread of its own and waits at most `seconds`: a call that blocks (the old
 // blocking open of a FIFO) fails the test instead of hanging it. The thread, and what it holds,
@@ -79,17 +74,6 @@ std::string ChunkName(const std::string& tier, const std::string& key) {
   const std::string path = tier + "/" + RelativeChunkPath(FileStem(key));
   fs::create_directories(fs::path(path).parent_path());
   return path;
-}
-
-void MakeSocketFile(const std::string& path) {
-  const int s = socket(AF_UNIX, SOCK_STREAM, 0);
-  REQUIRE(s >= 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  REQUIRE(path.size() < sizeof(addr.sun_path));
-  std::strcpy(addr.sun_path, path.c_str());
-  REQUIRE(bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-  close(s);
 }
 
 bool Exists(const std::string& path) { return fs::exists(fs::symlink_status(path)); }

@@ -17,14 +17,6 @@
 namespace kvstream::testing {
 namespace {
 
-constexpr double MBps = 1e6;
-
-Step MakeStep(std::vector<std::pair<uint32_t, uint32_t>> chunks) {  // (holders, blocks)
-  Step s;
-  for (auto [holders, blocks] : chunks) s.AddChunk(holders, blocks);
-  return s;
-}
-
 TEST_CASE("two tiers claim from opposite ends and meet") {
   StepPool r(2, {RoutingKind::kCompletion, 0}, BatchingPolicy::kStep);
   Step b = MakeStep({{3, 4}, {3, 4}});

@@ -15,14 +15,6 @@
 namespace kvstream::testing {
 namespace {
 
-constexpr double MBps = 1e6;
-
-Step MakeStep(std::vector<std::pair<uint32_t, uint32_t>> chunks) {  // (holders, blocks)
-  Step s;
-  for (auto [holders, blocks] : chunks) s.AddChunk(holders, blocks);
-  return s;
-}
-
 TEST_CASE("a failed block goes to another holder and the chunk fails when none remains") {
   StepPool r(2, {RoutingKind::kFastest, 0}, BatchingPolicy::kStep);
   Step b = MakeStep({{3, 2}});

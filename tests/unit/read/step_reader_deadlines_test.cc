@@ -19,8 +19,6 @@
 namespace kvstream::testing {
 namespace {
 
-constexpr double MBps = 1e6;
-
 // Destination memory backed by a memfd, registered with the store so it can take pages back.
 struct Arena {
   int fd = -1;

@@ -15,8 +15,6 @@
 namespace kvstream::testing {
 namespace {
 
-constexpr double MBps = 1e6;
-
 enum class Fault { kEio, kCorrupt };
 
 // A file as an older configuration would have written it: one segment of `segment` bytes.

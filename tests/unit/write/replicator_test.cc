@@ -20,8 +20,6 @@
 namespace kvstream::testing {
 namespace {
 
-constexpr double MBps = 1e6;
-
 struct Outcome {
   absl::Status status;
   uint32_t tier_mask = 0;

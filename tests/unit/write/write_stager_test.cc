@@ -15,8 +15,6 @@
 namespace kvstream::testing {
 namespace {
 
-constexpr double MBps = 1e6;
-
 // Counts wake-ups; time stands still.
 class CountingReactor final : public Reactor {
  public:
