@@ -31,5 +31,7 @@
   X(stalls, "kvstream_tier_stalls_total", "", "Times the tier was marked stalled (a read past its deadline).")     \
   X(late_reads, "kvstream_tier_late_reads_total", "", "Reads that missed their deadline.")                         \
   X(hedged_reads, "kvstream_tier_hedged_reads_total", "", "Reads abandoned and served by another tier.")           \
+  X(hedged_bytes, "kvstream_tier_hedged_bytes_total", "",                                                        \
+    "Payload bytes of the reads abandoned and served by another tier.")                                            \
   X(tail_blocks_left, "kvstream_tier_tail_blocks_left_total", "",                                                  \
     "Blocks the tier left to faster tiers at the end of a step (they would read them all sooner).")

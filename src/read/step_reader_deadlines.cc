@@ -121,6 +121,7 @@ bool StepReader::Hedge(int t, ReadSlot* slot) {
   tiers_[t]->device->Abandon(slot);
   pool_->Reissue(slot->ref, t);
   ++tiers_[t]->counters.hedged_reads;
+  tiers_[t]->counters.hedged_bytes += slot->payload;
   return true;
 }
 

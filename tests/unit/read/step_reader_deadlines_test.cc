@@ -91,6 +91,7 @@ TEST_CASE("a tier that hangs mid-step is stalled, its blocks come from the other
   CHECK(t1.stalls == 1);
   CHECK(t1.late_reads >= 1);
   CHECK(t1.hedged_reads >= 1);
+  CHECK(t1.hedged_bytes == t1.hedged_reads * uint64_t{kBlock});  // each a whole block of payload
   // The step took the deadline, not the hang: within a few cap lengths of virtual time.
   CHECK(rec.wall_seconds < 2.5);
 
