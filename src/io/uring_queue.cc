@@ -43,8 +43,9 @@ UringQueue::~UringQueue() {
   while (in_flight_ > 0) {
     io_uring_cqe* cqe;
     if (io_uring_wait_cqe(&ring_, &cqe) != 0) break;
+    const bool request = io_uring_cqe_get_data(cqe) != nullptr;  // not a Cancel's own completion
     io_uring_cqe_seen(&ring_, cqe);
-    --in_flight_;
+    if (request) --in_flight_;
   }
   io_uring_queue_exit(&ring_);
 }

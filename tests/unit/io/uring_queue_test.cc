@@ -249,5 +249,34 @@ TEST_CASE("the destructor waits for the reads still in flight") {
   CHECK(buffer == data);  // landed before the buffer could be freed
 }
 
+TEST_CASE("the destructor waits for the other reads in flight after a cancel") {
+  // A Cancel's own completion is not a request's: counted as one, it let the destructor return
+  // while the other read could still land in a buffer its owner then frees.
+  Pipe cancelled, pending;
+  const auto data = Payload(4096, 9);
+  std::vector<uint8_t> a(4096, 0), b(4096, 0);  // outlive the queue
+  auto queue = std::make_unique<UringQueue>();
+  InitOrSkip(*queue, 2);
+  IoRequest ra, rb;
+  ra.Set(IoKind::kRead, cancelled.read_end, 0, 4096, a.data());
+  rb.Set(IoKind::kRead, pending.read_end, 0, 4096, b.data());
+  REQUIRE(queue->Queue(&ra));
+  REQUIRE(queue->Queue(&rb));
+  queue->Submit();
+  queue->Cancel(&ra);
+  ssize_t written = 0;
+  std::thread writer([&] {
+    std::this_thread::sleep_for(150ms);
+    written = write(pending.write_end, data.data(), data.size());
+  });
+  const auto start = std::chrono::steady_clock::now();
+  queue.reset();
+  const auto waited = std::chrono::steady_clock::now() - start;
+  writer.join();
+  REQUIRE(written == 4096);
+  CHECK(waited >= 120ms);
+  CHECK(b == data);
+}
+
 }  // namespace
 }  // namespace kvstream::testing
