@@ -11,7 +11,6 @@ AtomicHistogram::AtomicHistogram(std::vector<double> upper) : upper_(std::move(u
 void AtomicHistogram::Observe(double value) {
   const size_t bucket = std::lower_bound(upper_.begin(), upper_.end(), value) - upper_.begin();
   counts_[bucket].fetch_add(1, std::memory_order_relaxed);
-  count_.fetch_add(1, std::memory_order_relaxed);
   double sum = sum_.load(std::memory_order_relaxed);
   while (!sum_.compare_exchange_weak(sum, sum + value, std::memory_order_relaxed)) {
   }
@@ -20,8 +19,11 @@ void AtomicHistogram::Observe(double value) {
 Histogram AtomicHistogram::Snapshot() const {
   Histogram h;
   h.upper = upper_;
-  for (size_t i = 0; i <= upper_.size(); ++i) h.counts.push_back(counts_[i].load(std::memory_order_relaxed));
-  h.count = count_.load(std::memory_order_relaxed);
+  h.count = 0;  // the buckets' sum, so _count and le="+Inf" agree in every scrape
+  for (size_t i = 0; i <= upper_.size(); ++i) {
+    h.counts.push_back(counts_[i].load(std::memory_order_relaxed));
+    h.count += h.counts.back();
+  }
   h.sum = sum_.load(std::memory_order_relaxed);
   return h;
 }

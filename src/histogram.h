@@ -28,7 +28,6 @@ class AtomicHistogram {
  private:
   std::vector<double> upper_;
   std::array<std::atomic<uint64_t>, kMaxBuckets + 1> counts_{};
-  std::atomic<uint64_t> count_{0};
   std::atomic<double> sum_{0};
 };
 
