@@ -42,10 +42,10 @@ absl::StatusOr<uint32_t> AskDataSocket(const std::string& data_socket, DataOp op
 
 // The session and chunk fields shared by RetrieveRequest and PersistRequest.
 template <typename Request>
-void FillRequest(uint64_t session_id, const std::string& token, const std::vector<ArenaChunk>& chunks, Request* req) {
+void FillRequest(uint64_t session_id, const std::string& token, const std::vector<ChunkRange>& chunks, Request* req) {
   req->set_session_id(session_id);
   req->set_token(token);
-  for (const ArenaChunk& c : chunks) {
+  for (const ChunkRange& c : chunks) {
     auto* r = req->add_chunks();
     r->set_key(c.key);
     r->set_offset(c.offset);
@@ -152,7 +152,7 @@ absl::Status Client::RemoveRegion(uint32_t region) {
   return AskDataSocket(impl_->data_socket, DataOp::kRemoveRegion, impl_->token, region).status();
 }
 
-absl::StatusOr<std::vector<LookupResult>> Client::Lookup(const std::vector<std::string>& keys, size_t* prefix_hits,
+absl::StatusOr<std::vector<LookupEntry>> Client::Lookup(const std::vector<std::string>& keys, size_t* prefix_hits,
                                                          double lock_seconds) {
   v1::LookupRequest req;
   for (const std::string& k : keys) req.add_keys(k);
@@ -161,7 +161,7 @@ absl::StatusOr<std::vector<LookupResult>> Client::Lookup(const std::vector<std::
   grpc::ClientContext ctx;
   impl_->Prepare(&ctx);
   if (absl::Status s = FromGrpc(impl_->stub->Lookup(&ctx, req, &reply)); !s.ok()) return s;
-  std::vector<LookupResult> out;
+  std::vector<LookupEntry> out;
   for (const auto& e : reply.entries()) out.push_back({e.present(), e.size(), e.tier_mask(), e.locked()});
   if (prefix_hits) *prefix_hits = reply.prefix_hits();
   return out;
@@ -177,7 +177,7 @@ absl::StatusOr<size_t> Client::Unlock(const std::vector<std::string>& keys) {
   return static_cast<size_t>(reply.unlocked());
 }
 
-absl::StatusOr<StepRecord> Client::Retrieve(const std::vector<ArenaChunk>& chunks, std::vector<ChunkResult>* results,
+absl::StatusOr<StepRecord> Client::Retrieve(const std::vector<ChunkRange>& chunks, std::vector<ChunkResult>* results,
                                             const std::function<void(const ChunkResult&)>& on_chunk) {
   if (!impl_->arena) return absl::FailedPreconditionError("retrieve needs an attached session");
   v1::RetrieveRequest req;
@@ -209,7 +209,7 @@ absl::StatusOr<StepRecord> Client::Retrieve(const std::vector<ArenaChunk>& chunk
   return record;
 }
 
-absl::Status Client::Persist(const std::vector<ArenaChunk>& chunks, std::vector<PersistResult>* results) {
+absl::Status Client::Persist(const std::vector<ChunkRange>& chunks, std::vector<PersistResult>* results) {
   if (!impl_->arena) return absl::FailedPreconditionError("persist needs an attached session");
   v1::PersistRequest req;
   FillRequest(impl_->session_id, impl_->token, chunks, &req);

@@ -15,7 +15,7 @@ void ToProto(const StepRecord& in, v1::StepRecord* out) {
   out->set_gap(in.gap);
   out->set_routing(in.routing);
   out->set_batching(in.batching);
-  for (const TierStepStats& t : in.tiers) {
+  for (const TierStep& t : in.tiers) {
     v1::TierStep* p = out->add_tiers();
     p->set_tier(t.tier);
     p->set_blocks(t.blocks);

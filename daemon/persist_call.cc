@@ -7,8 +7,8 @@ namespace kvstream {
 namespace {
 
 // The request's chunks under the keys the store knows them by (Admitted::keys).
-std::vector<ArenaChunk> ChunksOf(const v1::PersistRequest& req, const Admitted& admitted) {
-  std::vector<ArenaChunk> chunks;
+std::vector<ChunkRange> ChunksOf(const v1::PersistRequest& req, const Admitted& admitted) {
+  std::vector<ChunkRange> chunks;
   for (int i = 0; i < req.chunks().size(); ++i) {
     const v1::ChunkRange& c = req.chunks(i);
     chunks.push_back({admitted.keys[i], c.offset(), c.length()});
@@ -53,7 +53,7 @@ void PersistCall::StageRest(size_t first, const StagingWorker& worker) {
 }
 
 absl::Status PersistCall::Stage(size_t i, bool wait) {
-  const ArenaChunk& c = chunks_[i];
+  const ChunkRange& c = chunks_[i];
   const ChunkTarget& target = admitted_.targets[i];
   auto on_durable = [this, i](const std::string&, const PersistResult& r) { Durable(i, r); };
   if (target.fd >= 0) {  // client memory that may shrink: copied out with pread

@@ -58,7 +58,7 @@ class PersistCall final : public EventStream<v1::PersistEvent> {
 
   Store* const store_;
   const Admitted admitted_;  // keeps the session and the client regions alive
-  const std::vector<ArenaChunk> chunks_;
+  const std::vector<ChunkRange> chunks_;
   // Held while pushing a chunk's events, so that its STAGED always precedes its DURABLE.
   absl::Mutex state_mu_;
   std::vector<ChunkState> chunk_state_ ABSL_GUARDED_BY(state_mu_);

@@ -104,7 +104,7 @@ grpc::ServerUnaryReactor* Service::Lookup(grpc::CallbackServerContext* ctx, cons
   const auto found = lock > 0 ? store_->LookupAndLock(*keys, lock) : store_->Lookup(*keys);
   uint32_t prefix = 0;
   bool leading = true;
-  for (const LookupResult& l : found) {
+  for (const LookupEntry& l : found) {
     auto* e = reply->add_entries();
     e->set_present(l.present);
     e->set_size(l.size);

@@ -187,9 +187,9 @@ absl::Status Engine::PersistFromFile(std::string_view key, const FileRange& sour
 
 void Engine::Flush() { stager_.Flush(); }
 
-std::vector<LookupResult> Engine::Lookup(const std::vector<std::string>& keys) const {
+std::vector<LookupEntry> Engine::Lookup(const std::vector<std::string>& keys) const {
   shared_lookup_.Discover(keys);
-  std::vector<LookupResult> out(keys.size());
+  std::vector<LookupEntry> out(keys.size());
   absl::ReaderMutexLock lock(&index_.mu());
   for (size_t i = 0; i < keys.size(); ++i) {
     if (const IndexEntry* e = index_.get_shared().FindLive(keys[i])) out[i] = {true, e->meta->payload_size, e->tiers};
@@ -197,9 +197,9 @@ std::vector<LookupResult> Engine::Lookup(const std::vector<std::string>& keys) c
   return out;
 }
 
-std::vector<LookupResult> Engine::LookupAndLock(const std::vector<std::string>& keys, double lease_seconds) {
+std::vector<LookupEntry> Engine::LookupAndLock(const std::vector<std::string>& keys, double lease_seconds) {
   shared_lookup_.Discover(keys);
-  std::vector<LookupResult> out(keys.size());
+  std::vector<LookupEntry> out(keys.size());
   const int64_t until = reactor_->NowNs() + static_cast<int64_t>(std::max(lease_seconds, 0.0) * 1e9);
   absl::MutexLock lock(&index_.mu());
   Index& index = index_.get();

@@ -55,8 +55,8 @@ class Engine final : public Store {
   absl::Status PersistFromFile(std::string_view key, const FileRange& source, PersistCallback on_durable,
                                bool wait) override;
   void Flush() override;
-  std::vector<LookupResult> Lookup(const std::vector<std::string>& keys) const override;
-  std::vector<LookupResult> LookupAndLock(const std::vector<std::string>& keys, double lease_seconds) override;
+  std::vector<LookupEntry> Lookup(const std::vector<std::string>& keys) const override;
+  std::vector<LookupEntry> LookupAndLock(const std::vector<std::string>& keys, double lease_seconds) override;
   size_t Unlock(const std::vector<std::string>& keys) override;
   size_t PrefixHits(const std::vector<std::string>& keys) const override;
   absl::StatusOr<EvictResult> Evict(const EvictRequest& request) override;

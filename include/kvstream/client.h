@@ -36,7 +36,7 @@ class Client {
   uint64_t arena_size() const;
 
   // Hands the daemon `size` bytes of shared memory of the caller's own as a client region of this
-  // session and returns its id (ArenaChunk::region), so chunks are retrieved into and persisted
+  // session and returns its id (ChunkRange::region), so chunks are retrieved into and persisted
   // from memory the caller already uses. `fd`: a memfd or a /dev/shm (or hugetlbfs) file open
   // read-write, at least `size` bytes long; the caller keeps its descriptor. A file that is not a
   // memfd sealed against shrinking may be truncated at any time: chunks in flight into the part
@@ -52,16 +52,16 @@ class Client {
   // Presence of each key and the number of leading keys present. With `lock_seconds` > 0 (at
   // most 3600), each key present is also locked against capacity eviction until Unlock or for
   // that long (Store::LookupAndLock).
-  absl::StatusOr<std::vector<LookupResult>> Lookup(const std::vector<std::string>& keys, size_t* prefix_hits = nullptr,
+  absl::StatusOr<std::vector<LookupEntry>> Lookup(const std::vector<std::string>& keys, size_t* prefix_hits = nullptr,
                                                    double lock_seconds = 0);
   // Releases one lock of each key; returns how many held one.
   absl::StatusOr<size_t> Unlock(const std::vector<std::string>& keys);
   // One step: `on_chunk` fires per chunk as it lands (on the calling thread). A bad request
   // (unknown session, range outside the arena, malformed key) fails as a whole.
-  absl::StatusOr<StepRecord> Retrieve(const std::vector<ArenaChunk>& chunks, std::vector<ChunkResult>* results = nullptr,
+  absl::StatusOr<StepRecord> Retrieve(const std::vector<ChunkRange>& chunks, std::vector<ChunkResult>* results = nullptr,
                                       const std::function<void(const ChunkResult&)>& on_chunk = nullptr);
   // Stages the chunks and waits until each is durable (or failed); results in request order.
-  absl::Status Persist(const std::vector<ArenaChunk>& chunks, std::vector<PersistResult>* results = nullptr);
+  absl::Status Persist(const std::vector<ChunkRange>& chunks, std::vector<PersistResult>* results = nullptr);
 
   absl::StatusOr<StoreStats> Stats(uint32_t* sessions = nullptr);
   absl::StatusOr<HealthReport> Health();

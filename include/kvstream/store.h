@@ -92,14 +92,14 @@ class Store {
   // Waits until every chunk staged before the call is durable or failed and its callback has run.
   virtual void Flush() = 0;
 
-  virtual std::vector<LookupResult> Lookup(const std::vector<std::string>& keys) const = 0;
+  virtual std::vector<LookupEntry> Lookup(const std::vector<std::string>& keys) const = 0;
   // Number of leading keys present (the reusable prefix of a request).
   virtual size_t PrefixHits(const std::vector<std::string>& keys) const = 0;
   // Lookup that also locks each key present against capacity eviction (LMCache's pin, its L2
   // lookup-and-lock) until Unlock or for `lease_seconds` (> 0), whichever ends first: a crashed
   // client's locks end with their lease. Locks count (two locks need two unlocks); an explicit
   // Evict still removes a locked key.
-  virtual std::vector<LookupResult> LookupAndLock(const std::vector<std::string>& keys, double lease_seconds) = 0;
+  virtual std::vector<LookupEntry> LookupAndLock(const std::vector<std::string>& keys, double lease_seconds) = 0;
   // Releases one lock of each key; returns how many of the keys held one.
   virtual size_t Unlock(const std::vector<std::string>& keys) = 0;
 

@@ -29,14 +29,14 @@ using ChunkCallback = std::function<void(const ChunkResult&)>;
 
 // A chunk in a session's arena (region 0) or in one of its client regions (Client::AddRegion):
 // retrieve writes up to `length` bytes at `offset`; persist stores [offset, offset + length).
-struct ArenaChunk {
+struct ChunkRange {
   std::string key;
   uint64_t offset = 0;
   uint64_t length = 0;
   uint32_t region = 0;
 };
 
-struct TierStepStats {
+struct TierStep {
   std::string tier;
   uint64_t blocks = 0;
   uint64_t bytes = 0;
@@ -59,7 +59,7 @@ struct StepRecord {
   double gap = 0;                 // wall / bound - 1
   std::string routing;            // the policy that ran it
   std::string batching;
-  std::vector<TierStepStats> tiers;
+  std::vector<TierStep> tiers;
 };
 
 struct PersistResult {
@@ -72,7 +72,7 @@ struct PersistResult {
 };
 using PersistCallback = std::function<void(const std::string& key, const PersistResult&)>;
 
-struct LookupResult {
+struct LookupEntry {
   bool present = false;
   uint64_t size = 0;
   uint32_t tier_mask = 0;  // tiers holding a durable replica

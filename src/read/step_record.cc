@@ -24,7 +24,7 @@ StepRecord MakeStepRecord(const StepRecordInput& in, std::vector<double>* refere
   for (size_t t = 0; t < in.use->size(); ++t) {
     const TierUse& use = (*in.use)[t];
     double& reference = (*reference_bps)[t];
-    TierStepStats ts;
+    TierStep ts;
     ts.tier = (*in.tier_names)[t];
     ts.blocks = use.blocks;
     ts.bytes = use.bytes;

@@ -31,7 +31,7 @@ Health Check(Client& c, const std::vector<std::string>& keys) {
   Health h{0xffffffffu};
   auto look = c.Lookup(keys);
   REQUIRE(look.ok());
-  for (const LookupResult& r : *look) h.masks &= r.tier_mask;
+  for (const LookupEntry& r : *look) h.masks &= r.tier_mask;
   auto stats = c.Stats();
   REQUIRE(stats.ok());
   for (const TierStats& t : stats->tiers) {
@@ -56,7 +56,7 @@ TEST_CASE("chunks are retrieved into and persisted from a client region, sealed 
     CHECK(*region >= 1);
     const std::string prefix = sealed ? "sealed-" : "plain-";
     std::vector<std::vector<uint8_t>> data;
-    std::vector<ArenaChunk> put;
+    std::vector<ChunkRange> put;
     for (int i = 0; i < 4; ++i) {
       data.push_back(Payload(kChunk - 1000 * i, 7 * i + sealed));
       std::memcpy(shm.data() + i * kChunk, data[i].data(), data[i].size());
@@ -67,7 +67,7 @@ TEST_CASE("chunks are retrieved into and persisted from a client region, sealed 
     for (const PersistResult& r : pr) CHECK(r.tier_mask == 3u);
     // One step into both the region and the arena; bytes identical, nothing else touched.
     std::memset(shm.data() + 8 * kChunk, 0xEE, 8 * kChunk);
-    std::vector<ArenaChunk> get;
+    std::vector<ChunkRange> get;
     for (int i = 0; i < 4; ++i) get.push_back({prefix + std::to_string(i), (8 + 2 * i) * kChunk, kChunk, *region});
     get.push_back({prefix + "0", 0, kChunk});  // the arena
     std::vector<ChunkResult> results;
@@ -117,7 +117,7 @@ TEST_CASE("reads into a region a device pinned land through the daemon's bounce 
     REQUIRE(pinned.ok());
     const std::string prefix = sealed ? "pin-sealed-" : "pin-plain-";
     std::vector<std::vector<uint8_t>> data;
-    std::vector<ArenaChunk> put;
+    std::vector<ChunkRange> put;
     for (int i = 0; i < 4; ++i) {
       data.push_back(Payload(kChunk, 11 * i + sealed));
       std::memcpy(pinned_shm.data() + i * kChunk, data[i].data(), data[i].size());
@@ -126,7 +126,7 @@ TEST_CASE("reads into a region a device pinned land through the daemon's bounce 
     REQUIRE(c->Persist(put).ok());  // persists from a pinned region as from any other
     auto read_into = [&](uint32_t region, MappedSharedMemory& shm) {
       std::memset(shm.data() + 4 * kChunk, 0, 4 * kChunk);
-      std::vector<ArenaChunk> get;
+      std::vector<ChunkRange> get;
       for (int i = 0; i < 4; ++i) get.push_back({prefix + std::to_string(i), (4 + i) * kChunk, kChunk, region});
       std::vector<ChunkResult> results;
       REQUIRE(c->Retrieve(get, &results).ok());
@@ -186,7 +186,7 @@ TEST_CASE("a client truncating its region mid-retrieve and mid-persist fails onl
   constexpr int kChunks = 16;
   std::vector<std::string> keys;
   std::vector<std::vector<uint8_t>> data;
-  std::vector<ArenaChunk> put;
+  std::vector<ChunkRange> put;
   for (int i = 0; i < kChunks; ++i) {
     keys.push_back("t" + std::to_string(i));
     data.push_back(Payload(kChunk, 300 + i));
@@ -199,7 +199,7 @@ TEST_CASE("a client truncating its region mid-retrieve and mid-persist fails onl
   MappedSharedMemory shm(kChunks * kChunk, MappedSharedMemory::Kind::kShmFile);
   auto region = c->AddRegion(shm.fd(), shm.size());
   REQUIRE(region.ok());
-  std::vector<ArenaChunk> get, put_back;
+  std::vector<ChunkRange> get, put_back;
   for (int i = 0; i < kChunks; ++i) {
     get.push_back({keys[i], i * kChunk, kChunk, *region});
     put_back.push_back({"back-" + keys[i], i * kChunk, kChunk, *region});

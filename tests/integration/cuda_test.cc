@@ -29,7 +29,7 @@ TEST_CASE("retrieved chunks reach device memory intact, copied as they land") {
   REQUIRE(copier.ok());
   Client& c = **client;
   const size_t chunk = 2 << 20;
-  std::vector<ArenaChunk> put, get;
+  std::vector<ChunkRange> put, get;
   for (int i = 0; i < 8; ++i) {
     auto data = Payload(chunk, i);
     std::memcpy(c.arena() + i * chunk, data.data(), chunk);

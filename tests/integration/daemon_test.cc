@@ -31,7 +31,7 @@ TEST_CASE("two sessions persist and retrieve across both tiers byte for byte") {
   auto b = AttachOrFail(d, 1, 2);
   const size_t chunk = 1 << 20;
   std::vector<std::vector<uint8_t>> data;
-  std::vector<ArenaChunk> put_a, put_b;
+  std::vector<ChunkRange> put_a, put_b;
   for (int i = 0; i < 8; ++i) {
     data.push_back(Payload(chunk, 100 + i));
     Client& c = i % 2 ? *b : *a;
@@ -50,7 +50,7 @@ TEST_CASE("two sessions persist and retrieve across both tiers byte for byte") {
   CHECK((*look)[0].size == chunk);
   // Each session reads all 8 chunks into its own arena, concurrently.
   auto read_all = [&](Client& c, StepRecord* rec, std::vector<ChunkResult>* results) {
-    std::vector<ArenaChunk> chunks;
+    std::vector<ChunkRange> chunks;
     for (int i = 0; i < 8; ++i) chunks.push_back({"k" + std::to_string(i), 16 * chunk + i * chunk, chunk});
     std::memset(c.arena() + 16 * chunk, 0, 8 * chunk);
     auto r = c.Retrieve(chunks, results);
@@ -95,7 +95,7 @@ TEST_CASE("daemons of two nodes share a tier, one killed with -9 leaves the othe
   auto cb = AttachOrFail(b);
   const size_t chunk = 1 << 20;
   std::vector<std::vector<uint8_t>> data;
-  std::vector<ArenaChunk> put;
+  std::vector<ChunkRange> put;
   for (int i = 0; i < 12; ++i) {
     data.push_back(Payload(chunk, 300 + i));
     std::memcpy(ca->arena() + i * chunk, data[i].data(), chunk);
@@ -106,7 +106,7 @@ TEST_CASE("daemons of two nodes share a tier, one killed with -9 leaves the othe
   for (const auto& r : pr) CHECK(r.tier_mask == 7u);
   // Node b finds a's chunks on the shared tier and reads them byte for byte (chunks first..first+5).
   auto read_from_b = [&](int first, std::vector<ChunkResult>* results) {
-    std::vector<ArenaChunk> chunks;
+    std::vector<ChunkRange> chunks;
     for (int i = 0; i < 6; ++i) chunks.push_back({"from-a-" + std::to_string(first + i), 16 * chunk + i * chunk, chunk});
     std::memset(cb->arena() + 16 * chunk, 0, 6 * chunk);
     auto rec = cb->Retrieve(chunks, results);
@@ -121,7 +121,7 @@ TEST_CASE("daemons of two nodes share a tier, one killed with -9 leaves the othe
   StepRecord rec = read_from_b(0, &results);
   CHECK(rec.hits == 6);
   // a dies mid-write: a persist of many chunks is in flight when it is killed.
-  std::vector<ArenaChunk> more;
+  std::vector<ChunkRange> more;
   for (int i = 0; i < 24; ++i) more.push_back({"late-" + std::to_string(i), (i % 8) * chunk, chunk});
   std::thread writer([&] { (void)ca->Persist(more); });
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -150,7 +150,7 @@ TEST_CASE("daemons of two nodes share a tier, one killed with -9 leaves the othe
   CHECK(temporaries() == 0);
   auto ca2 = AttachOrFail(again);
   std::vector<ChunkResult> mine;
-  std::vector<ArenaChunk> chunks;
+  std::vector<ChunkRange> chunks;
   for (int i = 0; i < 6; ++i) chunks.push_back({"from-a-" + std::to_string(i), i * chunk, chunk});
   auto rec2 = ca2->Retrieve(chunks, &mine);
   REQUIRE(rec2.ok());
@@ -233,14 +233,14 @@ TEST_CASE("a client killed mid-retrieve leaves no session or descriptor behind")
   for (int i = 0; i < 8; ++i) {
     std::memset(c->arena() + i * chunk, i, chunk);
   }
-  std::vector<ArenaChunk> chunks;
+  std::vector<ChunkRange> chunks;
   for (int i = 0; i < 8; ++i) chunks.push_back({"big" + std::to_string(i), i * static_cast<uint64_t>(chunk), chunk});
   REQUIRE(c->Persist(chunks).ok());
   const size_t fds_before = d.OpenFds();
   const pid_t child = fork();
   if (child == 0) {
     std::vector<const char*> argv = {"victim_client", d.socket().c_str()};
-    for (const ArenaChunk& ch : chunks) argv.push_back(ch.key.c_str());
+    for (const ChunkRange& ch : chunks) argv.push_back(ch.key.c_str());
     argv.push_back(nullptr);
     execv(VICTIM_CLIENT_PATH, const_cast<char* const*>(argv.data()));
     _exit(127);
@@ -421,7 +421,7 @@ TEST_CASE("persists larger than staging wait for space without blocking the daem
   REQUIRE(d.Start());
   auto c = AttachOrFail(d);
   const size_t chunk = 1 << 20;
-  std::vector<ArenaChunk> chunks;
+  std::vector<ChunkRange> chunks;
   for (int i = 0; i < 24; ++i) {
     std::memset(c->arena() + i * chunk, i + 1, chunk);
     chunks.push_back({"p" + std::to_string(i), i * static_cast<uint64_t>(chunk), chunk});

@@ -86,7 +86,7 @@ std::string Json(const std::vector<Result>& results, const std::vector<TierConfi
     for (const StepRecord& s : r.steps) {
       nlohmann::json step = {{"id", s.id}, {"bytes", s.bytes}, {"wall_seconds", s.wall_seconds},
                              {"bound_seconds", s.bound_seconds}, {"gap", s.gap}};
-      for (const TierStepStats& t : s.tiers) {
+      for (const TierStep& t : s.tiers) {
         step["tiers"].push_back({{"tier", t.tier}, {"blocks", t.blocks}, {"bytes", t.bytes},
                                  {"busy_seconds", t.busy_seconds}, {"bandwidth_bps", t.bandwidth_bps}});
       }
@@ -229,7 +229,7 @@ int Main(int argc, char** argv) {
       }
       r.total_seconds += rec.wall_seconds;
       r.bytes += rec.bytes;
-      for (const TierStepStats& ts : rec.tiers) {
+      for (const TierStep& ts : rec.tiers) {
         for (size_t t = 0; t < base.tiers.size(); ++t) {
           if (base.tiers[t].name == ts.tier) r.tier_bytes[t] += ts.bytes;
         }

@@ -88,7 +88,7 @@ int main(int argc, char** argv) {
     kill(pid, SIGTERM);
     return 1;
   }
-  std::vector<kvstream::ArenaChunk> get;
+  std::vector<kvstream::ChunkRange> get;
   for (int i = 0; i < chunks; ++i) get.push_back({"o/" + std::to_string(i), i * slot, slot});
   for (int s = 0; s < steps; ++s) {
     const auto t0 = std::chrono::steady_clock::now();

@@ -25,7 +25,7 @@
 namespace kvbench {
 namespace {
 
-using kvstream::ArenaChunk;
+using kvstream::ChunkRange;
 using kvstream::Client;
 
 // The first 8 bytes of every populated chunk: a tag derived from its key, so a step can check
@@ -136,7 +136,7 @@ absl::Status Bench::Populate() {
         status[r] = present.status();
         return;
       }
-      std::vector<ArenaChunk> pending;
+      std::vector<ChunkRange> pending;
       auto flush = [&] {
         if (pending.empty()) return absl::OkStatus();
         std::vector<kvstream::PersistResult> results;
@@ -146,7 +146,7 @@ absl::Status Bench::Populate() {
         }
         written += pending.size();
         std::vector<std::string> stored;
-        for (const ArenaChunk& chunk : pending) stored.push_back(chunk.key);
+        for (const ChunkRange& chunk : pending) stored.push_back(chunk.key);
         pending.clear();
         if (!s.ok()) return s;
         auto locked = LockChunks(r, stored);  // before later flushes can push them out
@@ -184,8 +184,8 @@ absl::Status Bench::Populate() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<kvstream::LookupResult>> Bench::LockChunks(uint32_t r, const std::vector<std::string>& keys) {
-  if (keys.empty()) return std::vector<kvstream::LookupResult>{};
+absl::StatusOr<std::vector<kvstream::LookupEntry>> Bench::LockChunks(uint32_t r, const std::vector<std::string>& keys) {
+  if (keys.empty()) return std::vector<kvstream::LookupEntry>{};
   auto present = ranks_[r]->Lookup(keys, nullptr, kLockSeconds);
   if (!present.ok()) return present.status();
   for (size_t i = 0; i < keys.size(); ++i) {
@@ -368,7 +368,7 @@ absl::Status Bench::ReadStep(uint32_t r, const BenchStep& step) {
   Client& c = *ranks_[r];
   const uint64_t slot = SlotBytes(w_.chunk_bytes);
   const ReadMemory into = ReadTarget(r);
-  std::vector<ArenaChunk> chunks;
+  std::vector<ChunkRange> chunks;
   for (size_t i = 0; i < step.reads.size(); ++i) chunks.push_back({RankKey(step.reads[i], r), i * slot, slot, into.region});
   std::vector<kvstream::ChunkResult> results;
   auto rec = c.Retrieve(chunks, &results);
@@ -387,7 +387,7 @@ absl::Status Bench::ReadStep(uint32_t r, const BenchStep& step) {
 absl::Status Bench::WriteStep(uint32_t r, const BenchStep& step, size_t run) {
   Client& c = *ranks_[r];
   const uint64_t slot = SlotBytes(w_.chunk_bytes);
-  std::vector<ArenaChunk> chunks;
+  std::vector<ChunkRange> chunks;
   for (size_t i = 0; i < step.writes.size(); ++i) {
     chunks.push_back({absl::StrCat(RankKey(step.writes[i], r), "@w", getpid(), ".", run), (read_slots_ + i) * slot,
                       w_.chunk_bytes});

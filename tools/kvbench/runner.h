@@ -99,7 +99,7 @@ class Bench {
   absl::Status WriteStep(uint32_t r, const BenchStep& step, size_t run);
   // Locks those of rank r's `keys` that are stored against capacity eviction (Lookup with a
   // lease), remembered for the destructor to unlock; returns the lookup of each key.
-  absl::StatusOr<std::vector<kvstream::LookupResult>> LockChunks(uint32_t r, const std::vector<std::string>& keys);
+  absl::StatusOr<std::vector<kvstream::LookupEntry>> LockChunks(uint32_t r, const std::vector<std::string>& keys);
   // Every rank reads `step` at once and, for run `write_run`, persists the step's new chunks
   // (WriteStep) from the same start; returns when the reads are done and the writes durable, or
   // with the first failure (reads first).

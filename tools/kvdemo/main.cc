@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
   }
   kvstream::Client& c = **client;
   std::mt19937_64 rng(42);
-  std::vector<kvstream::ArenaChunk> put, get;
+  std::vector<kvstream::ChunkRange> put, get;
   for (int i = 0; i < chunks; ++i) {
     uint8_t* p = c.arena() + i * slot;
     for (uint64_t b = 0; b < *size; ++b) p[b] = static_cast<uint8_t>(rng());
@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
   }
   std::printf("kvdemo: retrieved %d chunks in one step in %.4f s (bound %.4f s, gap %+.1f%%); %d/%d byte-identical\n",
               chunks, step->wall_seconds, step->bound_seconds, 100 * step->gap, intact, chunks);
-  for (const kvstream::TierStepStats& t : step->tiers) {
+  for (const kvstream::TierStep& t : step->tiers) {
     std::printf("  tier %-6s %5llu blocks %8.1f MiB  %8.1f MB/s\n", t.tier.c_str(),
                 static_cast<unsigned long long>(t.blocks), t.bytes / 1048576.0, t.bandwidth_bps / 1e6);
   }

@@ -40,7 +40,7 @@ nlohmann::json StepJson(const StepRecord& s) {
                       {"misses", s.misses}, {"failed", s.failed}, {"bytes", s.bytes}, {"wall_seconds", s.wall_seconds},
                       {"bound_seconds", s.bound_seconds}, {"gap", s.gap}, {"routing", s.routing},
                       {"batching", s.batching}, {"tiers", nlohmann::json::array()}};
-  for (const TierStepStats& t : s.tiers) {
+  for (const TierStep& t : s.tiers) {
     j["tiers"].push_back({{"tier", t.tier}, {"blocks", t.blocks}, {"bytes", t.bytes}, {"busy_seconds", t.busy_seconds},
                           {"bandwidth_bps", t.bandwidth_bps}, {"eligible", t.eligible}});
   }
@@ -231,7 +231,7 @@ int Main(int argc, char** argv) {
         std::printf("step %llu: %u chunks (%u hit, %u miss, %u failed) %s in %.4f s, bound %.4f s, gap %+.1f%% [%s/%s]",
                     static_cast<unsigned long long>(r.id), r.chunks, r.hits, r.misses, r.failed, Mib(r.bytes).c_str(),
                     r.wall_seconds, r.bound_seconds, 100 * r.gap, r.routing.c_str(), r.batching.c_str());
-        for (const TierStepStats& t : r.tiers) std::printf("  %s %s", t.tier.c_str(), Mib(t.bytes).c_str());
+        for (const TierStep& t : r.tiers) std::printf("  %s %s", t.tier.c_str(), Mib(t.bytes).c_str());
         std::printf("\n");
       }
     }

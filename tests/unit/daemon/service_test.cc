@@ -137,10 +137,10 @@ class FakeStore final : public Store {
     return s;
   }
   void Flush() override {}
-  std::vector<LookupResult> Lookup(const std::vector<std::string>& keys) const override { return {}; }
+  std::vector<LookupEntry> Lookup(const std::vector<std::string>& keys) const override { return {}; }
   size_t PrefixHits(const std::vector<std::string>& keys) const override { return 0; }
-  std::vector<LookupResult> LookupAndLock(const std::vector<std::string>& keys, double) override {
-    return std::vector<LookupResult>(keys.size());
+  std::vector<LookupEntry> LookupAndLock(const std::vector<std::string>& keys, double) override {
+    return std::vector<LookupEntry>(keys.size());
   }
   size_t Unlock(const std::vector<std::string>&) override { return 0; }
   absl::StatusOr<EvictResult> Evict(const EvictRequest&) override { return absl::UnimplementedError("fake"); }
@@ -233,11 +233,11 @@ struct AttachedSession {
 };
 
 template <typename Request>
-Request MakeRequest(uint64_t id, const std::string& token, const std::vector<ArenaChunk>& chunks) {
+Request MakeRequest(uint64_t id, const std::string& token, const std::vector<ChunkRange>& chunks) {
   Request req;
   req.set_session_id(id);
   req.set_token(token);
-  for (const ArenaChunk& c : chunks) {
+  for (const ChunkRange& c : chunks) {
     auto* r = req.add_chunks();
     r->set_key(c.key);
     r->set_offset(c.offset);
@@ -294,7 +294,7 @@ TEST_CASE("retrieve and persist refuse bad requests with clear codes and never r
     const char* what;
     uint64_t id;
     std::string token;
-    std::vector<ArenaChunk> chunks;
+    std::vector<ChunkRange> chunks;
     grpc::StatusCode code;
   };
   const std::vector<Refusal> refusals = {
@@ -321,7 +321,7 @@ TEST_CASE("retrieve and persist refuse bad requests with clear codes and never r
 TEST_CASE("a retrieve streams each chunk's ChunkDone once, alone or in a batch, then the store's StepRecord") {
   InProcessDaemon d;
   AttachedSession s(d);
-  const std::vector<ArenaChunk> chunks = {{"a", 0, 4096}, {"b", 8192, 1000}, {"c", 65536, 8192}};
+  const std::vector<ChunkRange> chunks = {{"a", 0, 4096}, {"b", 8192, 1000}, {"c", 65536, 8192}};
   auto got = Retrieve(d, MakeRequest<v1::RetrieveRequest>(s.id, s.token, chunks));
   REQUIRE(got.status.ok());
   REQUIRE(got.events.size() >= 2);
@@ -386,7 +386,7 @@ TEST_CASE("chunk events waiting behind a write travel as one batch, in order, ne
 TEST_CASE("a persist sends each chunk's STAGED before its DURABLE, whenever the store reports it") {
   InProcessDaemon d;
   AttachedSession s(d);
-  const std::vector<ArenaChunk> chunks = {{"p0", 0, 4096}, {"p1", 4096, 100}, {"p2", 65536, 5000}};
+  const std::vector<ChunkRange> chunks = {{"p0", 0, 4096}, {"p1", 4096, 100}, {"p2", 65536, 5000}};
   for (size_t i = 0; i < chunks.size(); ++i) std::memset(s.arena + chunks[i].offset, 'a' + i, chunks[i].length);
   const auto req = MakeRequest<v1::PersistRequest>(s.id, s.token, chunks);
 
@@ -415,8 +415,8 @@ TEST_CASE("persists that find staging full are staged by the worker, in arrival 
   InProcessDaemon d;
   AttachedSession s(d);
   d.store.set_staging(FakeStore::Staging::kFull);
-  const std::vector<ArenaChunk> first = {{"a0", 0, 4096}, {"a1", 4096, 4096}, {"a2", 8192, 4096}};
-  const std::vector<ArenaChunk> second = {{"b0", 16384, 4096}, {"b1", 20480, 4096}};
+  const std::vector<ChunkRange> first = {{"a0", 0, 4096}, {"a1", 4096, 4096}, {"a2", 8192, 4096}};
+  const std::vector<ChunkRange> second = {{"b0", 16384, 4096}, {"b1", 20480, 4096}};
   Streamed<v1::PersistEvent> a, b;
   std::thread ta([&] { a = Persist(d, MakeRequest<v1::PersistRequest>(s.id, s.token, first)); });
   REQUIRE(Eventually([&] { return d.store.waited().size() == 1; }));  // a0 waits for space

@@ -106,8 +106,8 @@ TEST_CASE("two and four nodes on one shared directory read each other's chunks b
   for (int reader = 0; reader < nodes; ++reader) {
     const int writer = (reader + 1) % nodes;
     // A lookup finds the other node's chunks on the shared tier alone.
-    const std::vector<LookupResult> found = stores[reader]->Lookup(keys[writer]);
-    for (const LookupResult& l : found) {
+    const std::vector<LookupEntry> found = stores[reader]->Lookup(keys[writer]);
+    for (const LookupEntry& l : found) {
       CHECK(l.present);
       CHECK(l.tier_mask == 2u);
     }
@@ -121,7 +121,7 @@ TEST_CASE("two and four nodes on one shared directory read each other's chunks b
     CHECK(TierNamed(s, "pfs").discovered >= keys[writer].size());
     CHECK(TierNamed(s, "pfs").foreign_chunks == keys[writer].size());
     CHECK(TierNamed(s, "pfs").chunks == 6);  // the foreign ones are not its own
-    for (const LookupResult& l : stores[reader]->Lookup(keys[writer])) CHECK(l.tier_mask == 3u);
+    for (const LookupEntry& l : stores[reader]->Lookup(keys[writer])) CHECK(l.tier_mask == 3u);
     // The copies are valid: read again, the NVMe serves blocks of them and none fails its checksum
     // (they keep the checksums their bytes were verified against on the shared tier).
     const uint64_t nvme_before = TierNamed(stores[reader]->Stats(), "nvme").bytes_read;

@@ -114,7 +114,7 @@ TEST_CASE("a destination in client memory is verified through its file and never
   StoreStats stats = rig.engine->Stats();
   CHECK(stats.tiers[1].checksum_failures > 0);
   // A mismatch seen in client memory may be the client writing there: no replica is dropped on it.
-  for (const LookupResult& l : rig.engine->Lookup({"k0", "k3", "k7"})) CHECK(l.tier_mask == 3u);
+  for (const LookupEntry& l : rig.engine->Lookup({"k0", "k3", "k7"})) CHECK(l.tier_mask == 3u);
 }
 
 TEST_CASE("a chunk fails only when no replica remains") {
@@ -184,7 +184,7 @@ TEST_CASE("a transient read error fails over without dropping the replica") {
   rig.engine->Retrieve(batch.reads, &results, nullptr);
   RequireIntact(batch, data, results);
   CHECK(rig.engine->Stats().tiers[1].read_errors > 0);
-  for (const LookupResult& l : rig.engine->Lookup({"k0", "k7"})) CHECK(l.tier_mask == 3u);
+  for (const LookupEntry& l : rig.engine->Lookup({"k0", "k7"})) CHECK(l.tier_mask == 3u);
 }
 
 TEST_CASE("short reads and EAGAIN are continued by the device and the bytes are intact") {

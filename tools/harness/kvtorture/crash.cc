@@ -66,7 +66,7 @@ bool Verify(kvstream::Client& c, const std::vector<int>& keys, Ledger* ledger, C
     std::lock_guard lock(ledger->mu);
     for (size_t i = 0; i < keys.size(); ++i) floor[i] = ledger->acked[keys[i]];
   }
-  std::vector<kvstream::ArenaChunk> chunks;
+  std::vector<kvstream::ChunkRange> chunks;
   for (size_t i = 0; i < keys.size(); ++i) chunks.push_back({Key(keys[i]), i * kSlot, kSlot});
   std::vector<kvstream::ChunkResult> results;
   if (!c.Retrieve(chunks, &results).ok()) return false;

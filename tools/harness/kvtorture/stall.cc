@@ -21,7 +21,7 @@ double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::
 
 struct Workload {
   std::unique_ptr<kvstream::Client> client;
-  std::vector<kvstream::ArenaChunk> chunks;
+  std::vector<kvstream::ChunkRange> chunks;
 };
 
 // A session holding `chunks` chunks of fresh keys, persisted on every tier (durable on return).
