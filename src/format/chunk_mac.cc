@@ -12,7 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "io/tier_device.h"
+#include "errno_status.h"
 #include "spdlog/spdlog.h"
 
 namespace kvstream {

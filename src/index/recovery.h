@@ -1,6 +1,6 @@
 // Recovery: rebuilds the index from the tiers alone at start. Every device is scanned (which
 // removes temporaries and invalid files), or hands over the index it saved at the last clean
-// shutdown (index/index_checkpoint.h; SaveIndex at shutdown writes it); replicas are indexed oldest first, so the LRU order
+// shutdown (format/index_checkpoint.h; SaveIndex at shutdown writes it); replicas are indexed oldest first, so the LRU order
 // starts as creation order; of two versions of a key the newer wins and the older's files are
 // removed; each tier is then evicted down to its capacity. Runs before the loop starts.
 #pragma once

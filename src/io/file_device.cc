@@ -12,7 +12,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "index/index_checkpoint.h"
+#include "format/index_checkpoint.h"
 #include "io/chunk_files.h"
 #include "io/direct_io_probe.h"
 #include "io/safe_open.h"

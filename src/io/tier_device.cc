@@ -30,16 +30,6 @@ IoStatus IoStatusOfErrno(int error) {
   }
 }
 
-absl::Status ErrnoStatus(int error, const std::string& message) {
-  const std::string text = absl::StrCat(message, ": ", std::strerror(error));
-  switch (error) {
-    case ENOENT: case ESTALE: return absl::NotFoundError(text);
-    case EACCES: case EPERM: case EROFS: return absl::PermissionDeniedError(text);
-    case ENOSPC: case EDQUOT: return absl::ResourceExhaustedError(text);
-    default: return absl::InternalError(text);
-  }
-}
-
 TransferStep AdvanceTransfer(IoRequest* request, int result, IoCompletion* completion) {
   *completion = {request, IoStatus::kOk, 0};
   if (request->abandoned && (result < 0 || request->transferred + static_cast<uint32_t>(result) < request->length)) {

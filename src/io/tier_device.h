@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "errno_status.h"  // ErrnoStatus, for every device
 #include "format/chunk_format.h"
 
 namespace kvstream {
@@ -32,9 +33,6 @@ enum class IoStatus : uint8_t {
 };
 std::string_view ToString(IoStatus status);
 IoStatus IoStatusOfErrno(int error);
-// An error status for a failed control operation, coded by its errno: NotFound, PermissionDenied,
-// ResourceExhausted (no space) or Internal.
-absl::Status ErrnoStatus(int error, const std::string& message);
 // The copy a read came from is bad (rather than the read having failed for another reason).
 inline bool IsBadCopy(IoStatus s) {
   return s == IoStatus::kMediaError || s == IoStatus::kEndOfFile || s == IoStatus::kGone;

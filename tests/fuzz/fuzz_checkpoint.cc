@@ -11,7 +11,7 @@
 #include <string>
 #include <string_view>
 
-#include "index/index_checkpoint.h"
+#include "format/index_checkpoint.h"
 
 extern "C" size_t LLVMFuzzerMutate(uint8_t* data, size_t size, size_t max_size);
 

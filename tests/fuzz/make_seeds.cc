@@ -10,7 +10,7 @@
 
 #include "format/chunk_format.h"
 #include "format/chunk_mac.h"
-#include "index/index_checkpoint.h"
+#include "format/index_checkpoint.h"
 #include "kvstream.pb.h"
 
 namespace fs = std::filesystem;

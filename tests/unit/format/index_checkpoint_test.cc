@@ -1,6 +1,6 @@
 // Index checkpoints: written at clean shutdown, taken once at the next start instead of reading
 // every chunk header; damaged ones are refused, never half-used.
-#include "index/index_checkpoint.h"
+#include "format/index_checkpoint.h"
 
 #include <catch2/catch.hpp>
 

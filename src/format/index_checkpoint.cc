@@ -1,4 +1,4 @@
-#include "index/index_checkpoint.h"
+#include "format/index_checkpoint.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -8,7 +8,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "io/tier_device.h"
+#include "errno_status.h"
 
 namespace kvstream {
 namespace {
