@@ -110,10 +110,11 @@ void Engine::Reconcile(const std::vector<bool>& tiers) {
   for (size_t t = 0; t < tiers.size() && !reconcile_stop_; ++t) {
     if (!tiers[t]) continue;
     const ReconcileReport r = ReconcileTier(tiers_, static_cast<int>(t), &index_, started, reconcile_stop_);
-    if (r.missing + r.torn + r.added + r.removed > 0) {
+    if (r.missing + r.torn + r.unconfirmed + r.added + r.removed > 0) {
       spdlog::warn("tier {}: reconciled the saved index with the files: {} in place, {} gone (out of the index), "
-                   "{} torn (removed), {} unindexed files indexed, {} removed",
-                   tiers_[t]->name, r.checked, r.missing, r.torn, r.added, r.removed);
+                   "{} torn (removed), {} that could not be looked at (out of the index, kept), "
+                   "{} unindexed files indexed, {} removed",
+                   tiers_[t]->name, r.checked, r.missing, r.torn, r.unconfirmed, r.added, r.removed);
     } else {
       spdlog::info("tier {}: the saved index matches the files ({} chunks)", tiers_[t]->name, r.checked);
     }

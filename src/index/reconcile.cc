@@ -54,6 +54,8 @@ ReconcileReport ReconcileTier(const Tiers& tiers, int t, GuardedIndex* index, in
       victims.push_back(std::move(v));  // its file goes too
     } else if (absl::IsNotFound(size.status())) {
       ++report.missing;
+    } else {
+      ++report.unconfirmed;
     }
   }
   RemoveReplicaFiles(tiers, victims);

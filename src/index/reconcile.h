@@ -21,6 +21,8 @@ struct ReconcileReport {
   uint64_t checked = 0;   // indexed replicas found in place with their size
   uint64_t missing = 0;   // indexed replicas whose file was gone: out of the index
   uint64_t torn = 0;      // indexed replicas whose file had another size: out, file removed
+  uint64_t unconfirmed = 0;  // indexed replicas whose file could not be looked at (EIO, EACCES...):
+                             // out of the index, file left for the next start's scan
   uint64_t added = 0;     // files the index lacked, valid: indexed
   uint64_t removed = 0;   // files the index lacked, invalid or of an older version: removed
 };

@@ -82,6 +82,7 @@ bool MemoryRegions::TakeBack(int tier, int region_id, uint8_t* p, size_t length)
 }
 
 void MemoryRegions::Refresh(uint8_t* p, size_t length) {
+  if (length == 0) return;  // no piece covers an empty range
   auto it = regions_.upper_bound(p);
   if (it == regions_.begin()) return;
   --it;

@@ -148,6 +148,7 @@ absl::StatusOr<ScannedChunk> SimDevice::ReadChunkHeader(const std::string& stem)
 
 absl::StatusOr<uint64_t> SimDevice::ChunkFileSize(const std::string& stem) {
   absl::MutexLock lock(&mu_);
+  if (absl::Status s = ControlFaultLocked(SimOp::kOpen, stem); !s.ok()) return s;  // its name resolved
   auto it = files_.find(stem);
   if (it == files_.end()) return absl::NotFoundError(absl::StrCat("no file for ", stem));
   return static_cast<uint64_t>(it->second.size());

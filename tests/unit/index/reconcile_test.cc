@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <cerrno>
 #include <functional>
 #include <memory>
 #include <string>
@@ -105,6 +106,23 @@ TEST_CASE("a replica whose file has another size (torn) leaves the index and its
   CHECK(rig.TiersOf("longer") == 0);
   CHECK_FALSE(rig.HasFile(0, "torn"));
   CHECK_FALSE(rig.HasFile(0, "longer"));
+}
+
+TEST_CASE("a replica whose file cannot be looked at leaves the index, is counted, and keeps its file") {
+  Rig rig;
+  rig.Put(0, MetaOf("eio", 100 << 10, 1));
+  rig.Put(0, MetaOf("fine", 100 << 10, 1));
+  rig.device(0).files()[FileStem("eio")].resize(4096);  // listed at another size: looked at again
+  rig.device(0).SetFaultHook([](const SimOpInfo& op) {
+    return op.op == SimOp::kOpen && op.stem == FileStem("eio") ? SimFault::Error(EIO) : SimFault::None();
+  });
+  const ReconcileReport r = rig.Reconcile(0);
+  CHECK(r.unconfirmed == 1);
+  CHECK(r.missing == 0);
+  CHECK(r.torn == 0);
+  CHECK(r.checked == 1);
+  CHECK(rig.TiersOf("eio") == 0);   // not served on a replica nobody could confirm
+  CHECK(rig.HasFile(0, "eio"));     // but not removed either: the next start's scan decides
 }
 
 TEST_CASE("a valid file the index lacks is indexed and an invalid one is removed") {
