@@ -1,9 +1,7 @@
 #include "io/file_device.h"
 
 #include <fcntl.h>
-#include <sys/file.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -23,9 +21,6 @@ namespace kvstream {
 namespace {
 
 namespace fs = std::filesystem;
-
-constexpr char kLockName[] = ".kvstream.lock";
-constexpr char kNodesDir[] = ".nodes";  // shared tiers: each node's own directory below it
 
 absl::Status Errno(const char* what, const std::string& path, int err = errno) {
   return ErrnoStatus(err, absl::StrCat(what, " ", path));
@@ -81,131 +76,6 @@ absl::Status FileDevice::Init() {
     slots_.Reset(kMaxRegions);
   }
   return absl::OkStatus();
-}
-
-absl::Status FileDevice::OpenDirectory() {
-  const std::string& root = options_.path;
-  const int dir = open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir < 0) return Errno("open tier directory", root);
-  struct stat st;
-  if (fstat(dir, &st) != 0) {
-    const absl::Status s = Errno("stat tier directory", root);
-    close(dir);
-    return s;
-  }
-  int own = dir;
-  std::string own_path = root;
-  if (shared()) {  // this node's own directory below the shared one
-    own_path = absl::StrCat(root, "/", kNodesDir, "/", options_.node);
-    const std::string rel = absl::StrCat(kNodesDir, "/", options_.node);
-    if ((mkdirat(dir, kNodesDir, 0750) != 0 && errno != EEXIST) || (mkdirat(dir, rel.c_str(), 0750) != 0 && errno != EEXIST)) {
-      const absl::Status s = Errno("shared tier directory is not writable: cannot make", own_path);
-      close(dir);
-      return s;
-    }
-    absl::StatusOr<int> opened = OpenDirectoryBeneath(dir, rel);  // never a symlink to elsewhere
-    if (!opened.ok()) {
-      close(dir);
-      return InTier(root, opened.status());
-    }
-    own = *opened;
-  }
-  int shared_lock = -1;
-  const auto close_both = [&] {
-    if (shared_lock >= 0) close(shared_lock);
-    if (own != dir) close(own);
-    close(dir);
-  };
-  if (shared()) {
-    // Nodes hold the directory's lock shared, a private daemon exclusively: neither starts beside
-    // the other (a private daemon would take every node's files for its own).
-    absl::StatusOr<int> opened = OpenLockFile(dir, kLockName, O_RDONLY, absl::StrCat(root, "/", kLockName), "lock");
-    if (!opened.ok()) {
-      close_both();
-      return opened.status();
-    }
-    shared_lock = *opened;
-    if (flock(shared_lock, LOCK_SH | LOCK_NB) != 0) {
-      const int err = errno;
-      close_both();
-      if (err == EWOULDBLOCK) {
-        return absl::FailedPreconditionError(absl::StrCat("shared tier directory ", root,
-                                                          " is in use by a kvstream process that does not share it"));
-      }
-      return Errno("lock", absl::StrCat(root, "/", kLockName), err);
-    }
-  }
-  const std::string lock_path = absl::StrCat(own_path, "/", kLockName);
-  absl::StatusOr<int> lock_file = OpenLockFile(own, kLockName, O_RDWR, lock_path, "tier directory is not writable: cannot create");
-  if (!lock_file.ok()) {
-    close_both();
-    return lock_file.status();
-  }
-  const int lock = *lock_file;
-  if (flock(lock, LOCK_EX | LOCK_NB) != 0) {
-    const int err = errno;
-    close(lock);
-    close_both();
-    if (err != EWOULDBLOCK) return Errno("lock", lock_path, err);  // e.g. a file system mounted without flock
-    if (shared()) {
-      return absl::FailedPreconditionError(absl::StrCat("node '", options_.node, "' of the shared tier directory ", root,
-                                                        " is in use by another kvstream process (each node needs its own name)"));
-    }
-    return absl::FailedPreconditionError(absl::StrCat("tier directory ", root, " is in use by another kvstream process"));
-  }
-  if (lock_fd_ >= 0) close(lock_fd_);
-  if (shared_lock_fd_ >= 0) close(shared_lock_fd_);
-  shared_lock_fd_ = shared_lock;
-  auto dirs = std::make_shared<Directories>();
-  dirs->root = dir;
-  dirs->own = own;
-  std::shared_ptr<const Directories> old;  // closed once no other thread uses it
-  {
-    absl::MutexLock hold(&dirs_mu_);
-    old = std::exchange(dirs_, std::move(dirs));
-  }
-  dir_fd_ = dir;
-  own_fd_ = own;
-  own_path_ = std::move(own_path);
-  lock_fd_ = lock;
-  dir_dev_ = st.st_dev;
-  dir_ino_ = st.st_ino;
-  return absl::OkStatus();
-}
-
-TierCondition FileDevice::Condition() const {
-  using State = TierCondition::State;
-  const std::string& root = options_.path;
-  struct stat opened, at_path;
-  if (fstat(dir_fd_, &opened) != 0 || opened.st_nlink == 0) {
-    return {State::kDeleted, absl::StrCat("the tier directory ", root, " was deleted")};
-  }
-  if (stat(root.c_str(), &at_path) != 0) {  // still linked, but not there: its file system went away
-    return {State::kDetached,
-            absl::StrCat("the tier directory is no longer at ", root, " (its file system was unmounted, or it moved)")};
-  }
-  if (at_path.st_dev != dir_dev_ || at_path.st_ino != dir_ino_) {
-    return {State::kDetached,
-            absl::StrCat("another directory is now at ", root, " (its file system was unmounted or it was replaced)")};
-  }
-  struct statvfs vfs;
-  if (fstatvfs(dir_fd_, &vfs) == 0 && (vfs.f_flag & ST_RDONLY)) {
-    return {State::kReadOnly, absl::StrCat("the file system of ", root, " is read-only")};
-  }
-  return {};
-}
-
-absl::Status FileDevice::Recreate() {
-  // Only where it was: never on another file system (an unmounted tier's mount point).
-  struct stat parent;
-  const std::string parent_path = fs::path(options_.path).parent_path().string();
-  if (stat(parent_path.c_str(), &parent) != 0 || parent.st_dev != dir_dev_) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("not making ", options_.path, " again: ", parent_path, " is not on the tier's file system"));
-  }
-  if (absl::Status s = MakeDirectories(options_.path); !s.ok()) return s;
-  handles_.DropAll();
-  return OpenDirectory();
 }
 
 absl::Status FileDevice::ProbeDirectIo() {

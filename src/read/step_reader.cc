@@ -3,10 +3,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "memory/client_memory.h"
 #include "spdlog/spdlog.h"
 
 namespace kvstream {
@@ -243,25 +241,6 @@ void StepReader::Complete(int t, const IoCompletion& c) {
   if (verifier_->threads() == 0) TakeVerified();  // verified inline: settle now
 }
 
-bool StepReader::CopyIn(ReadStep* step, uint32_t chunk, const ReadSlot& slot) {
-  const ChunkRead& read = step->reads[chunk];
-  if (read.dst_fd < 0) {
-    std::memcpy(slot.dst, slot.buffer, slot.payload);
-    return true;
-  }
-  absl::Status copied = GuardedCopy(slot.dst, slot.buffer, slot.payload);
-  if (copied.ok()) return true;
-  DestinationGone(step, chunk, std::move(copied));
-  return false;
-}
-
-void StepReader::DestinationGone(ReadStep* step, uint32_t chunk, absl::Status why) {
-  HoldOrTakeBack(step, chunk);
-  pool_->ReplaceChunk(step, chunk, 0, 0);  // abandons its other blocks in flight
-  Deliver(step, chunk, std::move(why));
-  if (step->unfinished == 0) Finish(step);
-}
-
 bool StepReader::TakeVerified() {
   verified_.clear();
   verifier_->TakeDone(&verified_);
@@ -347,48 +326,6 @@ void StepReader::ReadFailed(int t, ReadStep* step, BlockRef ref, std::string why
   Settle(step, chunk);
 }
 
-bool StepReader::PlaceAgainIfRewritten(ReadStep* step, uint32_t chunk) {
-  const ChunkRead& read = step->reads[chunk];
-  std::shared_ptr<const ChunkMeta> current;
-  uint32_t holders = 0;
-  {
-    absl::MutexLock lock(&index_->mu());
-    const IndexEntry* e = index_->get().FindLive(read.key);
-    if (e == nullptr || e->meta == step->state[chunk].meta) return false;
-    current = e->meta;
-    holders = e->tiers;
-  }
-  if (++step->state[chunk].placements > kMaxPlacements) {
-    step->state[chunk].error = absl::StrCat("rewritten ", kMaxPlacements, " times while being read");
-    HoldOrTakeBack(step, chunk);
-    pool_->ReplaceChunk(step, chunk, 0, 1);  // no holder: fails once nothing is in flight
-    Settle(step, chunk);
-    return true;
-  }
-  if (read.dst_capacity < current->payload_size) {
-    HoldOrTakeBack(step, chunk);
-    pool_->ReplaceChunk(step, chunk, 0, 0);
-    Deliver(step, chunk, absl::OutOfRangeError(absl::StrCat("'", read.key, "' was rewritten as ", current->payload_size,
-                                                            " bytes, more than its destination of ",
-                                                            read.dst_capacity)));
-    if (step->unfinished == 0) Finish(step);
-    return true;
-  }
-  if (HoldOrTakeBack(step, chunk) > 0) {
-    // Reads of the old version still land in the destination: the new one is read once they have.
-    --step->state[chunk].placements;  // counted when it is placed
-    step->state[chunk].place_when_landed = true;
-    pool_->ReplaceChunk(step, chunk, 0, 0);
-    return true;
-  }
-  step->state[chunk].meta = current;
-  step->results[chunk].size = current->payload_size;
-  step->results[chunk].tier_mask = 0;
-  step->eligible |= holders;
-  pool_->ReplaceChunk(step, chunk, holders, current->segment_count());
-  return true;
-}
-
 // Drops the bad copy, unless the key was rewritten since this step placed it (then the file on
 // this tier may be the new version, and this step's read simply fails over).
 void StepReader::DropReplica(ReadStep* step, uint32_t chunk, int t) {
@@ -404,43 +341,6 @@ void StepReader::DropReplica(ReadStep* step, uint32_t chunk, int t) {
     }
   }
   RemoveReplicaFiles(tiers_, victims);
-}
-
-uint32_t StepReader::HoldOrTakeBack(ReadStep* step, uint32_t chunk) {
-  uint32_t held = 0;
-  for (size_t t = 0; t < slots_.size(); ++t) {
-    for (ReadSlot& slot : slots_[t].slots) {
-      if (!slot.busy || slot.held || slot.ref.step != step || slot.buffer != slot.dst) continue;
-      const StepBlock& blk = step->blocks[slot.ref.block];
-      if (blk.chunk != chunk || blk.state != BlockState::kInFlight) continue;
-      if (regions_->TakeBack(static_cast<int>(t), slot.region, static_cast<uint8_t*>(slot.buffer), slot.length)) {
-        tiers_[t]->device->Abandon(&slot);  // lands in pages nobody maps any more
-        continue;
-      }
-      slot.held = true;
-      ++step->state[chunk].held;
-      ++step->held_total;
-      ++held;
-    }
-  }
-  return held;
-}
-
-void StepReader::HeldReadLanded(ReadStep* step, uint32_t chunk) {
-  --step->held_total;
-  if (--step->state[chunk].held == 0) {
-    if (step->state[chunk].place_when_landed) {
-      step->state[chunk].place_when_landed = false;
-      if (!PlaceAgainIfRewritten(step, chunk)) {  // removed meanwhile
-        step->state[chunk].error = "rewritten, then removed, while being read";
-        pool_->ReplaceChunk(step, chunk, 0, 1);  // no holder: fails now (nothing in flight)
-        Settle(step, chunk);
-      }
-    } else if (!step->chunks[chunk].finished) {
-      Settle(step, chunk);
-    }
-  }
-  if (step->unfinished == 0) Finish(step);
 }
 
 void StepReader::Settle(ReadStep* step, uint32_t chunk) {
