@@ -115,7 +115,8 @@ class Store {
   virtual absl::Status RegisterMemory(void* base, size_t size, int fd = -1, uint64_t fd_offset = 0) = 0;
   virtual void UnregisterMemory(void* base) = 0;
 
-  // Asks for new routing, batching and write policies and returns at once. Steps already pending
+  // Asks for new routing, batching, write and replication policies (replication for chunks staged
+  // from then on) and returns at once. Steps already pending
   // finish under the old ones; the new ones apply to steps placed after every pending step has
   // finished (at once when none is pending). Returns true when they are in force on return.
   virtual bool SetPolicies(const Policies& policies) = 0;
