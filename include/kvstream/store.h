@@ -116,9 +116,9 @@ class Store {
   virtual void UnregisterMemory(void* base) = 0;
 
   // Asks for new routing, batching, write and replication policies (replication for chunks staged
-  // from then on) and returns at once. Steps already pending
-  // finish under the old ones; the new ones apply to steps placed after every pending step has
-  // finished (at once when none is pending). Returns true when they are in force on return.
+  // from then on) and returns at once. Steps already pending finish under the old ones; the new
+  // ones apply to steps placed after every pending step has finished (at once when none is
+  // pending). Returns true when they are in force on return.
   virtual bool SetPolicies(const Policies& policies) = 0;
   virtual Policies policies() const = 0;  // the ones in force
 
