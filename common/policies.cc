@@ -51,6 +51,14 @@ absl::StatusOr<FsyncPolicy> ParseFsync(std::string_view text_view) {
   return absl::InvalidArgumentError(absl::StrCat("fsync '", text, "' is not one of none, chunk"));
 }
 
+absl::StatusOr<IoEngine> ParseIoEngine(std::string_view text_view) {
+  const std::string text(text_view);
+  if (text == "auto") return IoEngine::kAuto;
+  if (text == "io_uring") return IoEngine::kUring;
+  if (text == "threads") return IoEngine::kThreads;
+  return absl::InvalidArgumentError(absl::StrCat("io_engine '", text, "' is not one of auto, io_uring, threads"));
+}
+
 absl::StatusOr<uint64_t> ParseBytes(std::string_view text_view) {
   const std::string text(text_view);
   std::string t = absl::AsciiStrToLower(absl::StripAsciiWhitespace(text));
@@ -105,6 +113,15 @@ std::string_view ToString(ReplicationPolicy r) {
   return "?";
 }
 std::string_view ToString(FsyncPolicy f) { return f == FsyncPolicy::kNone ? "none" : "chunk"; }
+
+std::string_view ToString(IoEngine e) {
+  switch (e) {
+    case IoEngine::kAuto: return "auto";
+    case IoEngine::kUring: return "io_uring";
+    case IoEngine::kThreads: return "threads";
+  }
+  return "?";
+}
 
 absl::StatusOr<Policies> ChangePolicies(Policies p, std::string_view routing, std::string_view batching,
                                         std::string_view writes, std::string_view replication) {

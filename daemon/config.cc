@@ -98,7 +98,7 @@ T Policy(const YAML::Node& node, const std::string& key, absl::StatusOr<T> (*par
 DaemonConfig Parse(const YAML::Node& root) {
   DaemonConfig c;
   RequireMap(root, "", {"socket", "sessions", "block_size", "staging", "verify_checksums", "reads", "policies", "logging",
-                        "metrics", "tiers", "node", "foreign_chunks_limit", "shared_key_file"});
+                        "metrics", "tiers", "node", "foreign_chunks_limit", "shared_key_file", "io_engine"});
   if (const auto s = root["socket"]) {
     RequireMap(s, "socket", {"path", "mode", "group"});
     if (s["path"]) c.socket_path = Str(s["path"], "socket.path");
@@ -184,6 +184,7 @@ DaemonConfig Parse(const YAML::Node& root) {
     if (m["listen"]) c.metrics_listen = Str(m["listen"], "metrics.listen");
   }
   if (root["node"]) c.store.node = Str(root["node"], "node");
+  if (root["io_engine"]) c.store.io_engine = Policy<IoEngine>(root["io_engine"], "io_engine", ParseIoEngine);
   if (root["shared_key_file"]) {
     c.store.shared_key_file = Str(root["shared_key_file"], "shared_key_file");
     if (c.store.shared_key_file.empty() || c.store.shared_key_file[0] != '/') {

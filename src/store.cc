@@ -32,6 +32,7 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StoreConfig& raw) {
     options.event_fd = (*reactor)->event_fd();
     options.owner = {t.owner_uid, t.owner_gid};
     options.mac_key = mac_key;
+    options.io_engine = config->io_engine;
     options.require_mac = t.shared && mac_key != nullptr;  // anyone may write a shared tier
     if (t.shared) {
       options.node = config->node;
@@ -51,6 +52,8 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StoreConfig& raw) {
     if (!(*device)->properties().direct_io) {
       spdlog::warn("tier {} ({}): buffered I/O: {}", t.name, t.path, (*device)->buffered_reason());
     }
+    spdlog::info("tier {} ({}): I/O engine {}", t.name, t.path,
+                 (*device)->properties().threads_engine ? "threads" : "io_uring");
     devices.push_back(*std::move(device));
   }
   absl::StatusOr<std::unique_ptr<Engine>> engine =

@@ -61,6 +61,9 @@ struct StoreConfig {
   WritePolicy writes = WritePolicy::kDeferred;
   ReplicationPolicy replication = ReplicationPolicy::kAll;
   FsyncPolicy fsync = FsyncPolicy::kNone;
+  // How every tier's reads and writes reach the kernel; `auto` falls back to threads (logged)
+  // where io_uring cannot be set up.
+  IoEngine io_engine = IoEngine::kAuto;
 };
 
 // Reads in flight per tier: enough to cover bandwidth x latency (about 2 MiB), at least 2 and at

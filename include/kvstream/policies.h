@@ -44,6 +44,13 @@ enum class FsyncPolicy {
   kChunk,  // fdatasync each replica file before it is renamed into place and reported durable
 };
 
+// How tiers hand their reads and writes to the kernel.
+enum class IoEngine {
+  kAuto,     // io_uring where the kernel and the seccomp filter allow it, else threads
+  kUring,    // io_uring only: a tier without it fails to open
+  kThreads,  // threads doing pread/pwrite (io/thread_queue.h): no io_uring needed
+};
+
 // The policies a running store can switch between (Store::SetPolicies).
 struct Policies {
   RoutingPolicy routing;
@@ -57,7 +64,8 @@ absl::StatusOr<RoutingPolicy> ParseRouting(std::string_view text);
 absl::StatusOr<BatchingPolicy> ParseBatching(std::string_view text);        // "step" | "serial"
 absl::StatusOr<WritePolicy> ParseWrites(std::string_view text);             // "deferred" | "immediate"
 absl::StatusOr<ReplicationPolicy> ParseReplication(std::string_view text);  // "all" | "primary" | "adaptive"
-absl::StatusOr<FsyncPolicy> ParseFsync(std::string_view text);              // "none" | "chunk"
+absl::StatusOr<FsyncPolicy> ParseFsync(std::string_view text);
+absl::StatusOr<IoEngine> ParseIoEngine(std::string_view text);  // "auto" | "io_uring" | "threads"              // "none" | "chunk"
 // `current` with each policy a text names replaced ("" keeps it): what command lines and the
 // control plane ask for. InvalidArgument names the text that is not a policy.
 absl::StatusOr<Policies> ChangePolicies(Policies current, std::string_view routing, std::string_view batching,
@@ -71,5 +79,6 @@ std::string_view ToString(BatchingPolicy batching);
 std::string_view ToString(WritePolicy writes);
 std::string_view ToString(ReplicationPolicy replication);
 std::string_view ToString(FsyncPolicy fsync);
+std::string_view ToString(IoEngine engine);
 
 }  // namespace kvstream

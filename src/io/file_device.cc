@@ -15,6 +15,7 @@
 #include "io/direct_io_probe.h"
 #include "io/safe_open.h"
 #include "io/shared_publish.h"
+#include "io/thread_queue.h"
 #include "spdlog/spdlog.h"
 
 namespace kvstream {
@@ -58,20 +59,10 @@ absl::Status FileDevice::Init() {
   props_.shared = shared();
   if (absl::Status s = OpenDirectory(); !s.ok()) return s;
   if (absl::Status s = ProbeDirectIo(); !s.ok()) return s;
-  // Reads stay inline (an O_DIRECT read that would block is handed to io-wq by the kernel itself,
-  // and a context switch per block costs at GB/s); writes go to io-wq always: a FUSE write that
-  // extends its file blocks inside the submission (measured: the loop thread held for every write).
-  UringQueue::Options ring;
-  ring.event_fd = options_.event_fd;
-  ring.io_workers = options_.io_workers;
-  ring.depth = options_.read_depth;
-  if (absl::Status s = read_queue_.Init(ring); !s.ok()) return s;
-  ring.depth = options_.write_depth;
-  ring.never_inline = true;
-  if (absl::Status s = write_queue_.Init(ring); !s.ok()) return s;
+  if (absl::Status s = StartQueues(); !s.ok()) return s;
   // A sparse table of registered buffers, filled by RegisterRegion. Kernels or limits that refuse
   // it leave fixed buffers off; plain buffers work everywhere.
-  if (read_queue_.RegisterSparseBuffers(kMaxRegions) == 0 && write_queue_.RegisterSparseBuffers(kMaxRegions) == 0) {
+  if (read_queue_->RegisterSparseBuffers(kMaxRegions) == 0 && write_queue_->RegisterSparseBuffers(kMaxRegions) == 0) {
     props_.fixed_buffers = true;
     slots_.Reset(kMaxRegions);
   }
@@ -92,6 +83,43 @@ absl::Status FileDevice::ProbeDirectIo() {
   return absl::OkStatus();
 }
 
+absl::Status FileDevice::StartQueues() {
+  if (options_.io_engine != IoEngine::kThreads) {
+    // Reads stay inline (an O_DIRECT read that would block is handed to io-wq by the kernel
+    // itself, and a context switch per block costs at GB/s); writes go to io-wq always: a FUSE
+    // write that extends its file blocks inside the submission (measured: the loop thread held
+    // for every write).
+    UringQueue::Options ring;
+    ring.event_fd = options_.event_fd;
+    ring.io_workers = options_.io_workers;
+    ring.depth = options_.read_depth;
+    auto reads = std::make_unique<UringQueue>();
+    absl::Status s = reads->Init(ring);
+    if (s.ok()) {
+      ring.depth = options_.write_depth;
+      ring.never_inline = true;
+      auto writes = std::make_unique<UringQueue>();
+      if (s = writes->Init(ring); s.ok()) {
+        read_queue_ = std::move(reads);
+        write_queue_ = std::move(writes);
+        return absl::OkStatus();
+      }
+    }
+    // Unavailable: the kernel or a seccomp filter refuses io_uring (ENOSYS, EPERM...).
+    if (options_.io_engine == IoEngine::kUring || !absl::IsUnavailable(s)) return s;
+    spdlog::warn("tier {}: {}: reads and writes go to threads instead (io_engine: threads)", options_.path,
+                 std::string(s.message()));
+  }
+  auto reads = std::make_unique<ThreadQueue>();
+  auto writes = std::make_unique<ThreadQueue>();
+  if (absl::Status s = reads->Init({.depth = options_.read_depth, .event_fd = options_.event_fd}); !s.ok()) return s;
+  if (absl::Status s = writes->Init({.depth = options_.write_depth, .event_fd = options_.event_fd}); !s.ok()) return s;
+  read_queue_ = std::move(reads);
+  write_queue_ = std::move(writes);
+  props_.threads_engine = true;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<int> FileDevice::RegisterRegion(void* base, size_t size) {
   if (!props_.fixed_buffers) return absl::UnimplementedError("registered buffers are unavailable");
   if (size == 0 || size > (1ull << 30)) {
@@ -99,10 +127,10 @@ absl::StatusOr<int> FileDevice::RegisterRegion(void* base, size_t size) {
   }
   const int index = slots_.Free();
   if (index < 0) return absl::ResourceExhaustedError("all registered buffer slots are in use");
-  int rc = read_queue_.UpdateBuffer(index, {base, size});
+  int rc = read_queue_->UpdateBuffer(index, {base, size});
   if (rc == 0) {
-    rc = write_queue_.UpdateBuffer(index, {base, size});
-    if (rc < 0) read_queue_.UpdateBuffer(index, {nullptr, 0});  // undo the read ring's registration
+    rc = write_queue_->UpdateBuffer(index, {base, size});
+    if (rc < 0) read_queue_->UpdateBuffer(index, {nullptr, 0});  // undo the read ring's registration
   }
   if (rc < 0) {
     return absl::ResourceExhaustedError(absl::StrCat("registering ", size, " bytes of buffers: ", std::strerror(-rc),
@@ -114,14 +142,16 @@ absl::StatusOr<int> FileDevice::RegisterRegion(void* base, size_t size) {
 
 void FileDevice::UnregisterRegion(int index) {
   if (!slots_.Holds(index)) return;
-  read_queue_.UpdateBuffer(index, {nullptr, 0});
-  write_queue_.UpdateBuffer(index, {nullptr, 0});
+  read_queue_->UpdateBuffer(index, {nullptr, 0});
+  write_queue_->UpdateBuffer(index, {nullptr, 0});
   slots_.Release(index);
 }
 
-// The queues, destroyed after this body, wait for requests still in flight; the kernel keeps its
-// own reference to each file they use.
+// The queues go first: they wait for the requests still in flight, which the thread engine
+// does on the descriptors closed below (io_uring keeps its own reference to each file).
 FileDevice::~FileDevice() {
+  read_queue_.reset();
+  write_queue_.reset();
   for (auto& [fd, path] : temps_) {
     close(fd);
     RemoveRegularFileBeneath(own_fd_, path).IgnoreError();
@@ -365,7 +395,7 @@ absl::Status FileDevice::RemoveChunk(const std::string& stem) {
 }
 
 bool FileDevice::Queue(IoRequest* request) {
-  UringQueue& queue = request->kind == IoKind::kRead ? read_queue_ : write_queue_;
+  IoQueue& queue = request->kind == IoKind::kRead ? *read_queue_ : *write_queue_;
   request->transferred = 0;
   request->region = -1;
   if (request->kind != IoKind::kSync) {
@@ -378,19 +408,19 @@ bool FileDevice::Queue(IoRequest* request) {
 }
 
 void FileDevice::Abandon(IoRequest* request) {
-  (request->kind == IoKind::kRead ? read_queue_ : write_queue_).Cancel(request);
+  (request->kind == IoKind::kRead ? *read_queue_ : *write_queue_).Cancel(request);
 }
 
 void FileDevice::Submit() {
-  read_queue_.Submit();
-  write_queue_.Submit();
+  read_queue_->Submit();
+  write_queue_->Submit();
 }
 
 void FileDevice::Reap(std::vector<IoCompletion>* out) {
   const size_t first = out->size();
-  read_queue_.Reap(out);
+  read_queue_->Reap(out);
   for (size_t i = first; i < out->size(); ++i) handles_.ReadLanded((*out)[i].request->file);
-  write_queue_.Reap(out);
+  write_queue_->Reap(out);
 }
 
 }  // namespace kvstream

@@ -36,7 +36,9 @@
 #include "io/safe_open.h"
 #include "io/shared_publish.h"
 #include "io/tier_device.h"
+#include "io/io_queue.h"
 #include "io/uring_queue.h"
+#include "kvstream/policies.h"
 
 namespace kvstream {
 
@@ -61,6 +63,8 @@ struct FileDeviceOptions {
   // misses, from a scan, a header read and the saved index alike.
   std::shared_ptr<const ChunkMacKey> mac_key;
   bool require_mac = false;
+  // io_uring, threads, or io_uring where it can be set up (StoreConfig::io_engine).
+  IoEngine io_engine = IoEngine::kAuto;
 };
 
 class FileDevice final : public TierDevice {
@@ -87,7 +91,7 @@ class FileDevice final : public TierDevice {
   void Abandon(IoRequest* request) override;
   void Submit() override;
   void Reap(std::vector<IoCompletion>* out) override;
-  uint64_t resubmits() const override { return read_queue_.resubmits() + write_queue_.resubmits(); }
+  uint64_t resubmits() const override { return read_queue_->resubmits() + write_queue_->resubmits(); }
   absl::StatusOr<int> RegisterRegion(void* base, size_t size) override;
   void UnregisterRegion(int region) override;
   uint64_t fixed_ops() const override { return fixed_ops_.load(std::memory_order_relaxed); }
@@ -103,6 +107,8 @@ class FileDevice final : public TierDevice {
       : options_(std::move(options)), handles_(options_.max_cached_files) {}
   absl::Status Init();
   absl::Status ProbeDirectIo();
+  // Sets up the read and write queues on the engine options_.io_engine asks for.
+  absl::Status StartQueues();
   // Opens and locks the tier directory (again, after Recreate).
   absl::Status OpenDirectory();
   // The tier's directory and this node's, open. Recreate (on the loop) replaces them while other
@@ -136,8 +142,8 @@ class FileDevice final : public TierDevice {
   dev_t dir_dev_ = 0;
   ino_t dir_ino_ = 0;
   // Reads and writes on rings of their own, so neither waits behind the other.
-  UringQueue read_queue_;
-  UringQueue write_queue_;
+  std::unique_ptr<IoQueue> read_queue_;
+  std::unique_ptr<IoQueue> write_queue_;
   std::atomic<uint64_t> fixed_ops_{0};  // read by Stats from other threads
   BufferSlots slots_;  // the rings' registered buffers
   uint64_t temp_counter_ = 0;

@@ -18,18 +18,19 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "io/io_queue.h"
 #include "io/tier_device.h"
 
 namespace kvstream {
 
-class ThreadQueue {
+class ThreadQueue final : public IoQueue {
  public:
   ThreadQueue() = default;
   ThreadQueue(const ThreadQueue&) = delete;
   ThreadQueue& operator=(const ThreadQueue&) = delete;
   // Waits for the requests still in flight (their buffers may be freed afterwards), then stops
   // the threads.
-  ~ThreadQueue();
+  ~ThreadQueue() override;
 
   struct Options {
     uint32_t depth = 1;  // requests in flight, one thread each
@@ -39,16 +40,16 @@ class ThreadQueue {
   absl::Status Init(const Options& options);
 
   // Queues the request's remaining bytes. False when `depth` requests are in flight.
-  bool Queue(IoRequest* request);
+  bool Queue(IoRequest* request) override;
   // Marks the request abandoned: it is not continued after its current call, which finishes.
-  void Cancel(IoRequest* request);
+  void Cancel(IoRequest* request) override;
   // Hands everything queued to the threads.
-  void Submit();
+  void Submit() override;
   // Appends the requests that finished; continues those that need more.
-  void Reap(std::vector<IoCompletion>* out);
+  void Reap(std::vector<IoCompletion>* out) override;
 
-  uint32_t in_flight() const { return in_flight_; }
-  uint64_t resubmits() const { return resubmits_.load(std::memory_order_relaxed); }
+  uint32_t in_flight() const override { return in_flight_; }
+  uint64_t resubmits() const override { return resubmits_.load(std::memory_order_relaxed); }
 
  private:
   void Work();

@@ -77,6 +77,7 @@ struct DeviceProperties {
   // Other nodes use the same directory (a shared tier): a committed chunk may be theirs (CommitTemp
   // says AlreadyExists), RemoveChunk removes only this node's, and ReadChunkHeader finds any node's.
   bool shared = false;
+  bool threads_engine = false;  // requests go to threads (io/thread_queue.h), not io_uring
 };
 
 struct ScannedChunk {

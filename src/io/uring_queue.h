@@ -11,17 +11,18 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "io/io_queue.h"
 #include "io/tier_device.h"
 
 namespace kvstream {
 
-class UringQueue {
+class UringQueue final : public IoQueue {
  public:
   UringQueue() = default;
   UringQueue(const UringQueue&) = delete;
   UringQueue& operator=(const UringQueue&) = delete;
   // Waits for the requests still in flight (their buffers may be freed afterwards), then closes.
-  ~UringQueue();
+  ~UringQueue() override;
 
   struct Options {
     uint32_t depth = 1;  // requests in flight
@@ -39,22 +40,22 @@ class UringQueue {
   absl::Status Init(const Options& options);
 
   // Queues the request's remaining bytes. False when `depth` requests are in flight.
-  bool Queue(IoRequest* request);
+  bool Queue(IoRequest* request) override;
   // Asks the kernel to cancel a request in flight (best effort: one already in the block layer
   // cannot be); the request completes either way. Marks it abandoned.
-  void Cancel(IoRequest* request);
+  void Cancel(IoRequest* request) override;
   // Enters the kernel once for everything queued.
-  void Submit();
+  void Submit() override;
   // Appends the requests that finished; resubmits those that need more.
-  void Reap(std::vector<IoCompletion>* out);
+  void Reap(std::vector<IoCompletion>* out) override;
 
   // Registered buffers: a sparse table of `count` slots, then slot updates (an empty iovec
   // clears one). Return 0 or -errno, as liburing does.
-  int RegisterSparseBuffers(unsigned count);
-  int UpdateBuffer(unsigned slot, const iovec& iov);
+  int RegisterSparseBuffers(unsigned count) override;
+  int UpdateBuffer(unsigned slot, const iovec& iov) override;
 
-  uint32_t in_flight() const { return in_flight_; }
-  uint64_t resubmits() const { return resubmits_.load(std::memory_order_relaxed); }
+  uint32_t in_flight() const override { return in_flight_; }
+  uint64_t resubmits() const override { return resubmits_.load(std::memory_order_relaxed); }
 
  private:
   void Prepare(IoRequest* request);

@@ -32,6 +32,7 @@ TEST_CASE("the documented default config parses into the documented values") {
   CHECK(c->store.staging_limit_bytes == 256ull << 20);
   CHECK(c->store.routing.kind == RoutingKind::kCompletion);
   CHECK(c->store.fsync == FsyncPolicy::kNone);
+  CHECK(c->store.io_engine == IoEngine::kAuto);
   REQUIRE(c->store.tiers.size() == 2);
   CHECK(c->store.tiers[0].name == "nvme");
   CHECK(c->store.tiers[0].path == "/var/lib/kvstream/nvme");  // the package's state directory: works after install
@@ -74,6 +75,16 @@ TEST_CASE("bad configs are refused with the key and line at fault") {
   CHECK(ErrorOf(std::string(kMinimal) + "reads: {verify_threads: 65}\n").find("auto or 0 to 64") != std::string::npos);
   CHECK(ErrorOf(std::string(kMinimal) + "sessions: {max_sessions: 0}\n").find("sessions.max_sessions") !=
         std::string::npos);
+  CHECK(ErrorOf(std::string(kMinimal) + "io_engine: aio\n").find("io_engine") != std::string::npos);
+}
+
+TEST_CASE("io_engine picks how tiers reach the kernel") {
+  const auto threads = ParseDaemonConfig(std::string(kMinimal) + "io_engine: threads\n", "test.yaml");
+  REQUIRE(threads.ok());
+  CHECK(threads->store.io_engine == IoEngine::kThreads);
+  const auto uring = ParseDaemonConfig(std::string(kMinimal) + "io_engine: io_uring\n", "test.yaml");
+  REQUIRE(uring.ok());
+  CHECK(uring->store.io_engine == IoEngine::kUring);
 }
 
 TEST_CASE("socket access settings parse, default to no isolation, and bad ones are refused") {
