@@ -1,5 +1,6 @@
 #include "kvstream/store.h"
 
+#include <cstdlib>
 #include <future>
 
 #include "absl/strings/str_cat.h"
@@ -22,6 +23,14 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StoreConfig& raw) {
     if (!key.ok()) return key.status();
     mac_key = *std::move(key);
   }
+  // `auto` is io_uring where it can be set up, else threads; KVSTREAM_IO_ENGINE=threads (or
+  // io_uring) decides it instead, so the test suite runs on each engine in turn.
+  IoEngine io_engine = config->io_engine;
+  if (const char* env = std::getenv("KVSTREAM_IO_ENGINE"); env != nullptr && io_engine == IoEngine::kAuto) {
+    absl::StatusOr<IoEngine> chosen = ParseIoEngine(env);
+    if (!chosen.ok()) return absl::InvalidArgumentError(absl::StrCat("KVSTREAM_IO_ENGINE: ", chosen.status().message()));
+    io_engine = *chosen;
+  }
   std::vector<FileDeviceOptions> tier_options;
   for (const TierConfig& t : config->tiers) {
     FileDeviceOptions& options = tier_options.emplace_back();
@@ -32,7 +41,7 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StoreConfig& raw) {
     options.event_fd = (*reactor)->event_fd();
     options.owner = {t.owner_uid, t.owner_gid};
     options.mac_key = mac_key;
-    options.io_engine = config->io_engine;
+    options.io_engine = io_engine;
     options.require_mac = t.shared && mac_key != nullptr;  // anyone may write a shared tier
     if (t.shared) {
       options.node = config->node;
