@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs dependencies, builds KVStream and runs every test: the C++ suite through ctest, a clang
+# Installs dependencies, builds KVStream and runs every test: the C++ suite through ctest (on
+# io_uring, then again on the thread I/O engine: KVSTREAM_IO_ENGINE=threads), a clang
 # build that checks the lock annotations (-Wthread-safety; a violation fails the run) and runs the
 # libFuzzer targets briefly (KVSTREAM_FUZZ_SECONDS, default 15 each), then the
 # Python client, LMCache plugin and step-batching tests (pytest, against the built kvstreamd, with
@@ -13,6 +14,8 @@ build="${BUILD_DIR:-$root/build}"
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVSTREAM_WERROR=ON
 cmake --build "$build" -j "$(nproc)"
 (cd "$build" && ctest --output-on-failure --timeout 600 -j 2)
+# Again on the thread I/O engine (what `io_engine: auto` falls back to where io_uring is denied).
+(cd "$build" && KVSTREAM_IO_ENGINE=threads ctest --output-on-failure --timeout 600 -j 2)
 # clang: the libraries (core, daemon, client) with the lock annotations checked (-Wthread-safety),
 # instrumented for the libFuzzer targets, which then run a short while each from valid seeds.
 CC=clang CXX=clang++ cmake -S "$root" -B "${build}-clang" -DCMAKE_BUILD_TYPE=Debug -DKVSTREAM_THREAD_SAFETY=ON \

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -137,7 +138,10 @@ TEST_CASE("reads into a region a device pinned land through the daemon's bounce 
     };
     const uint64_t before = bounced();
     read_into(*plain, plain_shm);
-    CHECK(bounced() == before);  // aligned reads into a plain region go straight in by O_DIRECT
+    // Aligned reads into a plain region go straight in by O_DIRECT (the thread engine, which
+    // KVSTREAM_IO_ENGINE may pick for the daemon, bounces every block).
+    const char* engine = std::getenv("KVSTREAM_IO_ENGINE");
+    if (engine == nullptr || std::string(engine) != "threads") CHECK(bounced() == before);
     read_into(*pinned, pinned_shm);
     CHECK(bounced() >= before + 4);  // every block of the pinned reads went through a bounce buffer
     REQUIRE(c->RemoveRegion(*pinned).ok());

@@ -68,6 +68,7 @@ TEST_CASE("the verify pool never delivers a flipped block read straight into ali
   TempDir dir;
   StoreConfig config = TwoTiers(dir);
   config.verify_threads = 2;
+  config.io_engine = IoEngine::kUring;  // reads straight into the destination (threads bounce every block)
   auto chunks = Chunks(24, 1 << 20, 77);
   {
     auto store = OpenStoreOrSkip(config);
