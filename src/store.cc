@@ -26,7 +26,7 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StoreConfig& raw) {
   // `auto` is io_uring where it can be set up, else threads; KVSTREAM_IO_ENGINE=threads (or
   // io_uring) decides it instead, so the test suite runs on each engine in turn.
   IoEngine io_engine = config->io_engine;
-  if (const char* env = std::getenv("KVSTREAM_IO_ENGINE"); env != nullptr && io_engine == IoEngine::kAuto) {
+  if (const char* env = std::getenv("KVSTREAM_IO_ENGINE"); env != nullptr && *env != '\0' && io_engine == IoEngine::kAuto) {
     absl::StatusOr<IoEngine> chosen = ParseIoEngine(env);
     if (!chosen.ok()) return absl::InvalidArgumentError(absl::StrCat("KVSTREAM_IO_ENGINE: ", chosen.status().message()));
     io_engine = *chosen;
