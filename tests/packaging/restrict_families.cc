@@ -4,10 +4,6 @@
 // (socketpair(2) is not filtered, as under systemd). The filter is inherited across exec and
 // fork, so `restrict_families ... -- setpriv ... kvstreamd` restricts the daemon. Exit 2: usage
 // or the filter could not be installed.
-#include <linux/audit.h>
-#include <linux/filter.h>
-#include <linux/seccomp.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -20,15 +16,9 @@
 #include <string>
 #include <vector>
 
-namespace {
+#include "../support/seccomp_filter.h"
 
-#if defined(__x86_64__)
-constexpr uint32_t kNativeArch = AUDIT_ARCH_X86_64;
-#elif defined(__aarch64__)
-constexpr uint32_t kNativeArch = AUDIT_ARCH_AARCH64;
-#else
-#error "restrict_families: add this architecture's AUDIT_ARCH"
-#endif
+namespace {
 
 const std::map<std::string, int>& Families() {
   static const std::map<std::string, int> families = {
@@ -58,16 +48,13 @@ int main(int argc, char** argv) {
 
   // Another architecture's system calls are killed (SystemCallArchitectures=native); socket()
   // passes only for an allowed family; everything else is allowed.
-  std::vector<sock_filter> prog = {
-      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, arch)),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, kNativeArch, 1, 0),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
-      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+  std::vector<sock_filter> prog = kvstream::testing::NativeCallsOnly();
+  prog.insert(prog.end(), {
       BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_socket, 1, 0),
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
       // The family is an int: the low 32 bits of the first argument (little-endian).
       BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, args[0])),
-  };
+  });
   for (size_t k = 0; k < allowed.size(); ++k) {
     // Equal: jump over the remaining comparisons and the refusal to the final ALLOW.
     const auto skip = static_cast<uint8_t>(allowed.size() - k);
@@ -76,8 +63,7 @@ int main(int argc, char** argv) {
   prog.push_back(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EAFNOSUPPORT & SECCOMP_RET_DATA)));
   prog.push_back(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW));
 
-  sock_fprog fprog{static_cast<unsigned short>(prog.size()), prog.data()};
-  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &fprog) != 0) {
+  if (!kvstream::testing::InstallSeccompFilter(prog)) {
     std::fprintf(stderr, "restrict_families: cannot install the seccomp filter: %s\n", std::strerror(errno));
     return 2;
   }

@@ -18,24 +18,13 @@
 #include <thread>
 #include <vector>
 
+#include "io_queue_util.h"
 #include "test_util.h"
 
 namespace kvstream::testing {
 namespace {
 
 using namespace std::chrono_literals;
-
-// Reaps until `n` completions came out (10 s at most).
-std::vector<IoCompletion> ReapAll(ThreadQueue& queue, size_t n) {
-  std::vector<IoCompletion> out;
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (out.size() < n) {
-    queue.Reap(&out);
-    if (out.size() < n) std::this_thread::sleep_for(1ms);
-    REQUIRE(std::chrono::steady_clock::now() < deadline);
-  }
-  return out;
-}
 
 struct File {
   TempDir dir;

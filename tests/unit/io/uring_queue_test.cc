@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "io_queue_util.h"
 #include "test_util.h"
 
 namespace kvstream::testing {
@@ -33,18 +34,6 @@ void InitOrSkip(UringQueue& queue, uint32_t depth, int event_fd = -1) {
     std::exit(kSkipExitCode);
   }
   REQUIRE(s.ok());
-}
-
-// Reaps until `n` completions came out (10 s at most).
-std::vector<IoCompletion> ReapAll(UringQueue& queue, size_t n) {
-  std::vector<IoCompletion> out;
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (out.size() < n) {
-    queue.Reap(&out);
-    if (out.size() < n) std::this_thread::sleep_for(1ms);
-    REQUIRE(std::chrono::steady_clock::now() < deadline);
-  }
-  return out;
 }
 
 struct Pipe {
