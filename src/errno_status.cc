@@ -17,4 +17,8 @@ absl::Status ErrnoStatus(int error, const std::string& message) {
   }
 }
 
+absl::Status ErrnoAt(const char* what, const std::string& path, int error) {
+  return ErrnoStatus(error, absl::StrCat(what, " ", path));
+}
+
 }  // namespace kvstream

@@ -23,15 +23,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-absl::Status Errno(const char* what, const std::string& path, int err = errno) {
-  return ErrnoStatus(err, absl::StrCat(what, " ", path));
-}
-
 // fsyncs the directory `name` below `base` (whose path is `base_path`, for messages).
 absl::Status SyncDirectory(int base, const std::string& base_path, const std::string& name) {
   const int dfd = openat(base, name.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   absl::Status status;
-  if (dfd < 0 || fsync(dfd) != 0) status = Errno("fsync", absl::StrCat(base_path, "/", name));
+  if (dfd < 0 || fsync(dfd) != 0) status = ErrnoAt("fsync", absl::StrCat(base_path, "/", name));
   if (dfd >= 0) close(dfd);
   return status;
 }
@@ -329,7 +325,7 @@ bool FileDevice::HoldsVersion(FileHandle handle, const ChunkMeta& meta) {
 absl::StatusOr<FileHandle> FileDevice::CreateTemp(const std::string& stem) {
   const std::string dir = stem.substr(0, 2);
   if (mkdirat(own_fd_, dir.c_str(), 0750) != 0 && errno != EEXIST) {
-    return Errno("mkdir", absl::StrCat(own_path_, "/", dir));
+    return ErrnoAt("mkdir", absl::StrCat(own_path_, "/", dir));
   }
   const std::string name = absl::StrCat(stem, kChunkSuffix, kTempMarker, getpid(), ".", ++temp_counter_);
   const std::string path = absl::StrCat(dir, "/", name);
@@ -339,7 +335,7 @@ absl::StatusOr<FileHandle> FileDevice::CreateTemp(const std::string& stem) {
       openat(*parent, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | (props_.direct_io ? O_DIRECT : 0), 0640);
   const int err = errno;
   close(*parent);
-  if (fd < 0) return Errno("create", absl::StrCat(own_path_, "/", path), err);
+  if (fd < 0) return ErrnoAt("create", absl::StrCat(own_path_, "/", path), err);
   temps_[fd] = path;
   return fd;
 }
@@ -360,7 +356,7 @@ absl::Status FileDevice::CommitTemp(FileHandle temp, const std::string& stem, bo
   if (!status.ok()) {
     RemoveRegularFileBeneath(own_fd_, it->second).IgnoreError();
   } else if (renameat(*parent, temp_name.c_str(), *parent, rel.substr(3).c_str()) != 0) {
-    status = Errno("rename", absl::StrCat(own_path_, "/", it->second));
+    status = ErrnoAt("rename", absl::StrCat(own_path_, "/", it->second));
     unlinkat(*parent, temp_name.c_str(), 0);
   }
   if (parent.ok()) close(*parent);

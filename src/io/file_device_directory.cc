@@ -24,19 +24,15 @@ namespace fs = std::filesystem;
 constexpr char kLockName[] = ".kvstream.lock";
 constexpr char kNodesDir[] = ".nodes";  // shared tiers: each node's own directory below it
 
-absl::Status Errno(const char* what, const std::string& path, int err = errno) {
-  return ErrnoStatus(err, absl::StrCat(what, " ", path));
-}
-
 }  // namespace
 
 absl::Status FileDevice::OpenDirectory() {
   const std::string& root = options_.path;
   const int dir = open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir < 0) return Errno("open tier directory", root);
+  if (dir < 0) return ErrnoAt("open tier directory", root);
   struct stat st;
   if (fstat(dir, &st) != 0) {
-    const absl::Status s = Errno("stat tier directory", root);
+    const absl::Status s = ErrnoAt("stat tier directory", root);
     close(dir);
     return s;
   }
@@ -46,7 +42,7 @@ absl::Status FileDevice::OpenDirectory() {
     own_path = absl::StrCat(root, "/", kNodesDir, "/", options_.node);
     const std::string rel = absl::StrCat(kNodesDir, "/", options_.node);
     if ((mkdirat(dir, kNodesDir, 0750) != 0 && errno != EEXIST) || (mkdirat(dir, rel.c_str(), 0750) != 0 && errno != EEXIST)) {
-      const absl::Status s = Errno("shared tier directory is not writable: cannot make", own_path);
+      const absl::Status s = ErrnoAt("shared tier directory is not writable: cannot make", own_path);
       close(dir);
       return s;
     }
@@ -79,7 +75,7 @@ absl::Status FileDevice::OpenDirectory() {
         return absl::FailedPreconditionError(absl::StrCat("shared tier directory ", root,
                                                           " is in use by a kvstream process that does not share it"));
       }
-      return Errno("lock", absl::StrCat(root, "/", kLockName), err);
+      return ErrnoAt("lock", absl::StrCat(root, "/", kLockName), err);
     }
   }
   const std::string lock_path = absl::StrCat(own_path, "/", kLockName);
@@ -93,7 +89,7 @@ absl::Status FileDevice::OpenDirectory() {
     const int err = errno;
     close(lock);
     close_both();
-    if (err != EWOULDBLOCK) return Errno("lock", lock_path, err);  // e.g. a file system mounted without flock
+    if (err != EWOULDBLOCK) return ErrnoAt("lock", lock_path, err);  // e.g. a file system mounted without flock
     if (shared()) {
       return absl::FailedPreconditionError(absl::StrCat("node '", options_.node, "' of the shared tier directory ", root,
                                                         " is in use by another kvstream process (each node needs its own name)"));

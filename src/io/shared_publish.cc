@@ -8,18 +8,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "format/chunk_format.h"
+#include "io/chunk_files.h"  // InTier
 #include "io/safe_open.h"
 #include "io/tier_device.h"
 
 namespace kvstream {
-namespace {
-
-// A status about a name below the directory at `path`, saying which.
-absl::Status Below(const std::string& path, const absl::Status& s) {
-  return s.ok() ? s : absl::Status(s.code(), absl::StrCat("tier ", path, ": ", s.message()));
-}
-
-}  // namespace
 
 absl::Status PublishChunk(const SharedDirectories& dirs, const std::string& stem, bool remove_on_error) {
   const std::string rel = RelativeChunkPath(stem);
@@ -34,7 +27,7 @@ absl::Status PublishChunk(const SharedDirectories& dirs, const std::string& stem
   const std::string name = rel.substr(3);
   absl::Status status;
   if (!published.ok() || !own.ok()) {
-    status = Below(dirs.root_path, !published.ok() ? published.status() : own.status());
+    status = InTier(dirs.root_path, !published.ok() ? published.status() : own.status());
     if (remove_on_error && own.ok()) unlinkat(*own, name.c_str(), 0);
   } else if (linkat(*own, name.c_str(), *published, name.c_str(), 0) != 0) {
     const int err = errno;
@@ -64,13 +57,13 @@ absl::Status UnpublishChunk(const SharedDirectories& dirs, const std::string& st
   // Only the owner changes its published name, so the file cannot change between stat and unlink.
   if (!OwnIsPublished(dirs.root, dirs.own, rel)) return absl::OkStatus();
   const absl::Status s = RemoveRegularFileBeneath(dirs.root, rel);
-  return s.ok() || absl::IsNotFound(s) ? absl::OkStatus() : Below(dirs.root_path, s);
+  return s.ok() || absl::IsNotFound(s) ? absl::OkStatus() : InTier(dirs.root_path, s);
 }
 
 absl::Status RemoveOwnChunk(const SharedDirectories& dirs, const std::string& stem) {
   if (absl::Status s = UnpublishChunk(dirs, stem); !s.ok()) return s;
   const absl::Status s = RemoveRegularFileBeneath(dirs.own, RelativeChunkPath(stem));
-  return s.ok() || absl::IsNotFound(s) ? absl::OkStatus() : Below(dirs.own_path, s);
+  return s.ok() || absl::IsNotFound(s) ? absl::OkStatus() : InTier(dirs.own_path, s);
 }
 
 }  // namespace kvstream
