@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdint>
+#include <map>
 #include <set>
 #include <utility>
 
@@ -23,10 +24,67 @@ uint32_t DefaultQueueDepth(uint32_t block_size) {
   return static_cast<uint32_t>(std::clamp<uint64_t>(depth, 2, 128));
 }
 
+namespace {
+
+bool ValidTierName(const std::string& name) {
+  return !name.empty() && name.size() <= 32 && std::all_of(name.begin(), name.end(), [](char ch) {
+    return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-';
+  });
+}
+
+// One tier per drive of a tier over several drives (TierConfig::drives); every tier gets its
+// group. Tiers that already have a group (an earlier ValidateConfig made them) stay as they are.
+absl::StatusOr<std::vector<TierConfig>> ExpandDrives(std::vector<TierConfig> tiers) {
+  std::vector<TierConfig> out;
+  for (TierConfig& t : tiers) {
+    if (!ValidTierName(t.group.empty() ? t.name : t.group)) {
+      return absl::InvalidArgumentError(absl::StrCat("tier name '", t.group.empty() ? t.name : t.group,
+                                                     "' must be 1-32 of [A-Za-z0-9_-]"));
+    }
+    if (!t.group.empty()) {
+      if (t.name != t.group && t.name != absl::StrCat(t.group, ".", t.drive)) {
+        return absl::InvalidArgumentError(absl::StrCat("tier '", t.name, "' is not drive ", t.drive, " of '", t.group, "'"));
+      }
+      out.push_back(std::move(t));
+      continue;
+    }
+    t.group = t.name;
+    if (t.drives.empty()) {
+      out.push_back(std::move(t));
+      continue;
+    }
+    if (!t.path.empty()) return absl::InvalidArgumentError(absl::StrCat("tier '", t.name, "' has both a path and drives"));
+    if (t.shared) {
+      return absl::InvalidArgumentError(absl::StrCat("shared tier '", t.name, "' takes one path, not drives "
+                                                     "(its file system spreads the files over its servers)"));
+    }
+    const uint64_t n = t.drives.size();
+    if (n > kMaxTiers || t.capacity_bytes < n) {
+      return absl::InvalidArgumentError(absl::StrCat("tier '", t.name, "' has ", n, " drives: at most ", kMaxTiers,
+                                                     ", each with a share of a capacity > 0"));
+    }
+    for (uint32_t i = 0; i < n; ++i) {
+      TierConfig drive = t;
+      drive.drives.clear();
+      drive.name = n == 1 ? t.name : absl::StrCat(t.name, ".", i);
+      drive.path = t.drives[i];
+      drive.drive = i;
+      drive.capacity_bytes = t.capacity_bytes / n + (i < t.capacity_bytes % n ? 1 : 0);
+      out.push_back(std::move(drive));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 absl::StatusOr<StoreConfig> ValidateConfig(StoreConfig c) {
   if (c.tiers.empty()) return absl::InvalidArgumentError("at least one tier is required");
+  absl::StatusOr<std::vector<TierConfig>> tiers = ExpandDrives(std::move(c.tiers));
+  if (!tiers.ok()) return tiers.status();
+  c.tiers = *std::move(tiers);
   if (c.tiers.size() > kMaxTiers) {
-    return absl::InvalidArgumentError(absl::StrCat("at most ", kMaxTiers, " tiers are supported"));
+    return absl::InvalidArgumentError(absl::StrCat("at most ", kMaxTiers, " tiers (drives of all tiers) are supported"));
   }
   if (c.block_size < kFileAlignment || c.block_size % kFileAlignment != 0 || c.block_size > (64u << 20)) {
     return absl::InvalidArgumentError(absl::StrCat("block_size must be a multiple of ", kFileAlignment,
@@ -49,15 +107,13 @@ absl::StatusOr<StoreConfig> ValidateConfig(StoreConfig c) {
     return absl::InvalidArgumentError(absl::StrCat("verify_threads must be -1 (auto) to 64, not ", c.verify_threads));
   }
   bool any_shared = false;
-  std::set<std::string> names, paths;
+  std::set<std::string> paths;
+  std::map<std::string, uint32_t> drives_seen;  // group -> its drives so far
   for (TierConfig& t : c.tiers) {
-    if (t.name.empty() || t.name.size() > 32 ||
-        !std::all_of(t.name.begin(), t.name.end(), [](char ch) {
-          return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-';
-        })) {
-      return absl::InvalidArgumentError(absl::StrCat("tier name '", t.name, "' must be 1-32 of [A-Za-z0-9_-]"));
+    // A group's drives follow each other, 0, 1, ...: another tier of the same name is a duplicate.
+    if (drives_seen[t.group]++ != t.drive) {
+      return absl::InvalidArgumentError(absl::StrCat("duplicate tier name '", t.group, "'"));
     }
-    if (!names.insert(t.name).second) return absl::InvalidArgumentError(absl::StrCat("duplicate tier name '", t.name, "'"));
     if (t.path.empty()) return absl::InvalidArgumentError(absl::StrCat("tier '", t.name, "' has no path"));
     if (!paths.insert(t.path).second) return absl::InvalidArgumentError(absl::StrCat("tier path ", t.path, " is used twice"));
     if (t.capacity_bytes == 0) return absl::InvalidArgumentError(absl::StrCat("tier '", t.name, "' needs a capacity > 0"));

@@ -77,10 +77,15 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(StoreConfig config,
   for (size_t t = 0; t < devices.size(); ++t) {
     auto tier = std::make_unique<Tier>();
     tier->name = config.tiers[t].name;
+    tier->group_name = config.tiers[t].group.empty() ? tier->name : config.tiers[t].group;
+    if (t > 0) tier->group = tiers[t - 1]->group + (tier->group_name != tiers[t - 1]->group_name);
     tier->device = std::move(devices[t]);
     tier->read_depth = config.tiers[t].queue_depth;
     tier->write_depth = config.tiers[t].write_queue_depth;
     tiers.push_back(std::move(tier));
+  }
+  for (size_t t = 0; t < tiers.size(); ++t) {
+    for (size_t k = 0; k < tiers.size(); ++k) tiers[t]->group_mask |= uint32_t{tiers[k]->group == tiers[t]->group} << k;
   }
   std::unique_ptr<Engine> engine(new Engine(std::move(config), std::move(tiers), std::move(reactor)));
   engine->stager_.set_mac_key(std::move(mac_key));
@@ -255,12 +260,12 @@ void Engine::RunOnLoop(const std::function<void()>& fn) {
 }
 
 absl::StatusOr<EvictResult> Engine::Evict(const EvictRequest& request) {
-  int only = -1;
+  uint32_t only = 0;  // bit k: evict on tier k (0: on every tier)
   if (!request.tier.empty()) {
-    for (size_t t = 0; t < tiers_.size(); ++t) {
-      if (tiers_[t]->name == request.tier) only = static_cast<int>(t);
+    for (size_t t = 0; t < tiers_.size(); ++t) {  // a drive, or every drive of a tier
+      if (tiers_[t]->name == request.tier || tiers_[t]->group_name == request.tier) only |= 1u << t;
     }
-    if (only < 0) return absl::NotFoundError(absl::StrCat("no tier named '", request.tier, "'"));
+    if (only == 0) return absl::NotFoundError(absl::StrCat("no tier named '", request.tier, "'"));
   }
   if (request.key.empty() && request.bytes == 0 && !request.all) {
     return absl::InvalidArgumentError("evict needs a key, a byte count or 'all'");
@@ -275,7 +280,7 @@ absl::StatusOr<EvictResult> Engine::Evict(const EvictRequest& request) {
       absl::MutexLock lock(&index_.mu());
       Index& index = index_.get();
       for (int t = 0; t < static_cast<int>(tiers_.size()); ++t) {
-        if (only >= 0 && t != only) continue;
+        if (only != 0 && (only & (1u << t)) == 0) continue;
         const size_t before = victims.size();
         if (!request.key.empty()) {
           Victim v;

@@ -29,4 +29,12 @@ void RemoveReplicaFiles(const Tiers& tiers, const std::vector<Victim>& victims) 
   }
 }
 
+bool GroupMissing(const Tiers& tiers, uint32_t holders, bool primary_only) {
+  for (const auto& tier : tiers) {
+    if (primary_only && tier->group != 0) continue;
+    if ((holders & tier->group_mask) == 0) return true;
+  }
+  return false;
+}
+
 }  // namespace kvstream

@@ -55,6 +55,12 @@ class LogLimiter {
 
 struct Tier {
   std::string name;
+  // The configured tier this one is a drive of (TierConfig::group), as an index in configured
+  // order (0 = the primary), and the tiers that are its drives (bit k: tier k), this one included.
+  // A replica "on the group" is on one of its drives.
+  std::string group_name;
+  int group = 0;
+  uint32_t group_mask = 0;
   std::unique_ptr<TierDevice> device;
   uint32_t read_depth = 0;
   uint32_t write_depth = 0;
@@ -72,6 +78,10 @@ struct Tier {
 };
 
 using Tiers = std::vector<std::unique_ptr<Tier>>;
+
+// Whether a group a chunk should have a replica on holds none: the primary group when
+// `primary_only`, else any group. `holders`: bit k, tier k holds it.
+bool GroupMissing(const Tiers& tiers, uint32_t holders, bool primary_only);
 
 // Counters of the whole store's reads and writes (StoreStats), written by the loop.
 struct StoreCounters {

@@ -13,7 +13,7 @@ namespace kvstream {
 
 struct TierConfig {
   std::string name;                 // unique, [A-Za-z0-9_-]{1,32}
-  std::string path;                 // directory; created if missing
+  std::string path;                 // directory; created if missing (or `drives`, below)
   uint64_t capacity_bytes = 0;      // on-disk bytes (headers + padded payloads); > 0
   uint32_t queue_depth = 0;         // reads in flight; 0 = auto (see DefaultQueueDepth)
   uint32_t write_queue_depth = 2;   // writes in flight, on their own ring
@@ -30,6 +30,17 @@ struct TierConfig {
   // file of another owner is never removed either way (only this process's own files are).
   int64_t owner_uid = -1;
   int64_t owner_gid = -1;
+  // A tier over several drives: one directory per drive (each on its own device or mount),
+  // instead of `path`. ValidateConfig turns such a tier into one tier per drive, named
+  // "<name>.<i>", each with `group` = <name> and an equal share of `capacity_bytes`: each drive
+  // has its own queues, stats, index and recovery, a chunk's replica on the tier lives on one of
+  // its drives (docs/design.md, "Tiers over several drives"), and a failed drive costs only its
+  // own chunks. Not for shared tiers (a parallel file system stripes by itself).
+  std::vector<std::string> drives{};
+  // Set by ValidateConfig: the configured tier this one is a drive of (its own name for a tier
+  // with one directory) and the drive's place in it.
+  std::string group{};
+  uint32_t drive = 0;
 };
 
 struct StoreConfig {

@@ -381,10 +381,7 @@ void StepReader::Deliver(ReadStep* step, uint32_t chunk, absl::Status status) {
         e->own() == 0) {
       // Cross-node reuse: the chunk is only in other nodes' files; copy it where the replication
       // policy would have put this node's own write of it.
-      const uint32_t targets = step->policies.replication == ReplicationPolicy::kPrimary
-                                   ? 1u
-                                   : static_cast<uint32_t>((uint64_t{1} << tiers_.size()) - 1);
-      copy = (targets & ~e->tiers) != 0;
+      copy = GroupMissing(tiers_, e->tiers, step->policies.replication == ReplicationPolicy::kPrimary);
     }
     index_->get().Unpin(step->reads[chunk].key);
   }

@@ -1,6 +1,7 @@
 #include "write/replicator.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -17,7 +18,8 @@ Replicator::Replicator(const StoreConfig& config, const Tiers& tiers, GuardedInd
       reactor_(reactor),
       counters_(counters),
       replication_(config.replication),
-      slots_(tiers.size()) {
+      slots_(tiers.size()),
+      next_drive_(tiers.empty() ? 0 : tiers.back()->group + 1) {
   for (size_t t = 0; t < tiers.size(); ++t) {
     // One more slot than writes in flight: the fsync of a finished replica.
     slots_[t].slots = std::vector<WriteSlot>(tiers[t]->write_depth + 1);
@@ -43,14 +45,29 @@ void Replicator::Start(Job* job) {
   const bool same = e != nullptr && e->meta->payload_checksum == meta.payload_checksum &&
                     e->meta->payload_size == meta.payload_size;
   for (size_t k = 0; k < tiers_.size(); ++k) {
-    if (replication_ == ReplicationPolicy::kPrimary && k != 0) continue;
-    if (same && (e->tiers & (1u << k))) {
-      job->durable |= 1u << k;  // already there, byte-identical
+    const Tier& tier = *tiers_[k];
+    if (k > 0 && tiers_[k - 1]->group == tier.group) continue;  // one replica per group, decided at its first drive
+    if (replication_ == ReplicationPolicy::kPrimary && tier.group != 0) continue;
+    if (same && (e->tiers & tier.group_mask)) {
+      job->durable |= e->tiers & tier.group_mask;  // already there, byte-identical
     } else {
-      job->replicas[k].state = State::kPending;
-      job->replicas[k].secondary = job->adaptive && k != 0;
+      Replica& r = job->replicas[ChooseDrive(static_cast<int>(k))];
+      r.state = State::kPending;
+      r.secondary = job->adaptive && tier.group != 0;
     }
   }
+}
+
+int Replicator::ChooseDrive(int first) {
+  const uint32_t mask = tiers_[first]->group_mask;
+  const int drives = std::popcount(mask);
+  if (drives == 1) return first;
+  uint32_t& next = next_drive_[tiers_[first]->group];
+  for (int i = 0; i < drives; ++i) {
+    const int d = first + static_cast<int>(next++ % drives);
+    if (tiers_[d]->writable) return d;
+  }
+  return first + static_cast<int>(next++ % drives);  // none is writable: fails there, saying why
 }
 
 bool Replicator::AbandonSecondaries(Job* job) {

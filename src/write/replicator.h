@@ -1,5 +1,6 @@
 // Replicator (M3): writes each staged chunk to its target tiers (every tier under `all`, the first
-// under `primary`), skipping tiers that already hold the same bytes. Under `adaptive` the first
+// under `primary`; on a tier over several drives, one of its drives), skipping tiers that already
+// hold the same bytes. Under `adaptive` the first
 // tier's copy is the primary and the others are secondaries: the persist is answered once the
 // primary is durable (or, if it failed, once every copy is done), secondaries are written only
 // when the node is otherwise idle (no reads pending, no primary left to write, no staging
@@ -73,6 +74,10 @@ class Replicator {
   };
 
   void Start(Job* job);
+  // The drive of the group whose first drive is tier `first` that a new replica goes to: its
+  // writable drives in turn, so consecutive chunks (a prefix, a step) spread over every drive and
+  // equal drives fill equally.
+  int ChooseDrive(int first);
   bool StartReplica(Job* job, int tier);
   void IssueWrites(Job* job, int tier, bool during_reads);
   void Commit(Job* job, int tier);
@@ -99,6 +104,7 @@ class Replicator {
   StoreCounters* counters_;
   ReplicationPolicy replication_;
   std::vector<TierSlots> slots_;  // per tier
+  std::vector<uint32_t> next_drive_;  // per group: where ChooseDrive looks first
   std::deque<std::unique_ptr<Job>> jobs_;  // oldest first
   size_t unacknowledged_ = 0;              // jobs whose persist is not answered yet
 };
