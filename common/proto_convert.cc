@@ -69,6 +69,8 @@ void ToProto(const StoreStats& in, v1::StatsReply* out) {
     p->set_readable(t.readable);
     p->set_writable(t.writable);
     p->set_condition(t.condition);
+    p->set_group(t.group);
+    p->set_io_engine(t.io_engine);
     for (const TierCounter& c : kTierCounters) (*p->mutable_counters())[c.name] = t.*c.field;
   }
   out->set_chunks(in.chunks);
@@ -115,6 +117,8 @@ StoreStats FromProto(const v1::StatsReply& in) {
     t.readable = p.readable();
     t.writable = p.writable();
     t.condition = p.condition();
+    t.group = p.group();
+    t.io_engine = p.io_engine();
     for (const TierCounter& c : kTierCounters) {
       if (auto it = p.counters().find(c.name); it != p.counters().end()) t.*c.field = it->second;
     }

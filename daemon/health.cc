@@ -4,6 +4,16 @@
 #include "absl/strings/str_format.h"
 
 namespace kvstream {
+namespace {
+
+// "tier pfs", or "drive nvme.2 of tier nvme (/mnt/nvme2/kvstream)" for a drive of a tier over
+// several drives.
+std::string Named(const TierStats& t) {
+  if (t.group.empty() || t.group == t.name) return absl::StrCat("tier ", t.name);
+  return absl::StrCat("drive ", t.name, " of tier ", t.group, " (", t.path, ")");
+}
+
+}  // namespace
 
 HealthReport ComputeHealth(const Store& store, const std::string& version) {
   HealthReport h;
@@ -17,11 +27,11 @@ HealthReport ComputeHealth(const Store& store, const std::string& version) {
     if (t.read_errors + t.write_errors + t.checksum_failures > 0) h.degraded_tiers.push_back(t.name);
     if (t.stalled) {
       h.stalled_tiers.push_back(t.name);
-      h.problems.push_back(absl::StrCat("tier ", t.name, " is stalled: a read is past its deadline"));
+      h.problems.push_back(absl::StrCat(Named(t), " is stalled: a read is past its deadline"));
     }
     if (!t.readable || !t.writable) {
       h.unusable_tiers.push_back(absl::StrCat(t.name, ": ", t.condition));
-      h.problems.push_back(absl::StrCat("tier ", t.name, (t.readable ? " cannot be written: " : " cannot be used: "),
+      h.problems.push_back(absl::StrCat(Named(t), (t.readable ? " cannot be written: " : " cannot be used: "),
                                         t.condition));
     }
   }

@@ -43,6 +43,16 @@ class Family {
 
 std::string Tier(const TierStats& t) { return absl::StrCat("tier=\"", t.name, "\""); }
 
+// A label value as the text format wants it: backslash, double quote and newline escaped.
+std::string LabelValue(std::string_view v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\' || c == '"') out.push_back('\\');
+    out += c == '\n' ? std::string("\\n") : std::string(1, c);
+  }
+  return out;
+}
+
 // One family with a sample per tier.
 template <typename Get>
 void PerTier(std::string* out, const StoreStats& s, const std::string& name, const char* type, const std::string& help,
@@ -79,6 +89,16 @@ std::string RenderMetrics(const StoreStats& s, const DaemonGauges& d, bool healt
   Family(&out, "kvstream_up", "gauge", "1 when health is OK (tiers usable, none stalled, the I/O loop turning).")
       .Sample("", healthy ? 1 : 0);
 
+  {
+    Family f(&out, "kvstream_tier_info", "gauge",
+             "1 per tier (per drive of a tier over several drives): its group (the configured tier), "
+             "directory and I/O engine.");
+    for (const TierStats& t : s.tiers) {
+      f.Sample(absl::StrCat(Tier(t), ",group=\"", LabelValue(t.group), "\",path=\"", LabelValue(t.path),
+                            "\",io_engine=\"", t.io_engine, "\""),
+               1);
+    }
+  }
   TierCounterFamilies(&out, s);
   {
     Family f(&out, "kvstream_tier_io_seconds", "histogram", "A block read's or a replica write's time per tier.");

@@ -49,6 +49,8 @@ StoreStats Engine::Stats() const {
     TierStats ts;
     ts.name = tier.name;
     ts.path = config_.tiers[t].path;
+    ts.group = tier.group_name;
+    ts.io_engine = p.threads_engine ? "threads" : "io_uring";
     ts.direct_io = p.direct_io;
     ts.mem_alignment = p.mem_alignment;
     ts.offset_alignment = p.offset_alignment;

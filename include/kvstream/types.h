@@ -101,8 +101,10 @@ struct Histogram {
 };
 
 struct TierStats {
-  std::string name;
+  std::string name;             // "<group>.<i>" for drive i of a tier over several drives
   std::string path;
+  std::string group;            // the configured tier it is a drive of (its name for one directory)
+  std::string io_engine;        // "io_uring" or "threads"
   bool direct_io = false;       // false: buffered fallback (e.g. tmpfs)
   uint32_t mem_alignment = 0;
   uint32_t offset_alignment = 0;

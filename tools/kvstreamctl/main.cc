@@ -23,7 +23,8 @@ std::string Mib(uint64_t bytes) {
 }
 
 nlohmann::json TierJson(const TierStats& t) {
-  nlohmann::json j = {{"name", t.name}, {"path", t.path}, {"direct_io", t.direct_io},
+  nlohmann::json j = {{"name", t.name}, {"path", t.path}, {"group", t.group}, {"io_engine", t.io_engine},
+                      {"direct_io", t.direct_io},
                       {"mem_alignment", t.mem_alignment}, {"offset_alignment", t.offset_alignment},
                       {"fixed_buffers", t.fixed_buffers}, {"queue_depth", t.queue_depth},
                       {"capacity_bytes", t.capacity_bytes}, {"used_bytes", t.used_bytes}, {"chunks", t.chunks},
@@ -206,9 +207,9 @@ int Main(int argc, char** argv) {
       std::cout << j.dump(2) << "\n";
     } else {
       for (const TierStats& t : s->tiers) {
-        std::printf("%-8s %-36s %-8s %6llu chunks %12s / %-12s read %12s written %12s errors r%llu/c%llu/w%llu "
+        std::printf("%-8s %-36s %-8s %-8s %6llu chunks %12s / %-12s read %12s written %12s errors r%llu/c%llu/w%llu "
                     "hedged %llu%s%s%s\n",
-                    t.name.c_str(), t.path.c_str(), t.direct_io ? "O_DIRECT" : "buffered",
+                    t.name.c_str(), t.path.c_str(), t.direct_io ? "O_DIRECT" : "buffered", t.io_engine.c_str(),
                     static_cast<unsigned long long>(t.chunks), Mib(t.used_bytes).c_str(), Mib(t.capacity_bytes).c_str(),
                     Mib(t.bytes_read).c_str(), Mib(t.bytes_written).c_str(),
                     static_cast<unsigned long long>(t.read_errors), static_cast<unsigned long long>(t.checksum_failures),
@@ -217,6 +218,24 @@ int Main(int argc, char** argv) {
                                             " found").c_str()
                              : "",
                     t.stalled ? "  STALLED" : "", t.condition.empty() ? "" : ("  " + t.condition).c_str());
+      }
+      // A tier over several drives: its drives' sum.
+      for (size_t i = 0; i < s->tiers.size();) {
+        size_t end = i;
+        TierStats sum;
+        for (; end < s->tiers.size() && s->tiers[end].group == s->tiers[i].group; ++end) {
+          const TierStats& t = s->tiers[end];
+          sum.chunks += t.chunks, sum.used_bytes += t.used_bytes, sum.capacity_bytes += t.capacity_bytes;
+          sum.bytes_read += t.bytes_read, sum.bytes_written += t.bytes_written;
+          sum.readable = sum.readable && t.readable;
+        }
+        if (end - i > 1) {
+          std::printf("%-8s %zu drives%s %6llu chunks %12s / %-12s read %12s written %12s\n", s->tiers[i].group.c_str(),
+                      end - i, sum.readable ? "" : " (not all usable)", static_cast<unsigned long long>(sum.chunks),
+                      Mib(sum.used_bytes).c_str(), Mib(sum.capacity_bytes).c_str(), Mib(sum.bytes_read).c_str(),
+                      Mib(sum.bytes_written).c_str());
+        }
+        i = end;
       }
     }
   } else if (steps->parsed()) {

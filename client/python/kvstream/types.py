@@ -129,6 +129,8 @@ class TierStats:
     shared: bool = False  # other nodes publish chunks into the same directory
     foreign_chunks: int = 0  # shared: indexed chunks other nodes published (not in chunks/used_bytes)
     discovered: int = 0  # shared: keys this node's index lacked, found on the file system
+    group: str = ""  # the configured tier this is a drive of (its own name for one directory)
+    io_engine: str = ""  # "io_uring" or "threads"
     counters: Dict[str, int] = field(default_factory=dict)
 
     def __getattr__(self, name: str) -> int:
