@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <fstream>
 #include <set>
@@ -97,6 +98,7 @@ T Policy(const YAML::Node& node, const std::string& key, absl::StatusOr<T> (*par
 
 DaemonConfig Parse(const YAML::Node& root) {
   DaemonConfig c;
+  c.store.staging_limit_bytes = DefaultStagingLimit();
   RequireMap(root, "", {"socket", "sessions", "block_size", "staging", "verify_checksums", "reads", "policies", "logging",
                         "metrics", "tiers", "node", "foreign_chunks_limit", "shared_key_file", "io_engine"});
   if (const auto s = root["socket"]) {
@@ -145,7 +147,9 @@ DaemonConfig Parse(const YAML::Node& root) {
   if (root["block_size"]) c.store.block_size = static_cast<uint32_t>(std::min<uint64_t>(Bytes(root["block_size"], "block_size"), UINT32_MAX));
   if (const auto s = root["staging"]) {
     RequireMap(s, "staging", {"limit", "high_water"});
-    if (s["limit"]) c.store.staging_limit_bytes = Bytes(s["limit"], "staging.limit");
+    if (s["limit"] && !(s["limit"].IsScalar() && s["limit"].as<std::string>() == "auto")) {
+      c.store.staging_limit_bytes = Bytes(s["limit"], "staging.limit");
+    }
     if (s["high_water"]) c.store.staging_high_water = Number(s["high_water"], "staging.high_water");
   }
   if (root["verify_checksums"]) c.store.verify_checksums = Bool(root["verify_checksums"], "verify_checksums");
@@ -202,14 +206,25 @@ DaemonConfig Parse(const YAML::Node& root) {
   for (size_t i = 0; i < tiers.size(); ++i) {
     const std::string key = "tiers[" + std::to_string(i) + "]";
     const YAML::Node t = tiers[i];
-    RequireMap(t, key, {"name", "path", "capacity", "queue_depth", "write_queue_depth", "allow_buffered", "shared",
+    RequireMap(t, key, {"name", "path", "drives", "capacity", "queue_depth", "write_queue_depth", "allow_buffered", "shared",
                        "miss_ttl", "owner_uid", "owner_gid"});
-    for (const char* required : {"name", "path", "capacity"}) {
+    for (const char* required : {"name", "capacity"}) {
       if (!t[required]) throw ConfigError{Where(t, key) + " needs '" + required + "'"};
+    }
+    if (!t["path"] == !t["drives"]) {
+      throw ConfigError{Where(t, key) + " needs either 'path' (one directory) or 'drives' (one directory per drive)"};
     }
     TierConfig tc;
     tc.name = Str(t["name"], key + ".name");
-    tc.path = Str(t["path"], key + ".path");
+    if (t["path"]) tc.path = Str(t["path"], key + ".path");
+    if (const YAML::Node drives = t["drives"]) {
+      if (!drives.IsSequence() || drives.size() == 0) {
+        throw ConfigError{Where(drives, key + ".drives") + " must list at least one directory"};
+      }
+      for (size_t d = 0; d < drives.size(); ++d) {
+        tc.drives.push_back(Str(drives[d], key + ".drives[" + std::to_string(d) + "]"));
+      }
+    }
     tc.capacity_bytes = Bytes(t["capacity"], key + ".capacity");
     if (t["queue_depth"]) tc.queue_depth = Uint(t["queue_depth"], key + ".queue_depth");
     if (t["write_queue_depth"]) tc.write_queue_depth = Uint(t["write_queue_depth"], key + ".write_queue_depth");
@@ -227,6 +242,12 @@ DaemonConfig Parse(const YAML::Node& root) {
 }
 
 }  // namespace
+
+uint64_t DefaultStagingLimit() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  const uint64_t memory = pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
+  return std::clamp<uint64_t>(memory / 32, 256ull << 20, 16ull << 30);
+}
 
 uint64_t DefaultArenaBudget() {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);

@@ -13,6 +13,11 @@ namespace kvstream {
 // must never crowd out the engines and the page cache.
 uint64_t DefaultArenaBudget();
 
+// staging.limit: auto: 1/32 of the node's memory, 256 MiB to 16 GiB. Staging holds what a
+// forward pass produces until it is written while reads are idle; a node with more memory serves
+// more, longer requests at once, which produce more KV per step.
+uint64_t DefaultStagingLimit();
+
 struct DaemonConfig {
   std::string socket_path = "/run/kvstream/kvstreamd.sock";
   uint32_t socket_mode = 0660;      // permission bits of the control socket

@@ -2,6 +2,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <fstream>
 #include <string>
 
 #include <unistd.h>
@@ -29,7 +30,9 @@ TEST_CASE("the documented default config parses into the documented values") {
   CHECK(c->socket_group == "kvstream");
   CHECK(c->max_arena_bytes == 8ull << 30);
   CHECK(c->store.block_size == 1u << 20);
-  CHECK(c->store.staging_limit_bytes == 256ull << 20);
+  CHECK(c->store.staging_limit_bytes == DefaultStagingLimit());  // auto
+  CHECK(DefaultStagingLimit() >= 256ull << 20);
+  CHECK(DefaultStagingLimit() <= 16ull << 30);
   CHECK(c->store.routing.kind == RoutingKind::kCompletion);
   CHECK(c->store.fsync == FsyncPolicy::kNone);
   CHECK(c->store.io_engine == IoEngine::kAuto);
@@ -44,6 +47,51 @@ TEST_CASE("the documented default config parses into the documented values") {
   CHECK(c->store.read_deadline_cap_seconds == Approx(2.0));
   CHECK(c->store.verify_threads == -1);  // auto
   CHECK(c->max_sessions == 256);
+}
+
+// The commented example between "# --- Example: a GPU node" and "# --- end of example" in the
+// default config, uncommented, in place of its tiers.
+TEST_CASE("the GPU node example of the default config parses: one tier over four drives and a PFS") {
+  std::ifstream in(KVSTREAM_SOURCE_DIR "/deploy/kvstreamd.yaml");
+  std::string line, yaml;
+  bool inside = false;
+  while (std::getline(in, line)) {
+    if (line.rfind("# --- Example: a GPU node", 0) == 0) inside = true;
+    if (line.rfind("# --- end of example", 0) == 0) inside = false;
+    if (inside && line.rfind("# ", 0) == 0 && line.size() > 2 && line[2] != '-') yaml += line.substr(2) + "\n";
+  }
+  // The explanation above `tiers:` is prose; YAML starts at `tiers:`.
+  yaml = "node: gpu-node-07\n" + yaml.substr(yaml.find("\ntiers:") + 1);
+  auto c = ParseDaemonConfig(yaml, "gpu-node example");
+  INFO(yaml << c.status().ToString());
+  REQUIRE(c.ok());
+  REQUIRE(c->store.tiers.size() == 5);
+  uint64_t nvme = 0;
+  for (int d = 0; d < 4; ++d) {
+    CHECK(c->store.tiers[d].name == "nvme." + std::to_string(d));
+    CHECK(c->store.tiers[d].path == "/mnt/nvme" + std::to_string(d) + "/kvstream");
+    CHECK(c->store.tiers[d].queue_depth == 8);
+    nvme += c->store.tiers[d].capacity_bytes;
+  }
+  CHECK(nvme == 12ull << 40);
+  CHECK(c->store.tiers[4].name == "pfs");
+  CHECK(c->store.tiers[4].shared);
+}
+
+TEST_CASE("a tier takes a path or drives, not both nor neither") {
+  CHECK(ErrorOf("tiers:\n  - {name: a, capacity: 1GiB}\n").find("either 'path'") != std::string::npos);
+  CHECK(ErrorOf("tiers:\n  - {name: a, path: /x, drives: [/y, /z], capacity: 1GiB}\n").find("either 'path'") !=
+        std::string::npos);
+  CHECK(ErrorOf("tiers:\n  - {name: a, drives: [], capacity: 1GiB}\n").find("tiers[0].drives") != std::string::npos);
+  CHECK(ErrorOf("tiers:\n  - {name: a, drives: [/y, /y], capacity: 1GiB}\n").find("used twice") != std::string::npos);
+  auto two = ParseDaemonConfig("tiers:\n  - {name: a, drives: [/y, /z], capacity: 1GiB}\n", "test.yaml");
+  REQUIRE(two.ok());
+  CHECK(two->store.tiers.size() == 2);
+  CHECK(two->store.tiers[1].name == "a.1");
+  CHECK(ParseDaemonConfig(std::string(kMinimal) + "staging: {limit: auto}\n", "t")->store.staging_limit_bytes ==
+        DefaultStagingLimit());
+  CHECK(ParseDaemonConfig(std::string(kMinimal) + "staging: {limit: 1GiB}\n", "t")->store.staging_limit_bytes ==
+        1ull << 30);
 }
 
 TEST_CASE("a minimal config takes the defaults") {
