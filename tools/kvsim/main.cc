@@ -1,11 +1,12 @@
 // kvsim: trace-driven simulator of a serving node reading prefix KV through KVStream. This file is
 // the command line; each mode lives in its own file: --trace in serving_mode.h, --validate in
-// validate_mode.h, --nodes and --validate-nodes in nodes_mode.h.
+// validate_mode.h, --nodes and --validate-nodes in nodes_mode.h, --drives in drives_mode.h.
 #include <CLI/CLI.hpp>
 
 #include <iostream>
 #include <string>
 
+#include "drives_mode.h"
 #include "nodes_mode.h"
 #include "serving_mode.h"
 #include "validate_mode.h"
@@ -19,6 +20,7 @@ struct CommandLine {
   ServingOptions serving;     // --trace and the serving node
   std::string validate_path;  // --validate
   NodesOptions nodes;         // --nodes, --validate-nodes
+  DrivesOptions drives;       // --drives
 };
 
 // The serving mode's options and --validate, in --help's order.
@@ -91,20 +93,39 @@ void AddNodesOptions(CLI::App& app, NodesOptions& o) {
       ->check(CLI::ExistingFile);
 }
 
+// The options of a tier over several drives (drives_mode.h), a group of their own.
+void AddDrivesOptions(CLI::App& app, DrivesOptions& o) {
+  auto* g = app.add_option_group(
+      "A tier over several drives",
+      "Instead of a trace: steps read by completion routing from a tier over N drives (each chunk on one drive) "
+      "and a tier holding every chunk (a PFS under replication all), with chunks placed on the drives in turn "
+      "(as the daemon does) or by hash. Prints time over the bound D/(sum of all) per placement, and the speed "
+      "against a tier on one drive with the other tier. --queue-depth and --seed apply.");
+  g->add_option("--drives", o.drives, "drives in the tier (runs this model)");
+  g->add_option("--drive-bw", o.drive_bw, "each drive's read bandwidth (bytes/s or with a unit)")->capture_default_str();
+  g->add_option("--replica-bw", o.replica_bw, "the tier holding every chunk (e.g. the PFS); 0: none")->capture_default_str();
+  g->add_option("--drive-step", o.step_bytes, "bytes per step")->capture_default_str();
+  g->add_option("--drive-chunk", o.chunk_bytes, "bytes per chunk (whole MiB)")->capture_default_str();
+  g->add_option("--drive-requests", o.requests, "requests (prefixes) per step")->capture_default_str();
+  g->add_option("--drive-steps", o.steps, "steps simulated per placement")->capture_default_str();
+}
+
 int Main(int argc, char** argv) {
   CLI::App app{"kvsim: trace-driven simulator of a serving node whose prefix KV beyond GPU+host memory "
                "comes back from storage tiers; prints per-policy throughput, TTFT and retrieval gap"};
   CommandLine cl;
   AddServingOptions(app, cl);
   AddNodesOptions(app, cl.nodes);
+  AddDrivesOptions(app, cl.drives);
   CLI11_PARSE(app, argc, argv);
 
   const ServingOptions& s = cl.serving;
   if (!cl.validate_path.empty()) return Validate(cl.validate_path, s.node.chunk_latency_s);
   if (!cl.nodes.validate_path.empty()) return ValidateNodes(cl.nodes, s.node.queue_depth, s.seed, s.json_path);
   if (cl.nodes.nodes > 0) return RunNodes(cl.nodes, s.node.queue_depth, s.seed, s.json_path);
+  if (cl.drives.drives > 0) return RunDrives(cl.drives, s.node.queue_depth, s.seed);
   if (s.trace_path.empty()) {
-    std::cerr << "kvsim: --trace is required (or --validate, --nodes, --validate-nodes)\n";
+    std::cerr << "kvsim: --trace is required (or --validate, --nodes, --validate-nodes, --drives)\n";
     return 2;
   }
   return RunServing(s);

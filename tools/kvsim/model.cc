@@ -104,4 +104,43 @@ double CompletionTime(double bytes, double block, uint32_t depth, const std::vec
   return end;
 }
 
+double PlacedCompletionTime(double block, uint32_t depth, const std::vector<double>& b,
+                            const std::vector<uint32_t>& holders, std::vector<double>* tier_bytes) {
+  const size_t k_tiers = b.size(), blocks = holders.size();
+  if (tier_bytes) tier_bytes->assign(k_tiers, 0);
+  std::vector<bool> claimed(blocks, false);
+  std::vector<size_t> front(k_tiers, 0), back(k_tiers, blocks);  // back: one past the next candidate
+  std::vector<double> free_at(k_tiers, 0);                          // when the tier's last claim lands
+  using Event = std::pair<double, size_t>;                          // (a claim lands, tier)
+  std::priority_queue<Event, std::vector<Event>, std::greater<>> events;
+  auto holds = [&](size_t k, size_t i) { return !claimed[i] && (holders[i] >> k & 1u) != 0; };
+  auto claim = [&](size_t k, double now) {
+    size_t i;
+    if (k + 1 == k_tiers && k_tiers > 1) {
+      while (back[k] > 0 && !holds(k, back[k] - 1)) --back[k];
+      if (back[k] == 0) return;
+      i = --back[k];
+    } else {
+      while (front[k] < blocks && !holds(k, front[k])) ++front[k];
+      if (front[k] == blocks) return;
+      i = front[k]++;
+    }
+    claimed[i] = true;
+    free_at[k] = std::max(now, free_at[k]) + block / b[k];
+    events.emplace(free_at[k], k);
+    if (tier_bytes) (*tier_bytes)[k] += block;
+  };
+  for (size_t k = 0; k < k_tiers; ++k) {
+    for (uint32_t d = 0; d < depth && b[k] > 0; ++d) claim(k, 0);
+  }
+  double end = 0;
+  while (!events.empty()) {
+    const auto [t, k] = events.top();
+    events.pop();
+    end = std::max(end, t);
+    claim(k, t);
+  }
+  return end;
+}
+
 }  // namespace kvsim

@@ -27,6 +27,15 @@ double CompletionTime(double bytes, double block, uint32_t depth, const std::vec
                       const std::vector<double>& delay = {}, std::vector<double>* tier_bytes = nullptr,
                       bool leave_tail = true);
 
+// Completion routing over tiers that each hold only some of the step's blocks (a tier over several
+// drives: each drive holds its own chunks): bit k of `holders[i]` is set when tier k holds block i
+// (at least one does). As in the daemon, the last tier claims from the back of the step and the
+// others from the front, each the next unclaimed block it holds whenever it has fewer than `depth`
+// in flight, and a tier reads its claims one after another at its bandwidth. Every block is
+// `block` bytes. Returns the step's time; fills bytes per tier.
+double PlacedCompletionTime(double block, uint32_t depth, const std::vector<double>& bandwidth,
+                            const std::vector<uint32_t>& holders, std::vector<double>* tier_bytes = nullptr);
+
 // One tier only, all bytes at its bandwidth.
 inline double FastestTime(double bytes, double b0, double delay0 = 0) { return delay0 + bytes / b0; }
 

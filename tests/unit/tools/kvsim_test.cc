@@ -56,6 +56,28 @@ TEST_CASE("kvsim: the bound with late-starting tiers and completion routing at b
         Approx(BoundTime(256 * block, {300e6, 100e6})).epsilon(0.005));
 }
 
+TEST_CASE("kvsim: drives holding a chunk each read at the sum when chunks are spread in turn, not by hash") {
+  const double block = 1 << 20;
+  // Four drives at 100 MB/s and a replica tier at 200 MB/s; 64 chunks of 4 blocks.
+  const std::vector<double> bw = {100e6, 100e6, 100e6, 100e6, 200e6};
+  std::vector<uint32_t> in_turn, skewed;
+  for (uint32_t c = 0; c < 64; ++c) {
+    in_turn.insert(in_turn.end(), 4, (1u << (c % 4)) | 0x10u);
+    skewed.insert(skewed.end(), 4, (1u << (c < 40 ? 0 : c % 4)) | 0x10u);  // most chunks on drive 0
+  }
+  std::vector<double> bytes;
+  const double bound = 256 * block / 600e6;
+  const double t = PlacedCompletionTime(block, 2, bw, in_turn, &bytes);
+  CHECK(t == Approx(bound).epsilon(0.02));
+  CHECK(bytes[4] == Approx(256 * block / 3).epsilon(0.03));  // the replica tier's share: its bandwidth's
+  const double skew = PlacedCompletionTime(block, 2, bw, skewed, &bytes);
+  CHECK(skew > t * 1.1);   // idle drives: the replica tier cannot make up for all of them
+  CHECK(skew < 256 * block / 300e6);  // still faster than drive 0 with the replica tier alone
+  // Without the replica tier, each drive reads only its own chunks.
+  for (uint32_t& h : in_turn) h &= 0xf;
+  CHECK(PlacedCompletionTime(block, 2, {100e6, 100e6, 100e6, 100e6}, in_turn) == Approx(256 * block / 400e6));
+}
+
 TEST_CASE("kvsim: reuse distances match a hand computation") {
   //                      a  b  c  a  b  b  d  a
   const auto d = ReuseDistances({1, 2, 3, 1, 2, 2, 4, 1});
