@@ -50,7 +50,7 @@ StoreStats Engine::Stats() const {
     ts.name = tier.name;
     ts.path = config_.tiers[t].path;
     ts.group = tier.group_name;
-    ts.io_engine = p.threads_engine ? "threads" : "io_uring";
+    ts.io_engine = p.io_engine;
     ts.direct_io = p.direct_io;
     ts.mem_alignment = p.mem_alignment;
     ts.offset_alignment = p.offset_alignment;

@@ -31,6 +31,7 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StoreConfig& raw) {
     if (!chosen.ok()) return absl::InvalidArgumentError(absl::StrCat("KVSTREAM_IO_ENGINE: ", chosen.status().message()));
     io_engine = *chosen;
   }
+  const bool copy_threads = CopyThreadsPay();
   std::vector<FileDeviceOptions> tier_options;
   for (const TierConfig& t : config->tiers) {
     FileDeviceOptions& options = tier_options.emplace_back();
@@ -42,6 +43,7 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StoreConfig& raw) {
     options.owner = {t.owner_uid, t.owner_gid};
     options.mac_key = mac_key;
     options.io_engine = io_engine;
+    options.copy_threads = copy_threads;
     options.require_mac = t.shared && mac_key != nullptr;  // anyone may write a shared tier
     if (t.shared) {
       options.node = config->node;
@@ -61,8 +63,7 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StoreConfig& raw) {
     if (!(*device)->properties().direct_io) {
       spdlog::warn("tier {} ({}): buffered I/O: {}", t.name, t.path, (*device)->buffered_reason());
     }
-    spdlog::info("tier {} ({}): I/O engine {}", t.name, t.path,
-                 (*device)->properties().threads_engine ? "threads" : "io_uring");
+    spdlog::info("tier {} ({}): I/O engine {}", t.name, t.path, (*device)->properties().io_engine);
     devices.push_back(*std::move(device));
   }
   absl::StatusOr<std::unique_ptr<Engine>> engine =

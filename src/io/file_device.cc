@@ -1,12 +1,16 @@
 #include "io/file_device.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <string_view>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -32,6 +36,16 @@ absl::Status SyncDirectory(int base, const std::string& base_path, const std::st
   return status;
 }
 
+// Whether reads of the directory `fd` are copies by the CPU rather than DMA by a device: buffered
+// (from the page cache), or a file system in memory (tmpfs, ramfs: O_DIRECT there is a copy too)
+// or in a user-space server (FUSE: a network file system's client, the copy done on read).
+bool CpuCopyReads(int fd, bool direct_io) {
+  constexpr long kTmpfs = 0x01021994, kRamfs = 0x858458f6, kFuse = 0x65735546;  // linux/magic.h
+  struct statfs fs {};
+  if (!direct_io || fstatfs(fd, &fs) != 0) return true;
+  return fs.f_type == kTmpfs || fs.f_type == kRamfs || fs.f_type == kFuse;
+}
+
 int64_t MonotonicNs() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -39,6 +53,16 @@ int64_t MonotonicNs() {
 }
 
 }  // namespace
+
+bool CopyThreadsPay() {
+  if (const char* env = std::getenv("KVSTREAM_COPY_THREADS"); env != nullptr && *env != '\0') {
+    return std::string_view(env) != "0";
+  }
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  const int cores = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+  return cores >= 8;
+}
 
 absl::StatusOr<std::unique_ptr<FileDevice>> FileDevice::Open(const FileDeviceOptions& options) {
   std::unique_ptr<FileDevice> device(new FileDevice(options));
@@ -88,14 +112,28 @@ absl::Status FileDevice::StartQueues() {
     UringQueue::Options ring;
     ring.event_fd = options_.event_fd;
     ring.io_workers = options_.io_workers;
-    ring.depth = options_.read_depth;
-    auto reads = std::make_unique<UringQueue>();
-    absl::Status s = reads->Init(ring);
+    ring.depth = options_.write_depth;
+    ring.never_inline = true;
+    auto writes = std::make_unique<UringQueue>();
+    absl::Status s = writes->Init(ring);
+    if (s.ok() && options_.copy_threads && CpuCopyReads(own_fd_, props_.direct_io)) {
+      // A read that is a CPU copy (page cache, tmpfs, FUSE) is done by io_uring inside the
+      // submission, on the loop's thread: every such tier's reads would share one core (two
+      // tmpfs tiers read no faster than one). Copy threads, one per read in flight, run them
+      // side by side instead.
+      auto reads = std::make_unique<ThreadQueue>();
+      if (s = reads->Init({.depth = options_.read_depth, .event_fd = options_.event_fd}); !s.ok()) return s;
+      read_queue_ = std::move(reads);
+      write_queue_ = std::move(writes);
+      props_.threads_engine = true;
+      props_.io_engine = "io_uring, reads on threads";
+      return absl::OkStatus();
+    }
     if (s.ok()) {
-      ring.depth = options_.write_depth;
-      ring.never_inline = true;
-      auto writes = std::make_unique<UringQueue>();
-      if (s = writes->Init(ring); s.ok()) {
+      ring.depth = options_.read_depth;
+      ring.never_inline = false;
+      auto reads = std::make_unique<UringQueue>();
+      if (s = reads->Init(ring); s.ok()) {
         read_queue_ = std::move(reads);
         write_queue_ = std::move(writes);
         return absl::OkStatus();
@@ -113,6 +151,7 @@ absl::Status FileDevice::StartQueues() {
   read_queue_ = std::move(reads);
   write_queue_ = std::move(writes);
   props_.threads_engine = true;
+  props_.io_engine = "threads";
   return absl::OkStatus();
 }
 

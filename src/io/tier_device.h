@@ -77,7 +77,13 @@ struct DeviceProperties {
   // Other nodes use the same directory (a shared tier): a committed chunk may be theirs (CommitTemp
   // says AlreadyExists), RemoveChunk removes only this node's, and ReadChunkHeader finds any node's.
   bool shared = false;
-  bool threads_engine = false;  // requests go to threads (io/thread_queue.h), not io_uring
+  // Reads go to threads (io/thread_queue.h), not io_uring: under io_engine threads, and on a
+  // tier whose reads are CPU copies (buffered, tmpfs, FUSE: they run on as many threads as the
+  // tier's depth instead of all on the I/O loop's thread inside io_uring_submit).
+  bool threads_engine = false;
+  // How reads and writes reach the kernel, for stats and the log: "io_uring", "threads", or
+  // "io_uring, reads on threads" (CPU-copy reads).
+  const char* io_engine = "io_uring";
 };
 
 struct ScannedChunk {

@@ -4,7 +4,10 @@
 // kernel has it. The daemon under a seccomp filter that denies io_uring is tests/ops' concern.
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
+#include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "store_test_util.h"
@@ -74,6 +77,39 @@ TEST_CASE("io_engine io_uring and auto open where the kernel has io_uring") {
     std::vector<std::vector<uint8_t>> out;
     for (const ChunkResult& r : ReadAll(*store, chunks, &out)) CHECK(r.status.ok());
   }
+}
+
+TEST_CASE("tiers whose reads are CPU copies (tmpfs) read on copy threads and serve intact bytes") {
+  // A read from tmpfs, O_DIRECT or not, is a copy, which io_uring would do on the loop's thread
+  // inside the submission.
+  REQUIRE(std::filesystem::is_directory("/dev/shm"));
+  setenv("KVSTREAM_COPY_THREADS", "1", 1);  // as on a node with the cores for them
+  TempDir dir("/dev/shm");
+  StoreConfig c = TwoTiers(dir);
+  c.io_engine = IoEngine::kAuto;
+  for (TierConfig& t : c.tiers) t.queue_depth = 4;
+  auto store = OpenStoreOrSkip(c);
+  const StoreStats stats = store->Stats();
+  const char* engine = std::getenv("KVSTREAM_IO_ENGINE");
+  const bool threads = engine != nullptr && std::string_view(engine) == "threads";
+  for (const TierStats& t : stats.tiers) {
+    CHECK(t.io_engine == (threads ? "threads" : "io_uring, reads on threads"));
+  }
+  const NamedChunks chunks = Chunks(16, 3 << 20);
+  PutAll(*store, chunks);
+  std::vector<std::vector<uint8_t>> out;
+  StepRecord record;
+  for (const ChunkResult& r : ReadAll(*store, chunks, &out, &record)) REQUIRE(r.status.ok());
+  for (size_t i = 0; i < chunks.size(); ++i) CHECK((out[i] == chunks[i].second));
+  CHECK(record.tiers[0].blocks > 0);
+  CHECK(record.tiers[1].blocks > 0);
+  store.reset();
+  setenv("KVSTREAM_COPY_THREADS", "0", 1);  // as on 2 cores: copied inline
+  auto inline_copies = OpenStoreOrSkip(c);
+  CHECK(inline_copies->Stats().tiers[0].io_engine == (threads ? "threads" : "io_uring"));
+  for (const ChunkResult& r : ReadAll(*inline_copies, chunks, &out)) REQUIRE(r.status.ok());
+  for (size_t i = 0; i < chunks.size(); ++i) CHECK((out[i] == chunks[i].second));
+  unsetenv("KVSTREAM_COPY_THREADS");
 }
 
 }  // namespace
