@@ -27,16 +27,21 @@
 # --key: the daemon has a cluster key (shared_key_file, docs/security.md): every chunk it writes
 # carries a MAC (reads verify blocks against the segment checksums the MAC covers, as without a
 # key), so a run with it against one without shows what the key costs.
+# With --engines, the two I/O engines at FAST/SLOW steady caps, alternated twice in one run:
+# kvstreamd on io_uring, then under a seccomp filter denying io_uring_setup (build/tests/
+# deny_io_uring: io_engine auto falls back to threads), completion and serial each; prints each
+# round's completion time on threads over io_uring's.
 # Needs root. Results (JSON, PNG) go to OUT. Tears everything down, also on failure.
-# Usage: sudo tools/bench.sh [--gbs | --replication] [--pace] [--key] [--fast MBPS] [--slow MBPS] [--steps N] [--out DIR] [--check GAP]
+# Usage: sudo tools/bench.sh [--gbs | --replication | --engines] [--pace] [--key] [--fast MBPS] [--slow MBPS] [--steps N] [--out DIR] [--check GAP]
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
-fast=300 slow=150 steps=8 out=/var/tmp/kvstream-bench-results check="" gbs="" replication="" pace="" key=""
+fast=300 slow=150 steps=8 out=/var/tmp/kvstream-bench-results check="" gbs="" replication="" pace="" key="" engines=""
 while [ $# -gt 0 ]; do
   case $1 in
     --gbs) gbs=1; shift ;;
     --replication) replication=1; shift ;;
+    --engines) engines=1; shift ;;
     --pace) pace=1; shift ;;
     --key) key=1; shift ;;
     --fast) fast=$2; shift 2 ;;
@@ -71,6 +76,49 @@ if [ -n "$gbs" ]; then
   gbs_run caps-3500-1200 3500 1200
   echo
   echo "bench: results in $out (gbs-*.json, kvstreamd.log)"
+  exit 0
+fi
+if [ -n "$engines" ]; then
+  work="${BENCH_DIR:-/var/tmp/kvstream-bench}"
+  source "$root/tools/lib/bench-tiers.sh"
+  need_built "$build/tests/deny_io_uring"
+  bench_up 7GiB "$out/kvstreamd-io_uring-1.log"
+  engines_run() {  # NAME
+    echo
+    echo "== $1: steady caps t0 $fast MB/s, t1 $slow MB/s"
+    "$tierlab" run --dir "$work" -- "$build/tools/kvbench" --socket "$sock" --ranks 2 --steps "$steps" --requests 4 \
+      --chunks 8 --hit-ratio 0.75 --chunk-size 8MiB --policies completion,serial --write-policies "" \
+      --json "$out/engine-$1.json"
+  }
+  # Alternated, twice: io_uring, threads under a seccomp filter denying io_uring_setup (io_engine
+  # auto falls back), and again.
+  for round in 1 2; do
+    [ "$round" = 1 ] || daemon_start "$out/kvstreamd-io_uring-$round.log"
+    engines_run "io_uring-$round"
+    daemon_stop
+    daemon_start "$out/kvstreamd-threads-$round.log" "$build/tests/deny_io_uring"
+    "$build/tools/kvstreamctl" --socket "$sock" --json tiers | python3 -c '
+import json, sys
+engines = {t["name"]: t["io_engine"] for t in json.load(sys.stdin)}
+print("tiers under the filter:", engines)
+sys.exit(0 if set(engines.values()) == {"threads"} else 1)' || die "the daemon under the filter is not on threads"
+    engines_run "threads-seccomp-$round"
+    daemon_stop
+  done
+  echo
+  python3 - "$out" <<'PY'
+import json, sys
+def completion(name):
+    runs = json.load(open(f"{sys.argv[1]}/engine-{name}.json"))["runs"]
+    return [r for r in runs if r["label"] == "completion"][0]
+for r in (1, 2):
+    u, t = completion(f"io_uring-{r}"), completion(f"threads-seccomp-{r}")
+    print("round %d: completion io_uring %.3f s (%.1f MB/s, gap %+.1f%%), threads under seccomp %.3f s "
+          "(%.1f MB/s, gap %+.1f%%): threads / io_uring time = %.3f" % (
+              r, u["total_seconds"], u["throughput_bps"] / 1e6, 100 * u["gap"], t["total_seconds"],
+              t["throughput_bps"] / 1e6, 100 * t["gap"], t["total_seconds"] / u["total_seconds"]))
+PY
+  echo "bench: results in $out (engine-*.json, kvstreamd-*.log)"
   exit 0
 fi
 if [ -n "$replication" ]; then

@@ -32,10 +32,22 @@ tiers:
   - {name: t0, path: $work/mnt/t0/kvstream, capacity: $t0_capacity}
   - {name: t1, path: $work/mnt/t1/kvstream, capacity: 7GiB}
 YAML
-  # The daemon (which does the reads) runs inside the capped cgroup, as do the benchmarks.
-  "$tierlab" run --dir "$work" -- "$build/daemon/kvstreamd" --config "$work/kvstreamd.yaml" 2> "$log" &
+  daemon_start "$log"
+}
+
+# daemon_start LOG [WRAPPER...]: kvstreamd on the tiers (run through WRAPPER when given, e.g. a
+# seccomp filter), inside the capped cgroup (it does the reads), as are the benchmarks.
+daemon_start() {
+  local log=$1; shift
+  "$tierlab" run --dir "$work" -- "$@" "$build/daemon/kvstreamd" --config "$work/kvstreamd.yaml" 2> "$log" &
   daemon=$!
   wait_socket "$sock" || { cat "$log"; die "kvstreamd did not start"; }
+}
+
+# daemon_stop: stops the daemon started last (the tiers stay up).
+daemon_stop() {
+  kill -TERM "$daemon" && wait "$daemon" || true
+  daemon=""
 }
 
 bench_down() {
