@@ -14,13 +14,6 @@ absl::Status ThreadQueue::Init(const Options& options) {
   if (options.depth == 0) return absl::InvalidArgumentError("an I/O queue needs a depth of at least 1");
   depth_ = options.depth;
   event_fd_ = options.event_fd;
-  threads_.reserve(depth_);
-  for (uint32_t i = 0; i < depth_; ++i) {
-    threads_.emplace_back([this] {
-      NameThisThread("kvs-io");
-      Work();
-    });
-  }
   return absl::OkStatus();
 }
 
@@ -48,9 +41,19 @@ void ThreadQueue::Cancel(IoRequest* request) { request->abandoned = true; }
 
 void ThreadQueue::Submit() {
   if (unsubmitted_.empty()) return;
-  absl::MutexLock lock(&mu_);
-  pending_.insert(pending_.end(), unsubmitted_.begin(), unsubmitted_.end());
+  {
+    absl::MutexLock lock(&mu_);
+    pending_.insert(pending_.end(), unsubmitted_.begin(), unsubmitted_.end());
+  }
   unsubmitted_.clear();
+  // A thread per request in flight, started when first needed: a queue whose depth is a ceiling
+  // (queue_depth auto) has only the threads its deepest moment used.
+  while (threads_.size() < in_flight_) {
+    threads_.emplace_back([this] {
+      NameThisThread("kvs-io");
+      Work();
+    });
+  }
 }
 
 void ThreadQueue::Reap(std::vector<IoCompletion>* out) {

@@ -1,11 +1,12 @@
 // ThreadQueue: the I/O engine for where io_uring is not there (a seccomp filter that denies
 // io_uring_setup, as Docker's and containerd's default profiles do; kernel.io_uring_disabled; old
-// kernels). `depth` threads do pread/pwrite/fdatasync on caller-owned IoRequests with UringQueue's
-// contract: Queue, Submit and Reap on one thread, short transfers, -EAGAIN and -EINTR continued
-// for the rest (AdvanceTransfer) and only whole results out of Reap, the event fd signalled on
-// completions, and a destructor that waits for every request in flight. What it cannot do: cancel
-// a system call already running (Cancel marks the request abandoned, so it is not continued, and
-// it completes when its call returns), and registered buffers.
+// kernels). Up to `depth` threads (one per request in flight, started as first needed) do
+// pread/pwrite/fdatasync on caller-owned IoRequests with UringQueue's contract: Queue, Submit and
+// Reap on one thread, short transfers, -EAGAIN and -EINTR continued for the rest
+// (AdvanceTransfer) and only whole results out of Reap, the event fd signalled on completions,
+// and a destructor that waits for every request in flight. What it cannot do: cancel a system
+// call already running (Cancel marks the request abandoned, so it is not continued, and it
+// completes when its call returns), and registered buffers.
 #pragma once
 
 #include <atomic>
@@ -33,17 +34,16 @@ class ThreadQueue final : public IoQueue {
   ~ThreadQueue() override;
 
   struct Options {
-    uint32_t depth = 1;  // requests in flight, one thread each
+    uint32_t depth = 1;  // requests in flight at most, one thread each
     int event_fd = -1;   // signalled on completions when >= 0
   };
-  // Starts `depth` threads.
   absl::Status Init(const Options& options);
 
   // Queues the request's remaining bytes. False when `depth` requests are in flight.
   bool Queue(IoRequest* request) override;
   // Marks the request abandoned: it is not continued after its current call, which finishes.
   void Cancel(IoRequest* request) override;
-  // Hands everything queued to the threads.
+  // Hands everything queued to the threads (starting threads up to the requests in flight).
   void Submit() override;
   // Appends the requests that finished; continues those that need more.
   void Reap(std::vector<IoCompletion>* out) override;
@@ -66,7 +66,7 @@ class ThreadQueue final : public IoQueue {
   std::vector<std::pair<IoRequest*, int>> done_ ABSL_GUARDED_BY(mu_);   // (request, result)
   uint32_t running_ ABSL_GUARDED_BY(mu_) = 0;                           // calls in progress
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<std::thread> threads_;
+  std::vector<std::thread> threads_;     // owner thread
 };
 
 }  // namespace kvstream
