@@ -206,7 +206,7 @@ DaemonConfig Parse(const YAML::Node& root) {
   for (size_t i = 0; i < tiers.size(); ++i) {
     const std::string key = "tiers[" + std::to_string(i) + "]";
     const YAML::Node t = tiers[i];
-    RequireMap(t, key, {"name", "path", "drives", "capacity", "queue_depth", "write_queue_depth", "allow_buffered", "shared",
+    RequireMap(t, key, {"name", "path", "drives", "capacity", "queue_depth", "queue_depth_max", "write_queue_depth", "allow_buffered", "shared",
                        "miss_ttl", "owner_uid", "owner_gid"});
     for (const char* required : {"name", "capacity"}) {
       if (!t[required]) throw ConfigError{Where(t, key) + " needs '" + required + "'"};
@@ -226,7 +226,16 @@ DaemonConfig Parse(const YAML::Node& root) {
       }
     }
     tc.capacity_bytes = Bytes(t["capacity"], key + ".capacity");
-    if (t["queue_depth"]) tc.queue_depth = Uint(t["queue_depth"], key + ".queue_depth");
+    if (const YAML::Node depth = t["queue_depth"]; depth && !(depth.IsScalar() && depth.Scalar() == "auto")) {
+      tc.queue_depth = Uint(depth, key + ".queue_depth");  // 0: auto too
+    }
+    if (const YAML::Node most = t["queue_depth_max"]) {
+      if (tc.queue_depth != 0) {
+        throw ConfigError{Where(most, key + ".queue_depth_max") + " applies to queue_depth auto only"};
+      }
+      tc.queue_depth_max = Uint(most, key + ".queue_depth_max");
+      if (tc.queue_depth_max == 0) throw ConfigError{Where(most, key + ".queue_depth_max") + " must be at least 1"};
+    }
     if (t["write_queue_depth"]) tc.write_queue_depth = Uint(t["write_queue_depth"], key + ".write_queue_depth");
     if (t["allow_buffered"]) tc.allow_buffered_fallback = Bool(t["allow_buffered"], key + ".allow_buffered");
     if (t["shared"]) tc.shared = Bool(t["shared"], key + ".shared");

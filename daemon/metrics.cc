@@ -123,6 +123,9 @@ std::string RenderMetrics(const StoreStats& s, const DaemonGauges& d, bool healt
           [](const TierStats& t) { return t.capacity_bytes; });
   PerTier(&out, s, "kvstream_tier_used_bytes", "gauge", "Bytes of chunk files per tier.",
           [](const TierStats& t) { return t.used_bytes; });
+  PerTier(&out, s, "kvstream_tier_queue_depth", "gauge",
+          "Reads in flight a tier takes now (queue_depth auto: the depth it found to pay).",
+          [](const TierStats& t) { return t.queue_depth; });
   PerTier(&out, s, "kvstream_tier_chunks", "gauge", "Replicas per tier.", [](const TierStats& t) { return t.chunks; });
   PerTier(&out, s, "kvstream_tier_reference_bandwidth_bytes_per_second", "gauge",
           "Moving average of the bandwidth each tier achieved in steps.",

@@ -24,6 +24,12 @@ uint32_t DefaultQueueDepth(uint32_t block_size) {
   return static_cast<uint32_t>(std::clamp<uint64_t>(depth, 2, 128));
 }
 
+uint32_t AutoMaxQueueDepth(uint32_t block_size) {
+  constexpr uint64_t kMostInFlightBytes = 32ull << 20;
+  const uint64_t depth = (kMostInFlightBytes + block_size - 1) / block_size;
+  return static_cast<uint32_t>(std::clamp<uint64_t>(depth, DefaultQueueDepth(block_size), 128));
+}
+
 namespace {
 
 bool ValidTierName(const std::string& name) {
@@ -117,8 +123,15 @@ absl::StatusOr<StoreConfig> ValidateConfig(StoreConfig c) {
     if (t.path.empty()) return absl::InvalidArgumentError(absl::StrCat("tier '", t.name, "' has no path"));
     if (!paths.insert(t.path).second) return absl::InvalidArgumentError(absl::StrCat("tier path ", t.path, " is used twice"));
     if (t.capacity_bytes == 0) return absl::InvalidArgumentError(absl::StrCat("tier '", t.name, "' needs a capacity > 0"));
-    if (t.queue_depth == 0) t.queue_depth = DefaultQueueDepth(c.block_size);
+    if (t.queue_depth == 0) {  // auto: from the default up to the ceiling (AutoMaxQueueDepth unless given)
+      if (t.queue_depth_max == 0) t.queue_depth_max = AutoMaxQueueDepth(c.block_size);
+      t.queue_depth = std::min(DefaultQueueDepth(c.block_size), t.queue_depth_max);
+    }
     if (t.queue_depth > 4096) return absl::InvalidArgumentError(absl::StrCat("tier '", t.name, "' queue_depth above 4096"));
+    if (t.queue_depth_max == 0) t.queue_depth_max = t.queue_depth;  // given: fixed
+    if (t.queue_depth_max < t.queue_depth || t.queue_depth_max > 4096) {
+      return absl::InvalidArgumentError(absl::StrCat("tier '", t.name, "' queue_depth_max must be queue_depth to 4096"));
+    }
     if (t.write_queue_depth == 0 || t.write_queue_depth > 256) {
       return absl::InvalidArgumentError(absl::StrCat("tier '", t.name, "' write_queue_depth must be 1-256"));
     }

@@ -80,7 +80,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(StoreConfig config,
     tier->group_name = config.tiers[t].group.empty() ? tier->name : config.tiers[t].group;
     if (t > 0) tier->group = tiers[t - 1]->group + (tier->group_name != tiers[t - 1]->group_name);
     tier->device = std::move(devices[t]);
-    tier->read_depth = config.tiers[t].queue_depth;
+    tier->read_depth = std::max(config.tiers[t].queue_depth, config.tiers[t].queue_depth_max);
+    tier->read_depth_now = config.tiers[t].queue_depth;
     tier->write_depth = config.tiers[t].write_queue_depth;
     tiers.push_back(std::move(tier));
   }

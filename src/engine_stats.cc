@@ -55,7 +55,7 @@ StoreStats Engine::Stats() const {
     ts.mem_alignment = p.mem_alignment;
     ts.offset_alignment = p.offset_alignment;
     ts.fixed_buffers = p.fixed_buffers;
-    ts.queue_depth = tier.read_depth;
+    ts.queue_depth = tier.read_depth_now.load(std::memory_order_relaxed);
     ts.capacity_bytes = index.capacity(static_cast<int>(t));
     ts.used_bytes = index.used(static_cast<int>(t));
     ts.chunks = index.replicas(static_cast<int>(t));

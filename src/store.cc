@@ -36,7 +36,7 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StoreConfig& raw) {
   for (const TierConfig& t : config->tiers) {
     FileDeviceOptions& options = tier_options.emplace_back();
     options.path = t.path;
-    options.read_depth = t.queue_depth;
+    options.read_depth = t.queue_depth_max;  // the ceiling (queue_depth auto grows up to it)
     options.write_depth = t.write_queue_depth + 1;  // + the fsync of a finished replica
     options.allow_buffered_fallback = t.allow_buffered_fallback;
     options.event_fd = (*reactor)->event_fd();

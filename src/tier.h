@@ -62,7 +62,9 @@ struct Tier {
   int group = 0;
   uint32_t group_mask = 0;
   std::unique_ptr<TierDevice> device;
-  uint32_t read_depth = 0;
+  uint32_t read_depth = 0;  // the most reads in flight (read slots)
+  // The reads in flight the tier takes now (StepReader's DepthTuner; stats read it).
+  std::atomic<uint32_t> read_depth_now{0};
   uint32_t write_depth = 0;
   TierCounters counters;
   LogLimiter write_log;  // failed writes (loop thread)

@@ -37,6 +37,8 @@ absl::Status StepReader::Init() {
     TierReads& ts = slots_[t];
     tier_names_.push_back(tier.name);
     ts.slots = std::vector<ReadSlot>(tier.read_depth);
+    ts.depth = DepthTuner(tier.read_depth_now, tier.read_depth);
+    ts.settled_depth = tier.read_depth_now;
     for (uint32_t i = tier.read_depth; i > 0; --i) ts.free.push_back(i - 1);
     ts.bounce_pool = AllocateAligned(block * tier.read_depth);
     if (!ts.bounce_pool) return absl::ResourceExhaustedError("cannot allocate bounce buffers");
@@ -110,23 +112,47 @@ void StepReader::Place(std::unique_ptr<ReadStep> owned, const Policies& policies
 }
 
 int64_t StepReader::Schedule(int t) {
-  if (slots_[t].late > 0 || !tiers_[t]->readable) return kNoDeadline;  // stalled or out of reach
+  TierReads& ts = slots_[t];
+  if (ts.late > 0 || !tiers_[t]->readable) {  // stalled or out of reach
+    ts.depth.SetBacklogged(false, reactor_->NowNs());
+    return kNoDeadline;
+  }
   BlockRef ref;
-  while (!slots_[t].free.empty() && pool_->Claim(t, &ref)) {
+  while (HasRoom(t) && pool_->Claim(t, &ref)) {
     if (LeavesToOthers(t, ref)) {
       if (!pool_->Unclaim(ref, t)) ++tiers_[t]->counters.tail_blocks_left;
       // The others finish the step sooner: nothing to take over either. (Its next claim would
       // find this block first again, so `t` claims nothing more until a read lands.)
+      ts.depth.SetBacklogged(false, reactor_->NowNs());
       return kNoDeadline;
     }
     Issue(t, ref);
   }
-  if (slots_[t].free.empty()) return kNoDeadline;
+  // Out of room with blocks still unclaimed: what it reads now is what its depth allows.
+  const bool room = HasRoom(t);
+  ts.depth.SetBacklogged(!room && pool_->unclaimed() > 0, reactor_->NowNs());
+  if (!room) return kNoDeadline;
   int64_t recheck = kNoDeadline;
-  while (!slots_[t].free.empty() && HedgeTail(t, &recheck)) {
-    while (!slots_[t].free.empty() && pool_->Claim(t, &ref)) Issue(t, ref);
+  while (HasRoom(t) && HedgeTail(t, &recheck)) {
+    while (HasRoom(t) && pool_->Claim(t, &ref)) Issue(t, ref);
   }
   return recheck;
+}
+
+void StepReader::TuneDepth(int t, uint32_t bytes, int64_t now) {
+  Tier& tier = *tiers_[t];
+  DepthTuner& depth = slots_[t].depth;
+  std::string why;
+  if (!depth.Landed(bytes, now, &why)) return;
+  tier.read_depth_now.store(depth.depth(), std::memory_order_relaxed);
+  // A depth settled at another value than before is news; trials and re-probes are not.
+  uint32_t& settled = slots_[t].settled_depth;
+  if (!depth.trying() && depth.depth() != settled) {
+    spdlog::info("tier {}: read queue depth {} (was {})", tier.name, why, settled);
+    settled = depth.depth();
+  } else {
+    spdlog::debug("tier {}: read queue depth {}", tier.name, why);
+  }
 }
 
 bool StepReader::reads_pending() const {
@@ -197,6 +223,7 @@ void StepReader::Complete(int t, const IoCompletion& c) {
   const uint32_t index = static_cast<uint32_t>(&slot - slots_[t].slots.data());
   const int64_t now = reactor_->NowNs();
   ReadLanded(t, &slot, now);
+  if (c.status == IoStatus::kOk) TuneDepth(t, slot.length, now);
   const BlockRef ref = slot.ref;
   auto* step = static_cast<ReadStep*>(ref.step);
   const StepBlock& blk = step->blocks[ref.block];

@@ -37,6 +37,7 @@
 #include "kvstream/store.h"
 #include "memory/memory_regions.h"
 #include "read/block_verifier.h"
+#include "read/depth_tuner.h"
 #include "read/step_pool.h"
 #include "read/step_record.h"
 #include "tier.h"
@@ -143,8 +144,10 @@ class StepReader {
     int64_t issued_ns = 0;
   };
   struct TierReads {
-    std::vector<ReadSlot> slots;
+    std::vector<ReadSlot> slots;  // the tier's most reads in flight
     std::vector<uint32_t> free;
+    DepthTuner depth{1, 1};       // how many of the slots it takes now
+    uint32_t settled_depth = 0;   // the depth last logged as settled
     AlignedBuffer bounce_pool;  // read_depth x block_size
     double read_ns = 0;         // moving average of a read's time from issue to completion
     uint32_t late = 0;          // late reads in flight: the tier is stalled while > 0
@@ -157,7 +160,14 @@ class StepReader {
   static constexpr uint32_t kNoSlot = UINT32_MAX;
 
   void Issue(int tier, BlockRef ref);
+  // A read of `bytes` landed on `tier`: its depth measured, perhaps changed (and logged).
+  void TuneDepth(int tier, uint32_t bytes, int64_t now);
   void FreeSlot(int tier, uint32_t slot) { slots_[tier].free.push_back(slot); }
+  // Whether `tier` may take another read now (its depth not reached).
+  bool HasRoom(int tier) const {
+    const TierReads& tr = slots_[tier];
+    return tr.slots.size() - tr.free.size() < tr.depth.depth();
+  }
   // A block's verification finished: accepted, failed over, or ignored (abandoned meanwhile).
   void Verified(const VerifyJob& job);
   // The block arrived intact: counted, and its chunk delivered once complete.

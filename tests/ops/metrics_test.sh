@@ -62,7 +62,7 @@ required = """kvstream_build_info kvstream_up kvstream_tier_read_bytes_total kvs
 kvstream_tier_written_bytes_total kvstream_tier_replicas_written_total kvstream_tier_io_seconds
 kvstream_tier_errors_total kvstream_tier_errors_by_kind_total kvstream_tier_checksum_failures_total
 kvstream_tier_dropped_replicas_total kvstream_tier_evictions_total kvstream_tier_capacity_bytes
-kvstream_tier_used_bytes kvstream_tier_direct_io kvstream_tier_stalled kvstream_tier_usable kvstream_steps_total
+kvstream_tier_used_bytes kvstream_tier_queue_depth kvstream_tier_info kvstream_tier_direct_io kvstream_tier_stalled kvstream_tier_usable kvstream_steps_total
 kvstream_step_seconds kvstream_step_bound_seconds kvstream_step_gap_ratio kvstream_retrieved_chunks_total
 kvstream_persists_total kvstream_staged_bytes kvstream_write_stall_seconds_total kvstream_sessions
 kvstream_arena_bytes kvstream_staging_kept_bytes""".split()
@@ -86,6 +86,7 @@ for t in tiers:
     check(f'kvstream_tier_read_bytes_total{{tier="{tier}"}}', t["bytes_read"])
     check(f'kvstream_tier_written_bytes_total{{tier="{tier}"}}', t["bytes_written"])
     check(f'kvstream_tier_used_bytes{{tier="{tier}"}}', t["used_bytes"])
+    check(f'kvstream_tier_queue_depth{{tier="{tier}"}}', t["queue_depth"])
 assert samples['kvstream_tier_read_bytes_total{tier="t0"}'] > 0 and samples['kvstream_tier_read_bytes_total{tier="t1"}'] > 0
 print(f"metrics: {len(families)} families; counters equal to kvstreamctl's")
 PY

@@ -40,7 +40,8 @@ TEST_CASE("the documented default config parses into the documented values") {
   CHECK(c->store.tiers[0].name == "nvme");
   CHECK(c->store.tiers[0].path == "/var/lib/kvstream/nvme");  // the package's state directory: works after install
   CHECK(c->store.tiers[0].capacity_bytes == 32ull << 30);
-  CHECK(c->store.tiers[0].queue_depth == DefaultQueueDepth(1 << 20));
+  CHECK(c->store.tiers[0].queue_depth == DefaultQueueDepth(1 << 20));  // auto
+  CHECK(c->store.tiers[0].queue_depth_max == AutoMaxQueueDepth(1 << 20));
   CHECK(c->store.tiers[1].path == "/var/lib/kvstream/pfs");
   CHECK(c->store.tiers[1].capacity_bytes == 64ull << 30);
   CHECK(c->store.read_deadline_floor_seconds == Approx(0.5));
@@ -70,12 +71,30 @@ TEST_CASE("the GPU node example of the default config parses: one tier over four
   for (int d = 0; d < 4; ++d) {
     CHECK(c->store.tiers[d].name == "nvme." + std::to_string(d));
     CHECK(c->store.tiers[d].path == "/mnt/nvme" + std::to_string(d) + "/kvstream");
-    CHECK(c->store.tiers[d].queue_depth == 8);
+    CHECK(c->store.tiers[d].queue_depth_max == AutoMaxQueueDepth(1 << 20));  // auto, each drive its own
     nvme += c->store.tiers[d].capacity_bytes;
   }
   CHECK(nvme == 12ull << 40);
   CHECK(c->store.tiers[4].name == "pfs");
   CHECK(c->store.tiers[4].shared);
+  CHECK(c->store.tiers[4].queue_depth_max == 64);
+}
+
+TEST_CASE("queue_depth: a number, or auto with an optional ceiling") {
+  auto c = ParseDaemonConfig("tiers:\n  - {name: a, path: /a, capacity: 1GiB, queue_depth: 6}\n"
+                             "  - {name: b, path: /b, capacity: 1GiB, queue_depth: auto, queue_depth_max: 12}\n"
+                             "  - {name: c, path: /c, capacity: 1GiB, queue_depth: 0}\n",
+                             "test.yaml");
+  REQUIRE(c.ok());
+  CHECK(c->store.tiers[0].queue_depth == 6);
+  CHECK(c->store.tiers[0].queue_depth_max == 6);
+  CHECK(c->store.tiers[1].queue_depth == DefaultQueueDepth(1 << 20));
+  CHECK(c->store.tiers[1].queue_depth_max == 12);
+  CHECK(c->store.tiers[2].queue_depth_max == AutoMaxQueueDepth(1 << 20));
+  CHECK(ErrorOf("tiers:\n  - {name: a, path: /a, capacity: 1GiB, queue_depth: 4, queue_depth_max: 8}\n")
+            .find("auto only") != std::string::npos);
+  CHECK(ErrorOf("tiers:\n  - {name: a, path: /a, capacity: 1GiB, queue_depth: many}\n").find("queue_depth") !=
+        std::string::npos);
 }
 
 TEST_CASE("a tier takes a path or drives, not both nor neither") {
