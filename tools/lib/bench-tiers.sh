@@ -26,7 +26,7 @@ bench_up() {
   cat > "$work/kvstreamd.yaml" <<YAML
 socket: {path: $sock, mode: "0600"}
 sessions: {max_arena: 4GiB}
-logging: {level: warn}
+logging: {level: ${BENCH_LOG_LEVEL:-warn}}
 $key_line
 tiers:
   - {name: t0, path: $work/mnt/t0/kvstream, capacity: $t0_capacity}
