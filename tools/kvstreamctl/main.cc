@@ -90,7 +90,7 @@ int Main(int argc, char** argv) {
   auto* evict = app.add_subcommand("evict", "evict by key, by bytes (LRU) or all, from one tier or every tier");
   EvictRequest ev;
   evict->add_option("--key", ev.key, "this key");
-  evict->add_option("--tier", ev.tier, "only this tier");
+  evict->add_option("--tier", ev.tier, "only this tier (a tier over several drives: all its drives; one drive by its name, e.g. nvme.2)");
   std::string bytes_text;
   evict->add_option("--bytes", bytes_text, "least recently used chunks until this many bytes per tier (e.g. 10GiB)");
   evict->add_flag("--all", ev.all, "everything");
