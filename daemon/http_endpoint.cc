@@ -336,8 +336,9 @@ void HttpEndpoint::Stop() { server_.Stop(); }
 HttpReply HttpEndpoint::Handle(std::string_view path) const {
   if (path == "/metrics") {
     const HealthReport health = ComputeHealth(*store_, version_);
-    const DaemonGauges gauges{static_cast<uint32_t>(sessions_->count()), sessions_->arena_bytes(),
-                              sessions_->arena_budget()};
+    DaemonGauges gauges{static_cast<uint32_t>(sessions_->count()), sessions_->arena_bytes(),
+                        sessions_->arena_budget()};
+    ReadProcessGauges(&gauges);
     return HttpReply{200, "text/plain; version=0.0.4; charset=utf-8",
                      RenderMetrics(store_->Stats(), gauges, HealthOk(health), version_)};
   }

@@ -1,6 +1,12 @@
 #include "metrics.h"
 
+#include <dirent.h>
+#include <unistd.h>
+
+#include <fstream>
 #include <iterator>
+#include <limits>
+#include <sstream>
 #include <string_view>
 #include <vector>
 
@@ -82,11 +88,48 @@ void TierCounterFamilies(std::string* out, const StoreStats& s) {
 
 }  // namespace
 
+void ReadProcessGauges(DaemonGauges* g) {
+  uint64_t size = 0, resident = 0;
+  if (std::ifstream statm("/proc/self/statm"); statm >> size >> resident) {
+    g->resident_bytes = resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  }
+  // Field 22 of /proc/self/stat, after the command in parentheses (which may hold spaces).
+  std::string stat;
+  std::getline(std::ifstream("/proc/self/stat"), stat);
+  uint64_t boot = 0;
+  for (std::ifstream in("/proc/stat"); in;) {
+    std::string word;
+    in >> word;
+    if (word == "btime") {
+      in >> boot;
+      break;
+    }
+    in.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+  }
+  if (const size_t close = stat.rfind(')'); close != std::string::npos && boot > 0) {
+    std::istringstream fields(stat.substr(close + 2));  // field 3 onwards
+    std::string field;
+    for (int i = 3; i < 22 && fields >> field; ++i) {
+    }
+    uint64_t ticks = 0;
+    if (fields >> ticks) g->start_time_seconds = static_cast<double>(boot) + static_cast<double>(ticks) / sysconf(_SC_CLK_TCK);
+  }
+  if (DIR* dir = opendir("/proc/self/fd")) {
+    uint64_t n = 0;
+    while (const dirent* e = readdir(dir)) n += e->d_name[0] != '.';
+    closedir(dir);
+    g->open_fds = n > 0 ? n - 1 : 0;  // less the directory's own descriptor
+  }
+}
+
 std::string RenderMetrics(const StoreStats& s, const DaemonGauges& d, bool healthy, const std::string& version) {
   std::string out;
   Family(&out, "kvstream_build_info", "gauge", "The running kvstreamd's version.")
       .Sample(absl::StrCat("version=\"", version, "\""), 1);
-  Family(&out, "kvstream_up", "gauge", "1 when health is OK (tiers usable, none stalled, the I/O loop turning).")
+  // Not `kvstream_up`: Prometheus's own `up` says whether the scrape worked; this says whether the
+  // daemon is healthy, as /health does.
+  Family(&out, "kvstream_healthy", "gauge",
+         "1 when health is OK (tiers usable, none stalled, the I/O loop turning), as /health says.")
       .Sample("", healthy ? 1 : 0);
 
   {
@@ -163,6 +206,17 @@ std::string RenderMetrics(const StoreStats& s, const DaemonGauges& d, bool healt
   Family(&out, "kvstream_loop_lag_seconds", "gauge", "Since the I/O loop last went round.").Sample("", s.loop_lag_seconds);
   Family(&out, "process_cpu_seconds_total", "counter", "User and system CPU time of kvstreamd.")
       .Sample("", s.process_cpu_seconds);
+  if (d.resident_bytes > 0) {
+    Family(&out, "process_resident_memory_bytes", "gauge", "Resident memory of kvstreamd (arenas mapped by both sides included).")
+        .Sample("", static_cast<double>(d.resident_bytes));
+  }
+  if (d.start_time_seconds > 0) {
+    Family(&out, "process_start_time_seconds", "gauge", "When kvstreamd started, in seconds since the Unix epoch.")
+        .Sample("", d.start_time_seconds);
+  }
+  if (d.open_fds > 0) {
+    Family(&out, "process_open_fds", "gauge", "File descriptors kvstreamd has open.").Sample("", static_cast<double>(d.open_fds));
+  }
   Family(&out, "kvstream_index_reconciling", "gauge",
          "1 while a saved index is checked against the tiers' files after a start.")
       .Sample("", s.reconciling ? 1.0 : 0.0);

@@ -3,6 +3,7 @@
 #  - every metric family the dashboard and operators rely on is exposed, and the counters equal
 #    what `kvstreamctl stats` / `tiers` report;
 #  - every PromQL expression of deploy/grafana/kvstream.json returns data through Prometheus's API;
+#  - Prometheus loads deploy/kvstream-alerts.yml: no alert before the fault, KVStreamTierUnusable after;
 #  - a tier made unusable (its directory moved away) turns /health and `kvstreamctl health` non-OK
 #    within a few seconds while the other tier keeps serving.
 # Usage: metrics_test.sh KVSTREAMD KVSTREAMCTL KVBENCH   (exit 77: skipped without prometheus)
@@ -34,7 +35,8 @@ tiers:
 YAML
 "$daemon" --config "$work/kvstreamd.yaml" 2> "$work/kvstreamd.log" & pids+=($!)
 wait_socket "$sock" || true  # if not, the first request below fails and says so
-sed "s/127.0.0.1:9464/127.0.0.1:$mport/; s/scrape_interval: 5s/scrape_interval: 1s/" "$root/deploy/prometheus.yml" > "$work/prometheus.yml"
+sed "s/127.0.0.1:9464/127.0.0.1:$mport/; s/_interval: 5s/_interval: 1s/" "$root/deploy/prometheus.yml" > "$work/prometheus.yml"
+cp "$root/deploy/kvstream-alerts.yml" "$work/"
 prometheus --config.file="$work/prometheus.yml" --storage.tsdb.path="$work/tsdb" \
   --web.listen-address="127.0.0.1:$pport" --log.level=warn 2> "$work/prometheus.log" & pids+=($!)
 for _ in $(seq 100); do curl -sf "127.0.0.1:$pport/-/ready" > /dev/null && break; sleep 0.2; done
@@ -58,7 +60,7 @@ for line in text.splitlines():
         name, value = line.rsplit(" ", 1)
         samples[name] = float(value)
 families = {l.split()[2] for l in text.splitlines() if l.startswith("# TYPE")}
-required = """kvstream_build_info kvstream_up kvstream_tier_read_bytes_total kvstream_tier_read_blocks_total
+required = """kvstream_build_info kvstream_healthy process_resident_memory_bytes process_start_time_seconds process_open_fds kvstream_tier_read_bytes_total kvstream_tier_read_blocks_total
 kvstream_tier_written_bytes_total kvstream_tier_replicas_written_total kvstream_tier_io_seconds
 kvstream_tier_errors_total kvstream_tier_errors_by_kind_total kvstream_tier_checksum_failures_total
 kvstream_tier_dropped_replicas_total kvstream_tier_evictions_total kvstream_tier_capacity_bytes
@@ -74,6 +76,9 @@ def check(metric, want):
     got = samples.get(metric)
     assert got == want, f"{metric} = {got}, kvstreamctl says {want}"
 check("kvstream_steps_total", stats["steps"])
+import time
+assert time.time() - 600 < samples["process_start_time_seconds"] <= time.time(), samples["process_start_time_seconds"]
+assert samples["process_resident_memory_bytes"] > 4 << 20 and samples["process_open_fds"] > 3, samples
 check("kvstream_staging_kept_bytes", stats["staging_kept_bytes"])
 # kvbench --warm-up: every run (one "kvbench: LABEL SECONDS s" line each) reads its 6 steps twice,
 # once untimed, each step one retrieve per rank (2).
@@ -93,7 +98,12 @@ PY
 python3 - "$root/deploy/grafana/kvstream.json" "$pport" <<'PY' || fail "a dashboard query returned no data"
 import json, sys, urllib.parse, urllib.request
 dashboard, port = sys.argv[1], sys.argv[2]
-exprs = [t["expr"] for p in json.load(open(dashboard))["panels"] for t in p["targets"]]
+board = json.load(open(dashboard))
+assert [v["name"] for v in board["templating"]["list"]] == ["instance"], "the dashboard's node variable"
+# Every query is filtered by the node variable; here it is "All".
+exprs = [t["expr"] for p in board["panels"] for t in p["targets"]]
+assert all('instance=~"$instance"' in e for e in exprs), [e for e in exprs if "$instance" not in e]
+exprs = [e.replace("$instance", ".*") for e in exprs]
 empty = []
 for e in exprs:
     url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": e})
@@ -106,6 +116,14 @@ PY
 
 code=$(curl -s -o /dev/null -w '%{http_code}' "127.0.0.1:$mport/health")
 [ "$code" = 200 ] || fail "/health is $code before the fault"
+alerts() {  # the alerts pending or firing in Prometheus, one "NAME TIER STATE" per line
+  curl -sf "127.0.0.1:$pport/api/v1/alerts" | python3 -c '
+import json, sys
+for a in json.load(sys.stdin)["data"]["alerts"]:
+    print(a["labels"]["alertname"], a["labels"].get("tier", "-"), a["state"])'
+}
+curl -sf "127.0.0.1:$pport/api/v1/rules" | grep -q KVStreamTierUnusable || fail "prometheus did not load deploy/kvstream-alerts.yml"
+[ -z "$(alerts)" ] || fail "alerts before the fault: $(alerts)"
 "$ctl" --socket "$sock" health > /dev/null || fail "kvstreamctl health not OK before the fault"
 head -c 500000 /dev/urandom > "$work/x.bin"
 "$ctl" --socket "$sock" put x "$work/x.bin" > /dev/null
@@ -123,4 +141,7 @@ grep -q "tier t1" "$work/ctl-health.txt" || fail "kvstreamctl health does not na
 # Into a file first: `curl | grep -q` under pipefail fails when grep exits at the match (SIGPIPE).
 curl -s -o "$work/metrics-after.txt" "127.0.0.1:$mport/metrics"
 grep -q '^kvstream_tier_usable{tier="t1"} 0' "$work/metrics-after.txt" || fail "kvstream_tier_usable{t1} not 0"
+for _ in $(seq 50); do alerts | grep -q "^KVStreamTierUnusable t1 " && break; sleep 0.2; done
+alerts | grep -q "^KVStreamTierUnusable t1 " || fail "no KVStreamTierUnusable alert for t1: $(alerts)"
+echo "alerts: KVStreamTierUnusable for t1 $(alerts | awk '$1 == "KVStreamTierUnusable" {print $3}') in Prometheus"
 echo "health: t1 unusable reported by /health (503) and kvstreamctl health; t0 serves"

@@ -97,7 +97,7 @@ http_get() {
 }
 http_get /metrics > "$work/metrics" || fail "no /metrics under RestrictAddressFamilies=${families[*]}"
 head -1 "$work/metrics" | grep -q "^HTTP/1.1 200 " || fail "/metrics: $(head -1 "$work/metrics")"
-grep -q '^kvstream_up 1$' "$work/metrics" || fail "/metrics lacks kvstream_up 1: $(head -5 "$work/metrics")"
+grep -q '^kvstream_healthy 1$' "$work/metrics" || fail "/metrics lacks kvstream_healthy 1: $(head -5 "$work/metrics")"
 [ "$(http_get /health | tail -1)" = OK ] || fail "/health is not OK"
 # The stand-in bites: where the unit does not allow AF_INET, a connection fails.
 if "$restrict_families" AF_UNIX -- bash -c "exec 3<> /dev/tcp/127.0.0.1/$mport" 2> /dev/null; then
