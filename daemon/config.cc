@@ -4,13 +4,18 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <string_view>
+#include <vector>
 
 #include <yaml-cpp/yaml.h>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
 
 namespace kvstream {
 namespace {
@@ -23,6 +28,54 @@ struct ConfigError {
 std::string Where(const YAML::Node& node, const std::string& key) {
   const YAML::Mark mark = node.Mark();
   return mark.is_null() ? "'" + key + "'" : "'" + key + "' (line " + std::to_string(mark.line + 1) + ")";
+}
+
+// One scalar with ${NAME} and ${NAME:-default} replaced from the environment; $${ is a literal ${.
+std::string Substitute(const std::string& text, const YAML::Node& node) {
+  std::string out;
+  for (size_t i = 0; i < text.size();) {
+    if (text.compare(i, 3, "$${") == 0) {
+      out += "${";
+      i += 3;
+      continue;
+    }
+    if (text.compare(i, 2, "${") != 0) {
+      out += text[i++];
+      continue;
+    }
+    const size_t close = text.find('}', i + 2);
+    if (close == std::string::npos) throw ConfigError{Where(node, text) + ": '${' without its '}'"};
+    const std::string inner = text.substr(i + 2, close - i - 2);
+    const size_t dash = inner.find(":-");
+    const std::string name = inner.substr(0, dash);
+    const bool valid = !name.empty() && !std::isdigit(static_cast<unsigned char>(name[0])) &&
+                       std::all_of(name.begin(), name.end(), [](char c) {
+                         return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+                       });
+    if (!valid) throw ConfigError{Where(node, text) + ": '${" + inner + "}' is not ${NAME} or ${NAME:-default}"};
+    if (const char* value = std::getenv(name.c_str()); value != nullptr && *value != '\0') {
+      out += value;
+    } else if (dash != std::string::npos) {
+      out += inner.substr(dash + 2);
+    } else {
+      throw ConfigError{Where(node, text) + ": the environment variable " + name + " is not set (${" + name +
+                        ":-default} gives a default)"};
+    }
+    i = close + 1;
+  }
+  return out;
+}
+
+// ${VAR} substitution in every scalar value of the document (not in keys or comments), so one
+// config serves many nodes or pods: `node: ${NODE_NAME}` from Kubernetes' downward API.
+void SubstituteEnvironment(YAML::Node node) {
+  if (node.IsScalar()) {
+    if (node.Scalar().find('$') != std::string::npos) node = Substitute(node.Scalar(), node);
+  } else if (node.IsSequence()) {
+    for (YAML::Node child : node) SubstituteEnvironment(child);
+  } else if (node.IsMap()) {
+    for (auto kv : node) SubstituteEnvironment(kv.second);
+  }
 }
 
 void RequireMap(const YAML::Node& node, const std::string& key, const std::set<std::string>& allowed) {
@@ -139,7 +192,9 @@ DaemonConfig Parse(const YAML::Node& root) {
     if (c.max_sessions == 0) throw ConfigError{Where(s["max_sessions"], "sessions.max_sessions") + " must be at least 1"};
     if (s["max_arena"]) c.max_arena_bytes = Bytes(s["max_arena"], "sessions.max_arena");
     if (c.max_arena_bytes < 4096) throw ConfigError{Where(s["max_arena"], "sessions.max_arena") + " must be at least 4KiB"};
-    if (s["arena_budget"]) c.arena_budget_bytes = Bytes(s["arena_budget"], "sessions.arena_budget");
+    if (s["arena_budget"] && !(s["arena_budget"].IsScalar() && s["arena_budget"].Scalar() == "auto")) {
+      c.arena_budget_bytes = Bytes(s["arena_budget"], "sessions.arena_budget");
+    }
     if (c.arena_budget_bytes < 4096) {
       throw ConfigError{Where(s["arena_budget"], "sessions.arena_budget") + " must be at least 4KiB"};
     }
@@ -252,21 +307,53 @@ DaemonConfig Parse(const YAML::Node& root) {
 
 }  // namespace
 
-uint64_t DefaultStagingLimit() {
-  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  const uint64_t memory = pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
-  return std::clamp<uint64_t>(memory / 32, 256ull << 20, 16ull << 30);
+uint64_t MemoryLimitUnder(const std::string& root, uint64_t physical) {
+  uint64_t limit = physical;
+  const auto lower_to = [&limit](const std::string& file) {
+    std::ifstream in(file);
+    std::string word;
+    uint64_t bytes = 0;
+    // "max" (v2) or a page-rounded huge number (v1) when there is no limit.
+    if (in >> word && absl::SimpleAtoi(word, &bytes) && bytes > 0) limit = std::min(limit, bytes);
+  };
+  std::ifstream cgroups(root + "/proc/self/cgroup");
+  for (std::string line; std::getline(cgroups, line);) {
+    // "ID:CONTROLLERS:PATH": v2 is "0::PATH"; v1 lists its controllers ("4:memory:PATH").
+    const std::vector<std::string> parts = absl::StrSplit(line, absl::MaxSplits(':', 2));
+    if (parts.size() != 3 || parts[2].empty() || parts[2][0] != '/') continue;
+    std::string dir, file;
+    if (parts[0] == "0" && parts[1].empty()) {
+      dir = root + "/sys/fs/cgroup", file = "memory.max";
+    } else if (absl::StrContains(parts[1], "memory")) {
+      dir = root + "/sys/fs/cgroup/memory", file = "memory.limit_in_bytes";
+    } else {
+      continue;
+    }
+    // The cgroup's limit and every ancestor's (a pod's limit above its container's).
+    for (std::string path = parts[2];; path = path.substr(0, path.rfind('/'))) {
+      lower_to(dir + (path == "/" ? "" : path) + "/" + file);
+      if (path.empty() || path == "/") break;
+    }
+  }
+  return limit;
 }
 
-uint64_t DefaultArenaBudget() {
+uint64_t MemoryLimit() {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) / 4 : 4ull << 30;
+  const uint64_t physical = pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
+  return MemoryLimitUnder("", physical > 0 ? physical : 16ull << 30);
 }
+
+uint64_t DefaultStagingLimit() { return std::clamp<uint64_t>(MemoryLimit() / 32, 256ull << 20, 16ull << 30); }
+
+uint64_t DefaultArenaBudget() { return MemoryLimit() / 4; }
 
 absl::StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& yaml, const std::string& origin) {
   DaemonConfig config;
   try {
-    config = Parse(YAML::Load(yaml));
+    YAML::Node root = YAML::Load(yaml);
+    SubstituteEnvironment(root);
+    config = Parse(root);
   } catch (const ConfigError& e) {
     return absl::InvalidArgumentError(origin + ": " + e.message);
   } catch (const YAML::Exception& e) {

@@ -188,6 +188,8 @@ int Main(int argc, char** argv) {
   spdlog::info("kvstreamd {} serving on {} with {} tiers; isolation {}{}", KVSTREAM_VERSION, socket_path,
                config->store.tiers.size(), access.isolate_uids ? "uid" : "none",
                access.admin_gid ? ", admin group " + std::to_string(*access.admin_gid) : std::string());
+  spdlog::info("memory limit {} MiB; arena budget {} MiB, staging limit {} MiB", MemoryLimit() >> 20,
+               config->arena_budget_bytes >> 20, config->store.staging_limit_bytes >> 20);
   HttpEndpoint http(store->get(), &sessions, KVSTREAM_VERSION);
   if (!config->metrics_listen.empty()) {
     if (absl::Status s = http.Start(config->metrics_listen); !s.ok()) {

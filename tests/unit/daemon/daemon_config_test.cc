@@ -2,6 +2,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -217,6 +218,73 @@ tiers:
   auto refused = ValidateConfig(bad);
   REQUIRE_FALSE(refused.ok());
   CHECK(std::string(refused.status().message()).find("node name") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvstream
+
+namespace kvstream {
+namespace {
+
+TEST_CASE("${NAME} and ${NAME:-default} in values come from the environment") {
+  setenv("KVS_TEST_NODE", "gpu-node-7", 1);
+  unsetenv("KVS_TEST_UNSET");
+  auto c = ParseDaemonConfig(
+      "# ${KVS_TEST_UNSET} in a comment is left alone\n"
+      "node: ${KVS_TEST_NODE}\n"
+      "socket: {path: \"/run/$${literal}/s.sock\"}\n"
+      "tiers:\n  - name: a\n    path: /data/${KVS_TEST_NODE}/a\n"
+      "    capacity: ${KVS_TEST_UNSET:-3GiB}\n"  // in a {flow: map}, quoted: "${...}"
+      "  - {name: b, path: \"/data/${KVS_TEST_NODE}/b\", capacity: 1GiB}\n",
+      "test.yaml");
+  INFO(c.status().ToString());
+  REQUIRE(c.ok());
+  CHECK(c->store.node == "gpu-node-7");
+  CHECK(c->socket_path == "/run/${literal}/s.sock");
+  CHECK(c->store.tiers[0].path == "/data/gpu-node-7/a");
+  CHECK(c->store.tiers[0].capacity_bytes == 3ull << 30);
+  CHECK(c->store.tiers[1].path == "/data/gpu-node-7/b");
+  const std::string unset = ErrorOf("node: ${KVS_TEST_UNSET}\n" + std::string(kMinimal));
+  CHECK(unset.find("KVS_TEST_UNSET is not set") != std::string::npos);
+  CHECK(unset.find("line 1") != std::string::npos);
+  CHECK(ErrorOf("node: ${KVS_TEST_NODE\n" + std::string(kMinimal)).find("without its '}'") != std::string::npos);
+  CHECK(ErrorOf("node: ${9x}\n" + std::string(kMinimal)).find("is not ${NAME}") != std::string::npos);
+  unsetenv("KVS_TEST_NODE");
+}
+
+TEST_CASE("arena_budget auto is a quarter of the memory limit, the cgroup's where it is lower") {
+  auto c = ParseDaemonConfig("sessions: {arena_budget: auto}\n" + std::string(kMinimal), "test.yaml");
+  REQUIRE(c.ok());
+  CHECK(c->arena_budget_bytes == DefaultArenaBudget());
+  CHECK(DefaultArenaBudget() == MemoryLimit() / 4);
+
+  char dir[] = "/tmp/kvs-cgroup-XXXXXX";
+  REQUIRE(mkdtemp(dir) != nullptr);
+  const std::string root = dir;
+  const auto write = [&](const std::string& path, const std::string& text) {
+    std::filesystem::create_directories(std::filesystem::path(root + path).parent_path());
+    std::ofstream(root + path) << text;
+  };
+  constexpr uint64_t kRam = 64ull << 30;
+  CHECK(MemoryLimitUnder(root, kRam) == kRam);  // no /proc/self/cgroup
+  // cgroup v2, a pod's limit above its container's "max".
+  write("/proc/self/cgroup", "0::/kubepods/pod1/ctr\n");
+  write("/sys/fs/cgroup/kubepods/pod1/ctr/memory.max", "max\n");
+  write("/sys/fs/cgroup/kubepods/pod1/memory.max", "2147483648\n");
+  CHECK(MemoryLimitUnder(root, kRam) == 2ull << 30);
+  write("/sys/fs/cgroup/kubepods/pod1/ctr/memory.max", "1073741824\n");
+  CHECK(MemoryLimitUnder(root, kRam) == 1ull << 30);
+  // In a cgroup namespace the container's cgroup is "/".
+  write("/proc/self/cgroup", "0::/\n");
+  write("/sys/fs/cgroup/memory.max", "3221225472\n");
+  CHECK(MemoryLimitUnder(root, kRam) == 3ull << 30);
+  // cgroup v1: unlimited is a huge number; a limit lowers it.
+  write("/proc/self/cgroup", "12:cpu,cpuacct:/docker/abc\n5:memory:/docker/abc\n");
+  write("/sys/fs/cgroup/memory/docker/abc/memory.limit_in_bytes", "9223372036854771712\n");
+  CHECK(MemoryLimitUnder(root, kRam) == kRam);
+  write("/sys/fs/cgroup/memory/docker/memory.limit_in_bytes", "4294967296\n");
+  CHECK(MemoryLimitUnder(root, kRam) == 4ull << 30);
+  std::filesystem::remove_all(root);
 }
 
 }  // namespace
