@@ -117,8 +117,10 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Attach(const std::string& socket
   }
   impl->session_id = event.attached().session_id();
   impl->token = event.attached().token();
-  impl->data_socket = event.attached().data_socket();
-  auto fd = FetchArena(event.attached().data_socket(), event.attached().token());
+  // Next to the control socket as this process reaches it: the daemon's own path for it
+  // (attached.data_socket) may lie in another mount namespace (a daemon in a container).
+  impl->data_socket = socket_path + ".data";
+  auto fd = FetchArena(impl->data_socket, event.attached().token());
   if (!fd.ok()) return fd.status();
   auto arena = Arena::Map(*fd);
   if (!arena.ok()) return arena.status();

@@ -190,8 +190,10 @@ class Client:
         attached = event.attached
         self._session_id = attached.session_id
         self._token = bytes(attached.token)
-        self._data_socket = attached.data_socket
-        self._arena = Arena(receive_arena_fd(attached.data_socket, self._token))
+        # Next to the control socket as this process reaches it: the daemon's own path for it
+        # (attached.data_socket) may lie in another mount namespace (a daemon in a container).
+        self._data_socket = self._socket_path + ".data"
+        self._arena = Arena(receive_arena_fd(self._data_socket, self._token))
         # The stream ends when the daemon ends the session (it stopped, restarted or dropped us).
         call.add_done_callback(lambda _call: self._session_ended.set())
         # A Client dropped without close() still ends its session.
