@@ -110,13 +110,20 @@ int Main(int argc, char** argv) {
   }
   gid_t socket_gid = static_cast<gid_t>(-1);
   if (!config->socket_group.empty()) {
+    // A name, or a numeric gid (a container's fixed gid, which the host need not name).
     const group* g = getgrnam(config->socket_group.c_str());
-    if (g == nullptr) {
+    char* end = nullptr;
+    const unsigned long numeric = std::strtoul(config->socket_group.c_str(), &end, 10);
+    if (g != nullptr) {
+      socket_gid = g->gr_gid;
+    } else if (*end == '\0' && numeric < static_cast<gid_t>(-1)) {
+      socket_gid = static_cast<gid_t>(numeric);
+    } else {
       std::cerr << "kvstreamd: " << config_path << ": socket.group '" << config->socket_group
-                << "' does not exist (create it, or leave socket.group empty for the daemon's group)\n";
+                << "' is neither a group nor a numeric gid (create it, or leave socket.group empty for the "
+                   "daemon's group)\n";
       return 2;
     }
-    socket_gid = g->gr_gid;
   }
   AccessOptions access;
   access.isolate_uids = config->isolation == DaemonConfig::Isolation::kUid;
