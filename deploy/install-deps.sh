@@ -8,6 +8,7 @@ PACKAGES=(
   catch2 libyaml-cpp-dev libcli11-dev nlohmann-json3-dev gnuplot-nox
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler prometheus
   fio e2fsprogs util-linux libfuse3-dev fuse3
+  podman runc mmdebstrap
   python3 python3-venv
 )
 missing=()

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 
 #include <unistd.h>
@@ -285,6 +286,27 @@ TEST_CASE("arena_budget auto is a quarter of the memory limit, the cgroup's wher
   write("/sys/fs/cgroup/memory/docker/memory.limit_in_bytes", "4294967296\n");
   CHECK(MemoryLimitUnder(root, kRam) == 4ull << 30);
   std::filesystem::remove_all(root);
+}
+
+}  // namespace
+}  // namespace kvstream
+
+namespace kvstream {
+namespace {
+
+TEST_CASE("the Kubernetes DaemonSet's config parses with the node name from the pod") {
+  setenv("NODE_NAME", "gpu-node-3", 1);
+  std::ifstream in(KVSTREAM_SOURCE_DIR "/deploy/kubernetes/kvstreamd.yaml");
+  std::stringstream text;
+  text << in.rdbuf();
+  auto c = ParseDaemonConfig(text.str(), "deploy/kubernetes/kvstreamd.yaml");
+  INFO(c.status().ToString());
+  REQUIRE(c.ok());
+  CHECK(c->store.node == "gpu-node-3");
+  CHECK(c->socket_group == "10001");
+  CHECK(c->arena_budget_bytes == DefaultArenaBudget());
+  CHECK(c->store.tiers.size() == 3);  // two drives of nvme, and pfs
+  unsetenv("NODE_NAME");
 }
 
 }  // namespace
