@@ -4,7 +4,11 @@
 - kvstream.lmcache.vllm_connector.KVStreamConnectorV1: LMCache's vLLM v1 connector with step batching.
 """
 
-from .backend import KVStreamBackend
-from .settings import Settings, extra_config
+from ..engine_versions import check as _check_engine
+
+_check_engine("lmcache")
+
+from .backend import KVStreamBackend  # noqa: E402
+from .settings import Settings, extra_config  # noqa: E402
 
 __all__ = ["KVStreamBackend", "Settings", "extra_config"]

@@ -18,10 +18,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from lmcache.integration.vllm.lmcache_connector_v1 import LMCacheConnectorV1Dynamic
-from lmcache.logging import init_logger
+from ..engine_versions import check as _check_engine
 
-from .step_batch import StepLoad, prefetch_step, release_step
+_check_engine("vllm")
+
+from lmcache.integration.vllm.lmcache_connector_v1 import LMCacheConnectorV1Dynamic  # noqa: E402
+from lmcache.logging import init_logger  # noqa: E402
+
+from .step_batch import StepLoad, prefetch_step, release_step  # noqa: E402
 
 logger = init_logger(__name__)
 

@@ -13,6 +13,10 @@ in shared memory, which the backend hands to the daemon (without it pages are co
 session's arena). `extra_config()` builds that JSON.
 """
 
-from .backend import BACKEND_CLASS, BACKEND_MODULE, KVStreamHiCache, extra_config, namespace
+from ..engine_versions import check as _check_engine
+
+_check_engine("sglang")
+
+from .backend import BACKEND_CLASS  # noqa: E402, BACKEND_MODULE, KVStreamHiCache, extra_config, namespace
 
 __all__ = ["BACKEND_CLASS", "BACKEND_MODULE", "KVStreamHiCache", "extra_config", "namespace"]
