@@ -17,6 +17,6 @@ from ..engine_versions import check as _check_engine
 
 _check_engine("sglang")
 
-from .backend import BACKEND_CLASS  # noqa: E402, BACKEND_MODULE, KVStreamHiCache, extra_config, namespace
+from .backend import BACKEND_CLASS, BACKEND_MODULE, KVStreamHiCache, extra_config, namespace  # noqa: E402
 
 __all__ = ["BACKEND_CLASS", "BACKEND_MODULE", "KVStreamHiCache", "extra_config", "namespace"]
