@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench-drives: one tier over several drives plus a PFS tier, against the bound and against the
-# best a tier on one drive could do, in one run (needs root, the build, a quiet machine; ~4 min).
+# best a tier on one drive could do, in one run (needs root, the build, a quiet machine; ~1 min).
 #
 #   sudo tools/bench-drives.sh [--drive MB/s] [--pfs MB/s] [--steps N] [--out DIR]
 #
@@ -92,7 +92,7 @@ echo
 echo "== 2. the same directories after a restart (each drive's saved index), d2 pulled (unmounted) before step 2"
 start_daemon four "$(drives_yaml four)" "$work/mnt/pfs/four"
 status=0
-# No warm-up here: the measured steps 0 and 1 read d2, the later ones cannot.
+# No warm-up here: steps 0 and 1 read d2; after the unmount, only until the daemon notices.
 bench pulled --no-populate --step-hook "[ {step} != 2 ] || umount -l $work/mnt/d2" || status=$?
 sleep 2  # the daemon looks at its tiers once a second
 health=$("$build/tools/kvstreamctl" --socket "$sock" health 2>&1 || true)
