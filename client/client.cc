@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 
 #include "arena.h"
 #include "data_socket.h"
@@ -118,8 +119,10 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Attach(const std::string& socket
   impl->session_id = event.attached().session_id();
   impl->token = event.attached().token();
   // Next to the control socket as this process reaches it: the daemon's own path for it
-  // (attached.data_socket) may lie in another mount namespace (a daemon in a container).
-  impl->data_socket = socket_path + ".data";
+  // (attached.data_socket) may lie in another mount namespace (a daemon in a container). Where
+  // there is none (the socket reached through a link to it alone), the daemon's path.
+  impl->data_socket = std::filesystem::absolute(socket_path + ".data").string();
+  if (access(impl->data_socket.c_str(), F_OK) != 0) impl->data_socket = event.attached().data_socket();
   auto fd = FetchArena(impl->data_socket, event.attached().token());
   if (!fd.ok()) return fd.status();
   auto arena = Arena::Map(*fd);

@@ -53,7 +53,8 @@ std::string Substitute(const std::string& text, const YAML::Node& node) {
                          return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
                        });
     if (!valid) throw ConfigError{Where(node, text) + ": '${" + inner + "}' is not ${NAME} or ${NAME:-default}"};
-    if (const char* value = std::getenv(name.c_str()); value != nullptr && *value != '\0') {
+    // As the shell: ${NAME:-default} for unset or empty, ${NAME} is an error only when unset.
+    if (const char* value = std::getenv(name.c_str()); value != nullptr && (*value != '\0' || dash == std::string::npos)) {
       out += value;
     } else if (dash != std::string::npos) {
       out += inner.substr(dash + 2);
@@ -68,13 +69,16 @@ std::string Substitute(const std::string& text, const YAML::Node& node) {
 
 // ${VAR} substitution in every scalar value of the document (not in keys or comments), so one
 // config serves many nodes or pods: `node: ${NODE_NAME}` from Kubernetes' downward API.
-void SubstituteEnvironment(YAML::Node node) {
+// An anchor and its aliases are one node: substituted once (`done`).
+void SubstituteEnvironment(YAML::Node node, std::vector<YAML::Node>* done) {
+  if (std::any_of(done->begin(), done->end(), [&](const YAML::Node& d) { return d.is(node); })) return;
+  done->push_back(node);
   if (node.IsScalar()) {
     if (node.Scalar().find('$') != std::string::npos) node = Substitute(node.Scalar(), node);
   } else if (node.IsSequence()) {
-    for (YAML::Node child : node) SubstituteEnvironment(child);
+    for (YAML::Node child : node) SubstituteEnvironment(child, done);
   } else if (node.IsMap()) {
-    for (auto kv : node) SubstituteEnvironment(kv.second);
+    for (auto kv : node) SubstituteEnvironment(kv.second, done);
   }
 }
 
@@ -352,7 +356,8 @@ absl::StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& yaml, const st
   DaemonConfig config;
   try {
     YAML::Node root = YAML::Load(yaml);
-    SubstituteEnvironment(root);
+    std::vector<YAML::Node> done;
+    SubstituteEnvironment(root, &done);
     config = Parse(root);
   } catch (const ConfigError& e) {
     return absl::InvalidArgumentError(origin + ": " + e.message);

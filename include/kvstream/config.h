@@ -44,7 +44,7 @@ struct TierConfig {
   uint32_t drive = 0;
   // The most reads in flight. Under queue_depth auto the depth starts at DefaultQueueDepth and
   // grows while the tier reads faster for it, up to this (0: ValidateConfig sets
-  // AutoMaxQueueDepth); with a queue_depth given, ValidateConfig sets it to queue_depth.
+  // AutoMaxQueueDepth); with a queue_depth given, a 0 here becomes queue_depth (fixed).
   uint32_t queue_depth_max = 0;
 };
 

@@ -4,8 +4,10 @@
 
 #include <cerrno>
 #include <cstring>
+#include <system_error>
 
 #include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
 #include "thread_name.h"
 
 namespace kvstream {
@@ -14,6 +16,11 @@ absl::Status ThreadQueue::Init(const Options& options) {
   if (options.depth == 0) return absl::InvalidArgumentError("an I/O queue needs a depth of at least 1");
   depth_ = options.depth;
   event_fd_ = options.event_fd;
+  try {
+    StartThread();  // one at least, so a request never waits for a thread that cannot start
+  } catch (const std::system_error& e) {
+    return absl::ResourceExhaustedError(absl::StrCat("cannot start an I/O thread: ", e.what()));
+  }
   return absl::OkStatus();
 }
 
@@ -47,13 +54,24 @@ void ThreadQueue::Submit() {
   }
   unsubmitted_.clear();
   // A thread per request in flight, started when first needed: a queue whose depth is a ceiling
-  // (queue_depth auto) has only the threads its deepest moment used.
-  while (threads_.size() < in_flight_) {
-    threads_.emplace_back([this] {
-      NameThisThread("kvs-io");
-      Work();
-    });
+  // (queue_depth auto) has only the threads its deepest moment used. Where no more can start (a
+  // pids limit), the requests queue for the threads there are.
+  while (threads_.size() < in_flight_ && !thread_limit_) {
+    try {
+      StartThread();
+    } catch (const std::system_error& e) {
+      thread_limit_ = true;
+      spdlog::warn("I/O queue: no more than {} threads can start ({}): requests wait for them", threads_.size(),
+                   e.what());
+    }
   }
+}
+
+void ThreadQueue::StartThread() {
+  threads_.emplace_back([this] {
+    NameThisThread("kvs-io");
+    Work();
+  });
 }
 
 void ThreadQueue::Reap(std::vector<IoCompletion>* out) {

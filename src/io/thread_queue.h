@@ -53,6 +53,8 @@ class ThreadQueue final : public IoQueue {
 
  private:
   void Work();
+  // Starts one more thread (owner thread); throws std::system_error where none can start.
+  void StartThread();
   // One system call for the request's remaining bytes: bytes done, or -errno.
   static int Transfer(const IoRequest& request);
 
@@ -67,6 +69,7 @@ class ThreadQueue final : public IoQueue {
   uint32_t running_ ABSL_GUARDED_BY(mu_) = 0;                           // calls in progress
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::thread> threads_;     // owner thread
+  bool thread_limit_ = false;            // owner thread: a thread failed to start
 };
 
 }  // namespace kvstream

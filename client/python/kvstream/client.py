@@ -192,7 +192,10 @@ class Client:
         self._token = bytes(attached.token)
         # Next to the control socket as this process reaches it: the daemon's own path for it
         # (attached.data_socket) may lie in another mount namespace (a daemon in a container).
-        self._data_socket = self._socket_path + ".data"
+        # Where there is none (the socket reached through a link to it alone), the daemon's path.
+        self._data_socket = os.path.abspath(self._socket_path + ".data")
+        if not os.path.exists(self._data_socket):
+            self._data_socket = attached.data_socket
         self._arena = Arena(receive_arena_fd(self._data_socket, self._token))
         # The stream ends when the daemon ends the session (it stopped, restarted or dropped us).
         call.add_done_callback(lambda _call: self._session_ended.set())

@@ -311,3 +311,29 @@ TEST_CASE("the Kubernetes DaemonSet's config parses with the node name from the 
 
 }  // namespace
 }  // namespace kvstream
+
+namespace kvstream {
+namespace {
+
+TEST_CASE("${NAME} in an anchored value is substituted once; an empty NAME is empty, its default used") {
+  setenv("KVS_TEST_DOLLAR", "$${not-again}", 1);
+  setenv("KVS_TEST_EMPTY", "", 1);
+  auto c = ParseDaemonConfig("node: &n \"n${KVS_TEST_EMPTY}1\"\n"
+                             "socket: {path: &s \"/run/${KVS_TEST_DOLLAR}/s\"}\n"
+                             "tiers:\n  - {name: a, path: \"/x/${KVS_TEST_EMPTY:-d}\", capacity: 1GiB}\n"
+                             "  - {name: b, path: *n, capacity: 1GiB}\n"
+                             "  - {name: c, path: *s, capacity: 1GiB}\n",
+                             "test.yaml");
+  INFO(c.status().ToString());
+  REQUIRE(c.ok());
+  CHECK(c->store.node == "n1");
+  CHECK(c->socket_path == "/run/$${not-again}/s");  // a value's own text is not substituted again
+  CHECK(c->store.tiers[0].path == "/x/d");
+  CHECK(c->store.tiers[1].path == "n1");
+  CHECK(c->store.tiers[2].path == "/run/$${not-again}/s");  // the alias of the same node
+  unsetenv("KVS_TEST_DOLLAR");
+  unsetenv("KVS_TEST_EMPTY");
+}
+
+}  // namespace
+}  // namespace kvstream
