@@ -50,21 +50,16 @@ bool DepthTuner::Decide(double bps, int64_t window_ns, std::string* why) {
   }
   trial_bps_[trial_windows_++] = bps;
   const double* s = trial_bps_;
-  // Window i (odd: at the double) against the better of windows i-1 and i+1 (at the base).
-  const auto gains = [s](int i) { return s[i] >= kGain * std::max(s[i - 1], s[i + 1]); };
-  if (trial_windows_ == 3 && !gains(1)) {
-    *why = absl::StrFormat("stays %u: %.3f GB/s at %u against %.3f and %.3f at %u", base_, s[1] / 1e9, Double(base_),
-                           s[0] / 1e9, s[2] / 1e9, base_);
+  // After windows 3 and 5: the last window at the double (i) against the better of the windows
+  // at the base around it.
+  if (const int i = trial_windows_ - 2; trial_windows_ % 2 == 1 && i >= 1 &&
+                                        s[i] < kGain * std::max(s[i - 1], s[i + 1])) {
+    *why = absl::StrFormat("stays %u: %.3f GB/s at %u against %.3f and %.3f at %u", base_, s[i] / 1e9, Double(base_),
+                           s[i - 1] / 1e9, s[i + 1] / 1e9, base_);
     phase_ = Phase::kHolding;
     return true;  // (already at base_)
   }
   if (trial_windows_ == kTrialWindows) {
-    if (!gains(3)) {
-      *why = absl::StrFormat("stays %u: %.3f GB/s at %u against %.3f and %.3f at %u", base_, s[3] / 1e9,
-                             Double(base_), s[2] / 1e9, s[4] / 1e9, base_);
-      phase_ = Phase::kHolding;
-      return true;
-    }
     depth_ = Double(base_);
     *why = absl::StrFormat("%u: %.3f and %.3f GB/s against %.3f, %.3f and %.3f at %u", depth_, s[1] / 1e9, s[3] / 1e9,
                            s[0] / 1e9, s[2] / 1e9, s[4] / 1e9, base_);
