@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -31,6 +32,15 @@
 
 namespace kvstream {
 namespace {
+
+// A group by name, or a numeric gid; nullopt when it is neither.
+std::optional<gid_t> GroupId(const std::string& name_or_gid) {
+  if (const group* g = getgrnam(name_or_gid.c_str())) return g->gr_gid;
+  char* end = nullptr;
+  const unsigned long numeric = std::strtoul(name_or_gid.c_str(), &end, 10);
+  if (end == name_or_gid.c_str() || *end != '\0' || numeric >= static_cast<gid_t>(-1)) return std::nullopt;
+  return static_cast<gid_t>(numeric);
+}
 
 // systemd's notification protocol (Type=notify): one datagram to $NOTIFY_SOCKET.
 void Notify(const std::string& state) {
@@ -111,31 +121,20 @@ int Main(int argc, char** argv) {
   gid_t socket_gid = static_cast<gid_t>(-1);
   if (!config->socket_group.empty()) {
     // A name, or a numeric gid (a container's fixed gid, which the host need not name).
-    const group* g = getgrnam(config->socket_group.c_str());
-    char* end = nullptr;
-    const unsigned long numeric = std::strtoul(config->socket_group.c_str(), &end, 10);
-    if (g != nullptr) {
-      socket_gid = g->gr_gid;
-    } else if (*end == '\0' && numeric < static_cast<gid_t>(-1)) {
-      socket_gid = static_cast<gid_t>(numeric);
-    } else {
+    const std::optional<gid_t> gid = GroupId(config->socket_group);
+    if (!gid) {
       std::cerr << "kvstreamd: " << config_path << ": socket.group '" << config->socket_group
                 << "' is neither a group nor a numeric gid (create it, or leave socket.group empty for the "
                    "daemon's group)\n";
       return 2;
     }
+    socket_gid = *gid;
   }
   AccessOptions access;
   access.isolate_uids = config->isolation == DaemonConfig::Isolation::kUid;
   if (!config->admin_group.empty()) {
-    const group* g = getgrnam(config->admin_group.c_str());
-    char* end = nullptr;
-    const unsigned long numeric = std::strtoul(config->admin_group.c_str(), &end, 10);
-    if (g != nullptr) {
-      access.admin_gid = g->gr_gid;
-    } else if (*end == '\0' && numeric < static_cast<gid_t>(-1)) {
-      access.admin_gid = static_cast<gid_t>(numeric);
-    } else {
+    access.admin_gid = GroupId(config->admin_group);
+    if (!access.admin_gid) {
       std::cerr << "kvstreamd: " << config_path << ": sessions.admin_group '" << config->admin_group
                 << "' is neither a group nor a numeric gid\n";
       return 2;
