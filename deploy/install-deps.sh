@@ -9,7 +9,7 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler prometheus
   fio e2fsprogs util-linux libfuse3-dev fuse3
   podman runc mmdebstrap
-  python3 python3-venv
+  python3 python3-venv python3-wheel python3-grpcio python3-protobuf
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

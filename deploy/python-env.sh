@@ -9,7 +9,7 @@
 #   --sglang-gpu  the full sglang with its GPU kernels (tests/sglang/requirements-gpu.txt), for
 #             tools/gpu-check.sh, in /var/tmp/kvstream-venv-sglang-gpu.
 # The requirements install once per environment (a stamp records what was installed); the kvstream
-# package from client/python is reinstalled on every call.
+# package from client/python is built (without network) and reinstalled on every call.
 # Usage: deploy/python-env.sh [--sglang | --sglang-gpu] [VENV]
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -41,10 +41,12 @@ if [ ! -x "$venv/bin/python" ] || [ "$(cat "$venv/.kvstream-stamp" 2>/dev/null)"
   rm -rf "$venv"
   "$python" -m venv "$venv"
   pip=("$venv/bin/pip" install -q --disable-pip-version-check)
-  "${pip[@]}" --upgrade pip >&2
+  "${pip[@]}" --upgrade pip 'setuptools>=70.1' >&2   # setuptools builds kvstream's wheel itself
   "${pip[@]}" -r "$requirements" >&2
   [ -z "$nodeps" ] || "${pip[@]}" --no-deps -r "$nodeps" >&2
   echo "$want" > "$venv/.kvstream-stamp"
 fi
-"$venv/bin/pip" install -q --disable-pip-version-check --force-reinstall --no-deps "$root/client/python" >&2
+# Built here, offline, by the environment's setuptools and Debian's protoc (client/python/setup.py).
+"$venv/bin/pip" install -q --disable-pip-version-check --force-reinstall --no-deps --no-build-isolation \
+  "$root/client/python" >&2
 echo "$venv/bin/python"
