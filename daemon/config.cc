@@ -213,7 +213,7 @@ DaemonConfig Parse(const YAML::Node& root) {
   }
   if (root["verify_checksums"]) c.store.verify_checksums = Bool(root["verify_checksums"], "verify_checksums");
   if (const auto r = root["reads"]) {
-    RequireMap(r, "reads", {"deadline_floor", "deadline_cap", "verify_threads"});
+    RequireMap(r, "reads", {"deadline_floor", "deadline_cap", "give_up", "verify_threads"});
     if (const auto v = r["verify_threads"]) {
       if (v.IsScalar() && v.Scalar() == "auto") {
         c.store.verify_threads = -1;
@@ -225,6 +225,7 @@ DaemonConfig Parse(const YAML::Node& root) {
     }
     if (r["deadline_floor"]) c.store.read_deadline_floor_seconds = Seconds(r["deadline_floor"], "reads.deadline_floor");
     if (r["deadline_cap"]) c.store.read_deadline_cap_seconds = Seconds(r["deadline_cap"], "reads.deadline_cap");
+    if (r["give_up"]) c.store.read_give_up_seconds = Seconds(r["give_up"], "reads.give_up");
   }
   if (const auto p = root["policies"]) {
     RequireMap(p, "policies", {"routing", "batching", "writes", "replication", "fsync"});

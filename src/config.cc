@@ -106,6 +106,9 @@ absl::StatusOr<StoreConfig> ValidateConfig(StoreConfig c) {
         c.read_deadline_cap_seconds <= 3600)) {
     return absl::InvalidArgumentError("read deadlines need 0 < floor <= cap <= 3600 seconds");
   }
+  if (!(c.read_give_up_seconds >= 0 && c.read_give_up_seconds <= 3600)) {
+    return absl::InvalidArgumentError("reads.give_up must be 0 (never) to 3600 seconds");
+  }
   if (c.routing.kind == RoutingKind::kStatic && !(c.routing.static_share >= 0 && c.routing.static_share <= 1)) {
     return absl::InvalidArgumentError("static routing share must be in [0, 1]");
   }

@@ -72,6 +72,11 @@ struct StoreConfig {
   // [floor, cap]) marks the tier stalled and is read again from another holder.
   double read_deadline_floor_seconds = 0.5;  // below it, throttled or busy devices jitter
   double read_deadline_cap_seconds = 2.0;
+  // A late read no other tier can take over fails its chunk (the client recomputes it) once it
+  // has been in flight this long (and is late), where its late landing cannot be seen (a bounce
+  // buffer, memory the store takes back); chunks only that tier holds then fail at once until it
+  // answers again. 0 = such a step waits for the tier however long it takes.
+  double read_give_up_seconds = 10.0;
   RoutingPolicy routing;
   BatchingPolicy batching = BatchingPolicy::kStep;
   WritePolicy writes = WritePolicy::kDeferred;

@@ -33,5 +33,7 @@
   X(hedged_reads, "kvstream_tier_hedged_reads_total", "", "Reads abandoned and served by another tier.")           \
   X(hedged_bytes, "kvstream_tier_hedged_bytes_total", "",                                                        \
     "Payload bytes of the reads abandoned and served by another tier.")                                            \
+  X(given_up_reads, "kvstream_tier_given_up_reads_total", "",                                                     \
+    "Late reads no other tier could take over, given up after reads.give_up (their chunks failed).")               \
   X(tail_blocks_left, "kvstream_tier_tail_blocks_left_total", "",                                                  \
     "Blocks the tier left to faster tiers at the end of a step (they would read them all sooner).")

@@ -195,6 +195,29 @@ void StepPool::Reissue(BlockRef ref, [[maybe_unused]] int tier) {
   ++s->unclaimed;
 }
 
+void StepPool::Abandon(BlockRef ref, int tier) {
+  StepBlock& blk = ref.step->blocks[ref.block];
+  blk.state = BlockState::kAbandoned;
+  --ref.step->chunks[blk.chunk].in_flight;
+  DropHolder(ref.step, blk.chunk, tier);
+}
+
+void StepPool::DropTier(int tier, Step* step, std::vector<std::pair<Step*, uint32_t>>* failing) {
+  auto drop = [&](Step* s) {
+    for (uint32_t chunk = 0; chunk < s->chunks.size(); ++chunk) {
+      const StepChunk& c = s->chunks[chunk];
+      if (c.finished || !(c.holders & (1u << tier))) continue;
+      DropHolder(s, chunk, tier);
+      if (c.failing) failing->emplace_back(s, chunk);
+    }
+  };
+  if (step != nullptr) {
+    drop(step);
+  } else {
+    for (Step* s : steps_) drop(s);
+  }
+}
+
 void StepPool::Fail(BlockRef ref, int tier) {
   StepBlock& blk = ref.step->blocks[ref.block];
   StepChunk& c = ref.step->chunks[blk.chunk];

@@ -99,6 +99,13 @@ class StepPool {
   // flight is abandoned and a fresh copy of the block is claimable at once, by any holder (a late
   // tier claims nothing while it is stalled, and still holds the chunk once it answers).
   void Reissue(BlockRef ref, int tier);
+  // Gives up a block in flight on `tier` that no other tier holds: the read in flight is
+  // abandoned (it lands unseen) and the chunk loses the tier, so it fails once nothing of it is
+  // in flight.
+  void Abandon(BlockRef ref, int tier);
+  // Removes `tier` as a holder of every chunk of `step` (every pending step when null) and
+  // appends the chunks no tier holds any more to `failing`.
+  void DropTier(int tier, Step* step, std::vector<std::pair<Step*, uint32_t>>* failing);
 
   enum class Outcome { kPending, kComplete, kFailed };
   // kComplete: every block arrived. kFailed: no holder is left and nothing is in flight.

@@ -108,7 +108,11 @@ void StepReader::Place(std::unique_ptr<ReadStep> owned, const Policies& policies
     if (slots_[t].late > 0) pool_->ReleasePins(step, static_cast<int>(t));  // placed while t is stalled
   }
   for (uint32_t chunk : finished) Deliver(step, chunk, step->results[chunk].status);
-  if (step->unfinished == 0) Finish(step);
+  if (step->unfinished == 0) {
+    Finish(step);
+    return;
+  }
+  DropGivenUpTiers(step);  // may finish it
 }
 
 int64_t StepReader::Schedule(int t) {

@@ -140,6 +140,7 @@ class StepReader {
     bool busy = false;
     bool late = false;          // past its deadline; its tier is stalled until it lands
     bool hedge_pending = false; // late, its block not yet read again elsewhere (HedgeAfter)
+    bool give_up_pending = false;  // late, nobody else to read it: its chunk fails at issue + give_up
     bool held = false;          // abandoned while straight into memory not taken back (ReadStep::held)
     int64_t issued_ns = 0;
   };
@@ -152,6 +153,7 @@ class StepReader {
     double read_ns = 0;         // moving average of a read's time from issue to completion
     uint32_t late = 0;          // late reads in flight: the tier is stalled while > 0
     int64_t stalled_since_ns = 0;
+    bool given_up = false;      // stalled past reads.give_up: it holds no chunk of a step until it answers
   };
 
   // A chunk rewritten more often than this while one step reads it fails (Aborted-like DataLoss).
@@ -185,8 +187,15 @@ class StepReader {
   // deadline, or the fastest other holder's time for a block if that is longer (reading it again
   // from a much slower tier finishes later than a tier that is only briefly late).
   int64_t HedgeAfter(int tier, const ReadSlot& slot) const;
-  // Hedges the late read now if HedgeAfter has passed, else leaves it pending for CheckDeadlines.
+  // Hedges the late read now if HedgeAfter has passed, else leaves it pending for CheckDeadlines;
+  // a read nobody else can take over is left to GiveUp (reads.give_up).
   void MaybeHedge(int tier, ReadSlot* slot, int64_t now);
+  // Fails the chunk of a late read no other tier holds, abandoning the read where its landing
+  // cannot be seen (its bounce buffer, memory taken back); else its step keeps waiting.
+  void GiveUp(int tier, ReadSlot* slot);
+  // The tiers given up (a read in flight for reads.give_up) stop holding the chunks of `step`
+  // (every pending step when null); those no other tier holds fail. May finish (free) steps.
+  void DropGivenUpTiers(Step* step);
   // `tier` has room and nothing to claim: takes over the straggler of another tier that it can
   // read well before that tier would deliver it; false when there is none. Lowers `recheck` to
   // when a read in flight elsewhere that is not a straggler yet would become one.

@@ -1,6 +1,7 @@
 // StepReader's deadlines and hedges: no step waits on one tier without bound (read/step_reader.h).
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
 #include "read/step_reader.h"
 #include "spdlog/spdlog.h"
 
@@ -48,11 +49,67 @@ void StepReader::MaybeHedge(int t, ReadSlot* slot, int64_t now) {
     return;
   }
   slot->hedge_pending = false;
-  if (!Hedge(t, slot) && slots_[t].late == 1) {
+  if (Hedge(t, slot)) return;
+  const bool give_up = config_.read_give_up_seconds > 0;
+  slot->give_up_pending = give_up;
+  if (slots_[t].late == 1) {
     spdlog::warn("tier {}: the late read of '{}' cannot be taken over (no other holder, or it reads straight into "
-                 "memory the store cannot take back); its step waits for it",
-                 tiers_[t]->name, step->reads[step->blocks[slot->ref.block].chunk].key);
+                 "memory the store cannot take back); {}",
+                 tiers_[t]->name, step->reads[step->blocks[slot->ref.block].chunk].key,
+                 give_up ? absl::StrCat("its chunk fails if it has not landed ", config_.read_give_up_seconds,
+                                        " s after it was issued (reads.give_up)")
+                         : std::string("its step waits for it"));
   }
+}
+
+void StepReader::GiveUp(int t, ReadSlot* slot) {
+  slot->give_up_pending = false;
+  auto* step = static_cast<ReadStep*>(slot->ref.step);
+  const StepBlock& blk = step->blocks[slot->ref.block];
+  if (blk.state != BlockState::kInFlight) return;
+  const uint32_t chunk = blk.chunk;
+  Tier& tier = *tiers_[t];
+  const bool safe = slot->buffer != slot->dst ||
+                    regions_->TakeBack(t, slot->region, static_cast<uint8_t*>(slot->buffer), slot->length);
+  if (!safe) {
+    spdlog::warn("tier {}: the late read of '{}' cannot be given up (it reads straight into memory the store cannot "
+                 "take back); its step waits for it",
+                 tier.name, step->reads[chunk].key);
+    return;
+  }
+  tier.device->Abandon(slot);
+  pool_->Abandon(slot->ref, t);
+  ++tier.counters.given_up_reads;
+  step->state[chunk].real_failure = true;
+  step->state[chunk].error = absl::StrCat("tier ", tier.name, " has not answered a read in ",
+                                          config_.read_give_up_seconds, " s and no other tier holds the chunk");
+  uint64_t left_out;
+  if (tier.read_log.Allow(&left_out)) {
+    spdlog::warn("tier {}: gave up the read of '{}' after {} s (no other tier holds it); the chunk fails{}", tier.name,
+                 step->reads[chunk].key, config_.read_give_up_seconds,
+                 left_out ? absl::StrCat(" (", left_out, " more read failures not logged)") : "");
+  }
+  Settle(step, chunk);
+}
+
+void StepReader::DropGivenUpTiers(Step* only) {
+  std::vector<std::pair<Step*, uint32_t>> failing;
+  for (size_t t = 0; t < slots_.size(); ++t) {
+    if (!slots_[t].given_up) continue;
+    const size_t first = failing.size();
+    pool_->DropTier(static_cast<int>(t), only, &failing);
+    for (size_t i = first; i < failing.size(); ++i) {
+      auto* step = static_cast<ReadStep*>(failing[i].first);
+      const uint32_t chunk = failing[i].second;
+      if (step->state[chunk].error.empty()) {
+        step->state[chunk].error = absl::StrCat("tier ", tiers_[t]->name, " has not answered a read in ",
+                                                config_.read_give_up_seconds, " s and no other tier holds the chunk");
+      }
+      step->state[chunk].real_failure = true;
+    }
+  }
+  // Settled once all are marked: settling the last failing chunk of a step finishes (frees) it.
+  for (auto [s, chunk] : failing) Settle(static_cast<ReadStep*>(s), chunk);
 }
 
 int64_t StepReader::CheckDeadlines() {
@@ -61,6 +118,19 @@ int64_t StepReader::CheckDeadlines() {
   for (size_t t = 0; t < slots_.size(); ++t) {
     const int64_t deadline = Deadline(static_cast<int>(t));
     for (ReadSlot& slot : slots_[t].slots) {
+      if (slot.busy && slot.late && slot.give_up_pending) {
+        const int64_t at = slot.issued_ns + static_cast<int64_t>(config_.read_give_up_seconds * 1e9);
+        if (now >= at) {
+          GiveUp(static_cast<int>(t), &slot);
+          if (!slots_[t].given_up) {
+            slots_[t].given_up = true;
+            DropGivenUpTiers(nullptr);
+          }
+        } else {
+          next = std::min(next, at);
+        }
+        continue;
+      }
       if (slot.busy && slot.late && slot.hedge_pending) {
         MaybeHedge(static_cast<int>(t), &slot, now);
         if (slot.hedge_pending) next = std::min(next, slot.issued_ns + HedgeAfter(static_cast<int>(t), slot));
@@ -101,9 +171,11 @@ void StepReader::ReadLanded(int t, ReadSlot* slot, int64_t now) {
   tiers_[t]->counters.read_seconds.Observe(took / 1e9);
   slot->busy = false;
   slot->hedge_pending = false;
+  slot->give_up_pending = false;
   if (!slot->late) return;
   slot->late = false;
   if (--tr.late == 0) {
+    tr.given_up = false;
     tiers_[t]->stalled = false;
     spdlog::info("tier {}: answers again after {} ms", tiers_[t]->name, (now - tr.stalled_since_ns) / 1'000'000);
   }

@@ -48,6 +48,7 @@ TEST_CASE("the documented default config parses into the documented values") {
   CHECK(c->store.tiers[1].capacity_bytes == 64ull << 30);
   CHECK(c->store.read_deadline_floor_seconds == Approx(0.5));
   CHECK(c->store.read_deadline_cap_seconds == Approx(2.0));
+  CHECK(c->store.read_give_up_seconds == Approx(10.0));
   CHECK(c->store.verify_threads == -1);  // auto
   CHECK(c->max_sessions == 256);
 }
@@ -139,6 +140,7 @@ TEST_CASE("bad configs are refused with the key and line at fault") {
   CHECK(ErrorOf(std::string(kMinimal) + "reads: {deadline_cap: soon}\n").find("reads.deadline_cap") != std::string::npos);
   CHECK(ErrorOf(std::string(kMinimal) + "reads: {deadline_floor: 5s, deadline_cap: 1s}\n").find("floor <= cap") !=
         std::string::npos);
+  CHECK(ErrorOf(std::string(kMinimal) + "reads: {give_up: 7200s}\n").find("reads.give_up") != std::string::npos);
   CHECK(ErrorOf(std::string(kMinimal) + "reads: {verify_threads: many}\n").find("reads.verify_threads") !=
         std::string::npos);
   CHECK(ErrorOf(std::string(kMinimal) + "reads: {verify_threads: 65}\n").find("auto or 0 to 64") != std::string::npos);

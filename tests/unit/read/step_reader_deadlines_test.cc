@@ -1,7 +1,8 @@
 // No step waits on one tier without bound: a read past its tier's deadline marks the tier
 // stalled and its block is read from another holder; an idle fast tier takes over a slow tier's
 // straggler at the end of a step; a hedged read lands where nobody sees it (memory taken back from
-// it); reads straight into memory that cannot be taken back are waited for; writes do not wait on
+// it); a late read nobody else can take over fails its chunk after reads.give_up; reads straight
+// into memory that cannot be taken back are waited for; writes do not wait on
 // a stalled tier's reads. Simulated tiers on virtual time, with hangs injected.
 #include <catch2/catch.hpp>
 
@@ -110,6 +111,64 @@ TEST_CASE("a tier that hangs mid-step is stalled, its blocks come from the other
   CHECK(rec.hits == 16);
   CHECK(arena.Holds(data, kChunk));
   CHECK(rec.tiers[1].blocks > 0);
+}
+
+TEST_CASE("a late read no other tier holds fails its chunk after reads.give_up, and lands unseen") {
+  SimRig rig({300 * MBps});
+  constexpr size_t kChunk = 2 * kBlock;
+  auto data = rig.Populate("k", 4, kChunk);
+  Arena arena(*rig.engine, 4 * kChunk);
+  rig.devices[0]->SetFaultHook(HangReadsFrom(2));  // chunk 0 is read, then the tier hangs
+  std::atomic<bool> done{false};
+  std::vector<ChunkResult> results(4);
+  StepRecord rec;
+  rig.engine->RetrieveAsync(arena.Reads("k", 4, kChunk), [&](const ChunkResult& r) { results[r.index] = r; },
+                            [&](StepRecord r) {
+                              rec = r;
+                              done = true;
+                            });
+  for (int i = 0; i < 2000 && !done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  CHECK(done);  // without give_up the step would wait for the tier (released below, so the test ends)
+  // While the tier still hangs, a new step's chunks on it fail at once instead of waiting again.
+  std::atomic<bool> again{false};
+  std::vector<ChunkResult> later(1);
+  rig.engine->RetrieveAsync(arena.Reads("k", 1, kChunk), [&](const ChunkResult& r) { later[r.index] = r; },
+                            [&](StepRecord) { again = true; });
+  for (int i = 0; i < 200 && !again; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  CHECK(again);
+  CHECK(absl::IsDataLoss(later[0].status));
+  rig.devices[0]->SetFaultHook(nullptr);
+  rig.devices[0]->ReleaseHung();
+  while (!done || !again) std::this_thread::yield();
+  // The hung reads' chunks fail, given up; so do the chunks queued behind them on the tier.
+  int failed = 0;
+  for (int i = 0; i < 4; ++i) {
+    if (results[i].status.ok()) {
+      CHECK(std::memcmp(arena.base + i * kChunk, data[i].data(), kChunk) == 0);
+      continue;
+    }
+    ++failed;
+    CHECK(absl::IsDataLoss(results[i].status));
+    CHECK_THAT(std::string(results[i].status.message()), Catch::Contains("has not answered a read in 10 s"));
+  }
+  CHECK(failed >= 2);
+  CHECK(rec.hits + rec.failed == 4);
+  CHECK(rec.failed == static_cast<uint32_t>(failed));
+  // Given up after 10 s of virtual time, not waited for.
+  CHECK(rec.wall_seconds >= 10);
+  CHECK(rec.wall_seconds < 13);
+  CHECK(rig.engine->Stats().tiers[0].given_up_reads >= 1);
+  // The abandoned reads land (released above) in pages nobody maps any more: the failed chunks'
+  // memory never shows their bytes.
+  for (int i = 0; i < 200 && rig.engine->Stats().tiers[0].stalled; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  CHECK_FALSE(rig.engine->Stats().tiers[0].stalled);
+  for (int i = 0; i < 4; ++i) {
+    if (!results[i].status.ok()) CHECK(std::memcmp(arena.base + i * kChunk, data[i].data(), kChunk) != 0);
+  }
+  // The tier answers again: the next step reads all four.
+  arena.ReadStep(*rig.engine, "k", data, kChunk);
 }
 
 TEST_CASE("a read straight into memory that cannot be taken back is waited for") {
