@@ -79,6 +79,23 @@ class Daemon:
             s.close()
 
 
+def wait_stopped(pid: int, timeout: float = 5.0) -> None:
+    """Waits until every thread of `pid` is stopped (state T), as SIGSTOP is delivered asynchronously."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        states = []
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                    states.append(f.read().rsplit(")", 1)[1].split()[0])
+            except OSError:
+                continue
+        if states and all(s in ("T", "t") for s in states):
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"process {pid} did not stop")
+
+
 @pytest.fixture
 def state_dir() -> Iterator[Path]:
     """A short temporary directory (Unix socket paths are limited to 108 bytes)."""

@@ -14,6 +14,7 @@ pytest.importorskip("lmcache", reason="the LMCache plugin tests need LMCache (te
 import torch  # noqa: E402
 
 import kvstream  # noqa: E402
+from conftest import wait_stopped  # noqa: E402
 from lmcache_support import (backend_of, free_chunk_buffers, key, make_storage_manager, put, random_chunks,  # noqa: E402
                              shm_pool)
 
@@ -339,23 +340,6 @@ def test_a_killed_daemon_does_not_stall_lmcache(daemon, manager):
         slowest = max(slowest, time.monotonic() - start)
         time.sleep(0.05)
     assert slowest < 0.5, slowest  # no call waits for a connect attempt (connect_timeout is 1 s)
-
-
-def wait_stopped(pid: int, timeout: float = 5.0) -> None:
-    """Waits until every thread of `pid` is stopped (state T), as SIGSTOP is delivered asynchronously."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        states = []
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            try:
-                with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                    states.append(f.read().rsplit(")", 1)[1].split()[0])
-            except OSError:
-                continue
-        if states and all(s in ("T", "t") for s in states):
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"process {pid} did not stop")
 
 
 def test_a_hung_daemon_costs_one_lookup_timeout_then_misses_at_once(daemon, captured):

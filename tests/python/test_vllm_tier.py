@@ -1,0 +1,435 @@
+"""kvstream.vllm_tier.KVStreamTier inside vLLM's own TieringOffloadingManager (vLLM 0.33 on CPU: a
+real SharedOffloadRegion in /dev/shm, the tier built by vLLM's factory from `type` + `module_path`)
+against a real kvstreamd: store then load byte-identical with no byte copied in Python and one
+retrieve per step, miss, retry until the daemon has answered, partial failure, a hung daemon, a
+daemon restart, drain and shutdown, the copy path, bad settings."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Iterable, List
+
+import numpy as np
+import pytest
+
+pytest.importorskip("vllm.v1.kv_offload.tiering.spec")
+
+import kvstream  # noqa: E402
+from conftest import KVSTREAMD, Daemon, wait_stopped  # noqa: E402
+from vllm.v1.kv_offload.base import LookupResult, ReqContext, ScheduleEndContext, make_offload_key  # noqa: E402
+from vllm.v1.kv_offload.config import (  # noqa: E402
+    OffloadingCacheConfig,
+    OffloadingConfig,
+    OffloadingGroupConfig,
+    OffloadingModelConfig,
+    OffloadingParallelConfig,
+)
+from vllm.v1.kv_offload.tiering.base import TransferJob  # noqa: E402
+from vllm.v1.kv_offload.tiering.spec import TieringOffloadingSpec  # noqa: E402
+
+from kvstream.vllm_tier import KVStreamTier  # noqa: E402
+
+ROW = 256 << 10  # one chunk: 256 KiB per block, one worker, one block per chunk
+ROWS = 16
+_engines = itertools.count()
+_jobs = itertools.count(1000)
+
+
+class Engine:
+    """vLLM's tiering manager with KVStreamTier as its only secondary tier, as the scheduler runs it."""
+
+    def __init__(self, socket: str, **tier: Any) -> None:
+        engine_id = f"kvstest{os.getpid()}x{next(_engines)}"
+        config = OffloadingConfig(
+            groups=(OffloadingGroupConfig(tokens_per_block=16, layer_names=("l0",), group_id=0),),
+            worker_kv_bytes_per_block=ROW,
+            enable_kv_cache_events=False,
+            extra_config={"cpu_bytes_to_use": ROWS * ROW, "secondary_tiers": [
+                {"type": "KVStreamTier", "module_path": "kvstream.vllm_tier", "socket_path": socket, **tier}]},
+            engine_id=engine_id,
+            model=OffloadingModelConfig(name="test/model", dtype="float16"),
+            cache=OffloadingCacheConfig(tokens_per_hash=16, blocks_per_chunk=1),
+            parallel=OffloadingParallelConfig(rank=0, world_size=1, tp_size=1, pp_size=1, pcp_size=1, dcp_size=1,
+                                              data_parallel_index=0, data_parallel_size=1,
+                                              data_parallel_rank_local=None, is_parallelism_agnostic=False))
+        self.shm = f"/dev/shm/vllm_offload_{engine_id}.mmap"
+        self.manager = TieringOffloadingSpec(config).get_manager()
+        self.tier: KVStreamTier = self.manager.secondary_tiers[0]
+        self.rows = np.frombuffer(self.manager.primary_tier.get_kv_memoryview(), dtype=np.uint8).reshape(ROWS, ROW)
+
+    def step(self, new: Iterable[str] = ()) -> None:
+        with self.manager.lock:
+            self.manager.on_schedule_end(ScheduleEndContext(tuple(new), ()))
+
+    def store(self, req: str, keys: List[bytes], payloads: List[bytes]) -> None:
+        """A request's chunks written to the primary tier (as the GPU workers would) and cascaded."""
+        ctx = ReqContext(req_id=req)
+        with self.manager.lock:
+            self.manager.on_new_request(ctx)
+            out = self.manager.prepare_store(keys, ctx)
+            for c, payload in zip(out.store_spec.chunk_ids, payloads):
+                self.rows[c, :] = np.frombuffer(payload, dtype=np.uint8)
+            self.manager.complete_store(keys, ctx)
+            self.manager.on_request_finished(ctx)
+        self.settle()
+
+    def settle(self, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            self.step()
+            with self.manager.lock:
+                if not self.manager.has_pending_work():
+                    return
+            assert time.monotonic() < deadline, "the tier's jobs did not finish"
+            time.sleep(0.005)
+
+    def forget_primary(self) -> None:
+        """Empties the CPU tier, so that every lookup goes to kvstreamd."""
+        with self.manager.lock:
+            self.manager.reset_cache()
+            self.manager.on_reset_flushed()
+        self.rows[:] = 0
+
+    def load(self, req: str, keys: List[bytes], steps: int = 400) -> tuple:
+        """Looks the keys up step by step until each is HIT or MISS; loads the hits. Returns the
+        lookup trace and {key: bytes in its primary row} for the keys that were loaded."""
+        ctx = ReqContext(req_id=req)
+        with self.manager.lock:
+            self.manager.on_new_request(ctx)
+        trace = []
+        for i in range(steps):
+            with self.manager.lock:
+                results = [self.manager.lookup(k, ctx) for k in keys]
+            trace.append([r.name for r in results])
+            if all(r in (LookupResult.HIT, LookupResult.MISS) for r in results):
+                break
+            self.step([req] if i == 0 else [])
+            time.sleep(0.005)
+        hits = [k for k, r in zip(keys, results) if r is LookupResult.HIT]
+        loaded = {}
+        with self.manager.lock:
+            if hits:
+                spec = self.manager.prepare_load(hits, ctx)
+                loaded = {k: bytes(self.rows[c]) for k, c in zip(hits, spec.chunk_ids)}
+                self.manager.complete_load(hits, ctx)
+            self.manager.on_request_finished(ctx)
+        self.step()
+        return [t for j, t in enumerate(trace) if j == 0 or t != trace[j - 1]], loaded
+
+    def close(self) -> None:
+        del self.rows
+        self.manager.shutdown()
+
+
+@pytest.fixture
+def engine(daemon):
+    e = Engine(daemon.socket)
+    yield e
+    e.close()
+
+
+def keys_and_payloads(n: int, tag: int) -> tuple:
+    keys = [make_offload_key(bytes([tag, i]) * 16, 0) for i in range(n)]
+    return keys, [os.urandom(ROW) for _ in range(n)]
+
+
+def wait_durable(daemon, tier: KVStreamTier, keys: List[bytes], timeout: float = 20) -> None:
+    """Until every key is on a tier (a store job is done once the daemon has staged it; a lookup
+    or a load sees it once it is durable)."""
+    names = [f"{tier.status()['namespace']}/{k.hex()}" for k in keys]
+    deadline = time.monotonic() + timeout
+    with kvstream.Client.connect(daemon.socket) as c:
+        while not all(e.tier_mask for e in c.lookup(names)[0]):
+            assert time.monotonic() < deadline, "the stored chunks never became durable"
+            time.sleep(0.02)
+
+
+def submit(tier: KVStreamTier, keys: List[bytes], rows: List[int], load: bool) -> int:
+    job = TransferJob(job_id=next(_jobs), keys=keys, chunk_ids=np.array(rows, dtype=np.int32), is_promotion=load,
+                      req_context=ReqContext(req_id=f"direct{time.monotonic_ns()}"))
+    (tier.submit_load if load else tier.submit_store)(job)
+    return job.job_id
+
+
+def finished(tier: KVStreamTier, ids: Iterable[int], timeout: float = 30) -> dict:
+    """Sends this step's jobs (on_schedule_end) and collects their results by job id."""
+    tier.on_schedule_end(ScheduleEndContext((), ()))
+    want, results = set(ids), {}
+    deadline = time.monotonic() + timeout
+    while want - results.keys():
+        for r in tier.get_finished_jobs():
+            assert r.job_id not in results, f"job {r.job_id} reported twice"
+            results[r.job_id] = r
+        assert time.monotonic() < deadline, f"jobs {want - results.keys()} never finished"
+        time.sleep(0.005)
+    return results
+
+
+def test_store_then_load_byte_identical_with_no_copy_in_python(engine, daemon):
+    keys, payloads = keys_and_payloads(6, 1)
+    engine.store("writer", keys, payloads)
+    assert engine.tier.status()["stored_bytes"] == 6 * ROW
+    wait_durable(daemon, engine.tier, keys)
+    engine.forget_primary()
+    trace, loaded = engine.load("reader", keys)
+    # vLLM's sequence for a chunk found in a secondary tier: RETRY while the daemon is asked (on the
+    # lookup thread), HIT_PENDING while it is promoted into the primary tier, then HIT.
+    assert trace[0] == ["RETRY"] * 6 and trace[-1] == ["HIT"] * 6, trace
+    assert "HIT_PENDING" in trace[-2], trace
+    assert [loaded[k] for k in keys] == payloads
+    status = engine.tier.status()
+    assert status["zero_copy"] and status["copied_bytes"] == 0, status
+    assert status["loaded_bytes"] == 6 * ROW and status["retrieves"] == 1, status
+    # The daemon holds them under the tier's namespace, one chunk per key.
+    with kvstream.Client.connect(daemon.socket) as c:
+        entries, _ = c.lookup([f"{status['namespace']}/{k.hex()}" for k in keys])
+        assert all(e.present and e.size == ROW for e in entries)
+
+
+def test_every_load_of_a_step_is_one_retrieve(engine, daemon):
+    keys, payloads = keys_and_payloads(8, 2)
+    engine.store("writer", keys, payloads)
+    tier = engine.tier
+    wait_durable(daemon, tier, keys)
+    before = tier.status()["retrieves"]
+    # Three requests' loads in one step: one retrieve of all eight chunks.
+    ids = [submit(tier, keys[0:3], [8, 9, 10], True), submit(tier, keys[3:5], [11, 12], True),
+           submit(tier, keys[5:8], [13, 14, 15], True)]
+    engine.rows[8:16] = 0
+    results = finished(tier, ids)
+    assert all(r.success for r in results.values()), results
+    assert tier.status()["retrieves"] == before + 1
+    assert [bytes(engine.rows[8 + i]) for i in range(8)] == payloads
+
+
+def test_a_store_skips_chunks_the_daemon_already_holds(engine, daemon):
+    keys, payloads = keys_and_payloads(3, 12)
+    engine.store("writer", keys, payloads)
+    wait_durable(daemon, engine.tier, keys)
+    stored = engine.tier.status()["stored_bytes"]
+    new_keys, new_payloads = keys_and_payloads(1, 13)
+    for i, p in enumerate(payloads + new_payloads):
+        engine.rows[8 + i] = np.frombuffer(p, dtype=np.uint8)
+    job = submit(engine.tier, keys + new_keys, [8, 9, 10, 11], False)
+    assert finished(engine.tier, [job])[job].success
+    assert engine.tier.status()["stored_bytes"] == stored + ROW  # only the new one was written
+
+
+def test_an_unknown_chunk_is_a_miss_after_one_retry(engine):
+    keys, _ = keys_and_payloads(2, 3)
+    trace, loaded = engine.load("reader", keys)
+    assert trace == [["RETRY", "RETRY"], ["MISS", "MISS"]], trace
+    assert loaded == {}
+
+
+def test_a_lookup_is_retry_until_the_daemon_answers(engine):
+    keys, payloads = keys_and_payloads(1, 4)
+    ctx = ReqContext(req_id="early")
+    tier = engine.tier
+    # Stored through the tier but not yet sent (the step has not ended): the tier cannot know yet.
+    engine.rows[0] = np.frombuffer(payloads[0], dtype=np.uint8)
+    job = submit(tier, keys, [0], False)
+    assert tier.lookup(keys[0], ctx) is LookupResult.RETRY
+    assert tier.lookup(keys[0], ctx) is LookupResult.RETRY  # still: nothing blocks the scheduler
+    assert finished(tier, [job])[job].success
+    deadline = time.monotonic() + 10
+    while tier.lookup(keys[0], ctx) is LookupResult.RETRY:
+        tier.on_schedule_end(ScheduleEndContext((), ()))
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    # Its first probe went out with the store's step; whatever it saw, a new request sees the chunk.
+    tier.on_request_finished(ctx)
+    ctx2 = ReqContext(req_id="late")
+    tier.lookup(keys[0], ctx2)
+    tier.on_schedule_end(ScheduleEndContext((), ()))
+    while (r := tier.lookup(keys[0], ctx2)) is LookupResult.RETRY:
+        tier.on_schedule_end(ScheduleEndContext((), ()))  # a step: the answers come in at the next
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    assert r is LookupResult.HIT
+
+
+def test_a_partial_failure_names_the_loaded_keys_and_the_rest_turn_misses(engine, daemon):
+    keys, payloads = keys_and_payloads(3, 5)
+    engine.store("writer", keys, payloads)
+    tier = engine.tier
+    wait_durable(daemon, tier, keys)
+    ctx = ReqContext(req_id="looker")
+    for k in keys:  # cache a HIT verdict for each
+        tier.lookup(k, ctx)
+    tier.on_schedule_end(ScheduleEndContext((), ()))
+    deadline = time.monotonic() + 10
+    while any(tier.lookup(k, ctx) is LookupResult.RETRY for k in keys):
+        tier.on_schedule_end(ScheduleEndContext((), ()))
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    assert all(tier.lookup(k, ctx) is LookupResult.HIT for k in keys)
+    with kvstream.Client.connect(daemon.socket) as c:
+        c.unlock([f"{tier.status()['namespace']}/{keys[1].hex()}"])  # the lookup's lease
+        assert c.evict(key=f"{tier.status()['namespace']}/{keys[1].hex()}").replicas >= 1
+    engine.rows[4:7] = 0
+    job = submit(tier, keys, [4, 5, 6], True)
+    result = finished(tier, [job])[job]
+    assert not result.success and set(result.successful_keys) == {keys[0], keys[2]}, result
+    assert bytes(engine.rows[4]) == payloads[0] and bytes(engine.rows[6]) == payloads[2]
+    # The failed key is a MISS from now on (vLLM would otherwise promote it again and again).
+    assert tier.lookup(keys[1], ctx) is LookupResult.MISS
+    assert tier.lookup(keys[0], ctx) is LookupResult.HIT
+    tier.on_request_finished(ctx)
+
+
+def test_a_hung_daemon_fails_the_jobs_within_io_timeout_and_drain_returns(daemon):
+    engine = Engine(daemon.socket, io_timeout=2, lookup_timeout=1)
+    try:
+        keys, payloads = keys_and_payloads(2, 6)
+        engine.store("writer", keys, payloads)
+        tier = engine.tier
+        wait_durable(daemon, tier, keys)
+        daemon.process.send_signal(signal.SIGSTOP)
+        wait_stopped(daemon.process.pid)
+        try:
+            job = submit(tier, keys, [8, 9], True)
+            start = time.monotonic()
+            tier.drain_jobs()  # waits for the job: it must end, failed, within io_timeout
+            assert time.monotonic() - start < 10
+            result = finished(tier, [job])[job]
+            assert not result.success and not result.successful_keys
+            # The lookup thread gives up within lookup_timeout too: misses, no RETRY forever.
+            trace, loaded = engine.load("blind", keys_and_payloads(1, 7)[0], steps=2000)
+            assert trace[-1] == ["MISS"] and loaded == {}
+        finally:
+            daemon.process.send_signal(signal.SIGCONT)
+    finally:
+        engine.close()
+
+
+def test_a_daemon_restart_fails_the_batch_in_flight_then_serves_again(daemon):
+    engine = Engine(daemon.socket, retry_interval=0.1)
+    try:
+        keys, payloads = keys_and_payloads(4, 8)
+        engine.store("writer", keys, payloads)
+        tier = engine.tier
+        wait_durable(daemon, tier, keys)  # they must survive the restart
+        daemon.restart()
+        deadline = time.monotonic() + 20
+        ok = None
+        while ok is None or not all(r.success for r in ok.values()):
+            engine.rows[8:12] = 0
+            ok = finished(tier, [submit(tier, keys, [8, 9, 10, 11], True)])
+            assert time.monotonic() < deadline, "loads never served again after the restart"
+            time.sleep(0.1)
+        assert [bytes(engine.rows[8 + i]) for i in range(4)] == payloads
+        assert tier.status()["connected"]
+    finally:
+        engine.close()
+
+
+def test_shutdown_drains_and_releases_the_primary_region(daemon):
+    engine = Engine(daemon.socket)
+    keys, payloads = keys_and_payloads(4, 9)
+    for i, p in enumerate(payloads):
+        engine.rows[i] = np.frombuffer(p, dtype=np.uint8)
+    tier = engine.tier
+    ids = [submit(tier, keys, [0, 1, 2, 3], False)]
+    tier.drain_jobs()  # sends the step's store and waits for it
+    results = {r.job_id: r for r in tier.get_finished_jobs()}
+    assert set(results) == set(ids) and all(r.success for r in results.values())
+    assert not tier.has_pending_work()
+    shm = engine.shm
+    assert os.path.exists(shm)
+    engine.close()
+    assert not os.path.exists(shm), "vLLM kept the primary region mapped (a buffer export left open)"
+
+
+def test_the_copy_path_when_zero_copy_is_off(daemon):
+    engine = Engine(daemon.socket, zero_copy=False, arena_bytes=2 * ROW)
+    try:
+        keys, payloads = keys_and_payloads(5, 10)
+        engine.store("writer", keys, payloads)
+        wait_durable(daemon, engine.tier, keys)
+        engine.forget_primary()
+        _, loaded = engine.load("reader", keys)
+        assert [loaded[k] for k in keys] == payloads
+        status = engine.tier.status()
+        assert not status["zero_copy"] and status["copied_bytes"] == 10 * ROW, status
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize("setting, value, message", [
+    ("io_timeout", 0, "io_timeout must be a positive number"),
+    ("lease_seconds", 7200, "lease_seconds must be at most 3600"),
+    ("zero_copy", "yes", "zero_copy must be true or false"),
+    ("arena_bytes", 4096, "smaller than one chunk"),
+])
+def test_bad_settings_are_clear_errors(daemon, setting, value, message):
+    extra = {setting: value} if setting != "arena_bytes" else {"zero_copy": False, setting: value}
+    with pytest.raises(ValueError, match=message):
+        Engine(daemon.socket, **extra)
+
+
+@pytest.fixture
+def hanging_daemon(state_dir):
+    """kvstreamd whose second tier (`slow`) is kvfaultfs, a FUSE file system over a real directory
+    whose rules file can make every read hang until the rule is removed."""
+    faultfs = Path(os.environ.get("KVFAULTFS", Path(KVSTREAMD).parents[1] / "tools" / "kvfaultfs"))
+    if not os.access(faultfs, os.X_OK) or not os.path.exists("/dev/fuse") or not shutil.which("fusermount3"):
+        pytest.skip("needs kvfaultfs (built with libfuse3-dev), /dev/fuse and fusermount3")
+    rules, mount = state_dir / "rules", state_dir / "t1"
+    rules.write_text("")
+    (state_dir / "back").mkdir()
+    mount.mkdir()
+    fs = subprocess.Popen([str(faultfs), f"--backing={state_dir / 'back'}", f"--rules={rules}", str(mount), "-f"],
+                          stderr=subprocess.DEVNULL)
+    daemon = None
+    try:
+        deadline = time.monotonic() + 5
+        while not os.path.ismount(mount):
+            if fs.poll() is not None or time.monotonic() > deadline:
+                pytest.skip("kvfaultfs could not mount here")
+            time.sleep(0.02)
+        daemon = Daemon(state_dir)
+        daemon.start()
+        yield daemon, rules
+    finally:
+        rules.write_text("")  # releases hung reads
+        if daemon is not None:
+            daemon.stop()
+        subprocess.run(["fusermount3", "-u", str(mount)], stderr=subprocess.DEVNULL)
+        fs.wait(10)
+
+
+def test_a_hung_tier_fails_only_what_no_other_tier_holds(hanging_daemon):
+    daemon, rules = hanging_daemon
+    engine = Engine(daemon.socket, io_timeout=60)
+    try:
+        keys, payloads = keys_and_payloads(2, 11)
+        engine.store("writer", keys, payloads)
+        tier = engine.tier
+        wait_durable(daemon, tier, keys)
+        names = [f"{tier.status()['namespace']}/{k.hex()}" for k in keys]
+        with kvstream.Client.connect(daemon.socket) as c:  # keys[0] now lies on the hanging tier alone
+            assert c.evict(key=names[0], tier="fast").replicas == 1
+            entries, _ = c.lookup(names)
+            assert [e.tier_mask for e in entries] == [0b10, 0b11], entries
+        rules.write_text("read * hang\n")
+        time.sleep(1.5)  # kvfaultfs rereads its rules
+        engine.rows[8:10] = 0
+        start = time.monotonic()
+        job = submit(tier, keys, [8, 9], True)
+        result = finished(tier, [job], timeout=50)[job]
+        took = time.monotonic() - start
+        # keys[1] came from the other tier; keys[0] failed by the daemon's deadlines, not io_timeout.
+        assert not result.success and list(result.successful_keys) == [keys[1]], result
+        assert bytes(engine.rows[9]) == payloads[1]
+        assert took < 30, took
+        tier.drain_jobs()
+    finally:
+        rules.write_text("")
+        engine.close()
