@@ -11,7 +11,9 @@ LMCacheConnectorV1Dynamic with exactly one change, in the worker's `start_load_k
 loads the step's requests one after another, the chunks of ALL of them that KVStreamBackend will
 serve are submitted to kvstreamd as one retrieve (step_batch.prefetch_step), so the per-request
 retrieves find them in flight or landed. After the step's loads, chunks no request took are
-released. Layerwise and async loading keep LMCache's own path (no prefetch).
+released. Layerwise and async loading keep LMCache's own path (no prefetch). And before LMCache
+builds its engine, each worker process names its CPU pool in shared memory for itself
+(`<shm_name or kvstream_lmcache>_<pid>`, pool_name.py), so chunks land in place at any TP size.
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ _check_engine("vllm")
 from lmcache.integration.vllm.lmcache_connector_v1 import LMCacheConnectorV1Dynamic  # noqa: E402
 from lmcache.logging import init_logger  # noqa: E402
 
+from lmcache.integration.vllm.utils import lmcache_get_or_create_config  # noqa: E402
+
+from .pool_name import own_pool_name  # noqa: E402
 from .step_batch import StepLoad, prefetch_step, release_step  # noqa: E402
 
 logger = init_logger(__name__)
@@ -43,7 +48,12 @@ def step_loads(connector_metadata: Any) -> list[StepLoad]:
 
 
 class KVStreamConnectorV1(LMCacheConnectorV1Dynamic):
-    """LMCacheConnectorV1Dynamic whose step loads go to kvstreamd as one batch."""
+    """LMCacheConnectorV1Dynamic whose step loads go to kvstreamd as one batch, and whose worker
+    gets an LMCache CPU pool in shared memory of its own (pool_name), for zero copy at any TP."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        own_pool_name(lmcache_get_or_create_config())  # before LMCache builds its engine and pool
+        super().__init__(*args, **kwargs)
 
     def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
         impl = self._lmcache_engine
