@@ -32,8 +32,12 @@ fail() { echo "FAILED: $*"; exit 1; }
 # The sources as a user's checkout has them, without anything a build in the tree left behind.
 mkdir -p "$work/src/client" "$work/src/proto"
 cp "$root/proto/kvstream.proto" "$work/src/proto/"
-(cd "$root/client/python" && git ls-files -z 2> /dev/null || find . -type f -print0) |
-  (cd "$root/client/python" && tar --null -T - -cf -) | (mkdir "$work/src/client/python" && tar -xf - -C "$work/src/client/python")
+if ! git -C "$root/client/python" ls-files -z > "$work/files" 2> /dev/null || [ ! -s "$work/files" ]; then
+  (cd "$root/client/python" && find . -type f ! -path './build/*' ! -path '*.egg-info/*' ! -path '*/__pycache__/*' \
+    ! -name 'kvstream_pb2*' -print0) > "$work/files"  # not a git checkout: what a build would not leave
+fi
+mkdir "$work/src/client/python"
+tar -C "$root/client/python" --null -T "$work/files" -cf - | tar -xf - -C "$work/src/client/python"
 [ -f "$work/src/client/python/setup.py" ] || fail "client/python was not copied"
 
 "$python" -m venv --system-site-packages "$work/build-env"
