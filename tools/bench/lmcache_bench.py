@@ -19,6 +19,7 @@ are capped like the daemon's. Needs LMCache (deploy/python-env.sh).
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
 import os
 import shutil
@@ -138,6 +139,7 @@ def main() -> int:
     p.add_argument("--chunk-mib", type=int, default=8, help="MiB per chunk")
     p.add_argument("--kvbench", help="kvbench JSON of the same steps on the same daemon (bound and overhead)")
     p.add_argument("--json", help="write the results here")
+    p.add_argument("--profile", help="cProfile each mode's timed reads into PROFILE.<mode> (slows them)")
     args = p.parse_args()
 
     shape = chunk_shape(args.chunk_mib)
@@ -161,8 +163,14 @@ def main() -> int:
             if mode != "localdisk" and sm.storage_backends[backend_name].zero_copy != in_place:
                 raise RuntimeError(f"{mode}: the plugin's zero copy is {not in_place}, expected {in_place}")
             drop_page_cache()
+            profile = cProfile.Profile() if args.profile else None
             cpu = time.process_time()
+            if profile is not None:
+                profile.enable()
             times = measure(sm, backend_name, steps, shape, step_batching="+step" in mode)
+            if profile is not None:
+                profile.disable()
+                profile.dump_stats(f"{args.profile}.{mode.replace('/', '-')}")
             cpu = time.process_time() - cpu
         finally:
             sm.close()
@@ -194,7 +202,8 @@ def main() -> int:
               f"(b0+b1)/b0 = {(b0 + b1) / b0:.2f}, target 0.9x = {target:.2f}")
         for mode in ("kvstream+step", "kvstream+step/in-place"):
             ratio = results[mode]["bps"] / base
-            print(f"{mode} / localdisk = {ratio:.2f} ({'meets' if ratio >= target else 'MISSES'} the target)")
+            print(f"{mode} / localdisk = {ratio:.2f} ({'meets' if ratio >= target else 'MISSES'} the target), "
+                  f"{results[mode]['bps'] / completion:.3f} x kvbench")
         print(f"kvbench completion {completion / 1e6:.1f} MB/s; plugin (best mode) at {best / completion:.3f} x kvbench "
               f"(overhead {100 * (completion / best - 1):+.1f}%)")
         summary.update({"b0_bps": b0, "b1_bps": b1, "target_ratio": target, "kvbench_completion_bps": completion})
