@@ -216,6 +216,7 @@ void StepReader::Issue(int t, BlockRef ref) {
   slot.busy = true;
   slot.late = false;
   slot.hedge_pending = false;
+  slot.give_up_pending = false;
   slot.held = false;
   slot.issued_ns = now;
   tier.device->Queue(&slot);

@@ -196,6 +196,8 @@ class StepReader {
   // The tiers given up (a read in flight for reads.give_up) stop holding the chunks of `step`
   // (every pending step when null); those no other tier holds fail. May finish (free) steps.
   void DropGivenUpTiers(Step* step);
+  // The tiers given up now, as a mask.
+  uint32_t GivenUpTiers() const;
   // `tier` has room and nothing to claim: takes over the straggler of another tier that it can
   // read well before that tier would deliver it; false when there is none. Lowers `recheck` to
   // when a read in flight elsewhere that is not a straggler yet would become one.

@@ -69,6 +69,12 @@ void StepReader::GiveUp(int t, ReadSlot* slot) {
   if (blk.state != BlockState::kInFlight) return;
   const uint32_t chunk = blk.chunk;
   Tier& tier = *tiers_[t];
+  if (step->chunks[chunk].holders & ~(1u << t)) {
+    // Another tier holds the chunk after all (its hedge failed only because the memory could not
+    // be taken back then): read it there if that is safe now; else the step waits for this read.
+    Hedge(t, slot);
+    return;
+  }
   const bool safe = slot->buffer != slot->dst ||
                     regions_->TakeBack(t, slot->region, static_cast<uint8_t*>(slot->buffer), slot->length);
   if (!safe) {
@@ -90,6 +96,14 @@ void StepReader::GiveUp(int t, ReadSlot* slot) {
                  left_out ? absl::StrCat(" (", left_out, " more read failures not logged)") : "");
   }
   Settle(step, chunk);
+}
+
+uint32_t StepReader::GivenUpTiers() const {
+  uint32_t mask = 0;
+  for (size_t t = 0; t < slots_.size(); ++t) {
+    if (slots_[t].given_up) mask |= 1u << t;
+  }
+  return mask;
 }
 
 void StepReader::DropGivenUpTiers(Step* only) {
@@ -114,18 +128,27 @@ void StepReader::DropGivenUpTiers(Step* only) {
 
 int64_t StepReader::CheckDeadlines() {
   const int64_t now = reactor_->NowNs();
+  const int64_t give_up_ns = static_cast<int64_t>(config_.read_give_up_seconds * 1e9);
   int64_t next = kNoDeadline;
+  bool newly_given_up = false;
   for (size_t t = 0; t < slots_.size(); ++t) {
+    // A tier stalled for give_up is given up even when its late reads were all taken over:
+    // chunks only it holds would otherwise wait for it without bound.
+    TierReads& tr = slots_[t];
+    if (give_up_ns > 0 && tr.late > 0 && !tr.given_up) {
+      if (now >= tr.stalled_since_ns + give_up_ns) {
+        tr.given_up = newly_given_up = true;
+      } else {
+        next = std::min(next, tr.stalled_since_ns + give_up_ns);
+      }
+    }
     const int64_t deadline = Deadline(static_cast<int>(t));
     for (ReadSlot& slot : slots_[t].slots) {
       if (slot.busy && slot.late && slot.give_up_pending) {
-        const int64_t at = slot.issued_ns + static_cast<int64_t>(config_.read_give_up_seconds * 1e9);
+        const int64_t at = slot.issued_ns + give_up_ns;
         if (now >= at) {
           GiveUp(static_cast<int>(t), &slot);
-          if (!slots_[t].given_up) {
-            slots_[t].given_up = true;
-            DropGivenUpTiers(nullptr);
-          }
+          if (!slots_[t].given_up) slots_[t].given_up = newly_given_up = true;
         } else {
           next = std::min(next, at);
         }
@@ -144,6 +167,7 @@ int64_t StepReader::CheckDeadlines() {
       }
     }
   }
+  if (newly_given_up) DropGivenUpTiers(nullptr);  // after the loop: it may finish steps
   return next;
 }
 

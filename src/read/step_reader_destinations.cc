@@ -42,6 +42,17 @@ bool StepReader::PlaceAgainIfRewritten(ReadStep* step, uint32_t chunk) {
     current = e->meta;
     holders = e->tiers;
   }
+  const uint32_t given_up = GivenUpTiers();
+  if (holders != 0 && (holders & ~given_up) == 0) {  // only tiers that have stopped answering
+    step->state[chunk].error = absl::StrCat("the tiers holding its new version have not answered a read in ",
+                                            config_.read_give_up_seconds, " s");
+    step->state[chunk].real_failure = true;
+    HoldOrTakeBack(step, chunk);
+    pool_->ReplaceChunk(step, chunk, 0, 1);  // no holder: fails once nothing is in flight
+    Settle(step, chunk);
+    return true;
+  }
+  holders &= ~given_up;
   if (++step->state[chunk].placements > kMaxPlacements) {
     step->state[chunk].error = absl::StrCat("rewritten ", kMaxPlacements, " times while being read");
     HoldOrTakeBack(step, chunk);

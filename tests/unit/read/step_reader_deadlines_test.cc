@@ -171,6 +171,31 @@ TEST_CASE("a late read no other tier holds fails its chunk after reads.give_up, 
   arena.ReadStep(*rig.engine, "k", data, kChunk);
 }
 
+TEST_CASE("a tier stalled past reads.give_up holds no chunk, even when its late reads were all taken over") {
+  SimRig rig({300 * MBps, 150 * MBps});
+  constexpr size_t kChunk = 2 * kBlock;
+  auto data = rig.Populate("k", 4, kChunk);
+  auto solo = rig.Populate("solo", 1, kChunk);
+  REQUIRE(rig.engine->Evict({.key = "solo0", .tier = "t0"}).ok());  // on t1 alone
+  Arena arena(*rig.engine, 4 * kChunk);
+  rig.devices[1]->SetFaultHook(HangReadsFrom(0));
+  // Every chunk is on t0 too: t1's reads hang, are taken over, and the step completes.
+  arena.ReadStep(*rig.engine, "k", data, kChunk);
+  REQUIRE(rig.engine->Stats().tiers[1].stalled);
+  // t1 still hangs and has no late read of its own to give up; its chunk fails, not waits.
+  std::atomic<bool> done{false};
+  std::vector<ChunkResult> results(1);
+  rig.engine->RetrieveAsync(arena.Reads("solo", 1, kChunk), [&](const ChunkResult& r) { results[r.index] = r; },
+                            [&](StepRecord) { done = true; });
+  for (int i = 0; i < 2000 && !done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  CHECK(done);
+  rig.devices[1]->SetFaultHook(nullptr);
+  rig.devices[1]->ReleaseHung();
+  while (!done) std::this_thread::yield();
+  CHECK(absl::IsDataLoss(results[0].status));
+  CHECK_THAT(std::string(results[0].status.message()), Catch::Contains("has not answered a read in 10 s"));
+}
+
 TEST_CASE("a read straight into memory that cannot be taken back is waited for") {
   SimRig rig({300 * MBps, 150 * MBps});
   auto data = rig.Populate("k", 4, 2 * kBlock);
