@@ -46,7 +46,10 @@ if [ ! -x "$venv/bin/python" ] || [ "$(cat "$venv/.kvstream-stamp" 2>/dev/null)"
   [ -z "$nodeps" ] || "${pip[@]}" --no-deps -r "$nodeps" >&2
   echo "$want" > "$venv/.kvstream-stamp"
 fi
-# Built here, offline, by the environment's setuptools and Debian's protoc (client/python/setup.py).
+# Built here, offline, by the environment's setuptools (>= 70.1 builds wheels without `wheel`) and
+# Debian's protoc (client/python/setup.py).
+"$venv/bin/python" -c 'import setuptools, sys; sys.exit(tuple(map(int, setuptools.__version__.split(".")[:2])) < (70, 1))' ||
+  "$venv/bin/pip" install -q --disable-pip-version-check 'setuptools>=70.1' >&2
 "$venv/bin/pip" install -q --disable-pip-version-check --force-reinstall --no-deps --no-build-isolation \
   "$root/client/python" >&2
 echo "$venv/bin/python"

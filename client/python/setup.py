@@ -66,6 +66,11 @@ def generate(proto: Path, out_root: Path) -> None:
              str(relative)],
             check=True,
         )
+    pb2 = out_root.joinpath(*PROTO_PACKAGE, "kvstream_pb2.py").read_text()
+    if "ValidateProtobufRuntimeVersion" in pb2:  # protoc >= 26 pins the runtime to its own version
+        version = subprocess.run([protoc, "--version"], capture_output=True, text=True).stdout.strip()
+        print(f"kvstream: {version} generates code that needs a protobuf runtime of its own version or newer, "
+              "above this package's floor of protobuf 4.21 (protoc 3.21, Debian 12's, does not)")
 
 
 class BuildPyWithProto(build_py):

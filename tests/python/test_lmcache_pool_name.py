@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("lmcache", reason="needs LMCache (tests/run.sh installs it)")
 
-from kvstream.lmcache.pool_name import own_pool_name, remove_stale  # noqa: E402
+from kvstream.lmcache.pool_name import host_tag, own_pool_name, remove_stale  # noqa: E402
 
 
 def worker(socket: str, shm_name: str, rank: int, ranks: int, own: bool, barrier, results) -> None:
@@ -31,7 +31,7 @@ def worker(socket: str, shm_name: str, rank: int, ranks: int, own: bool, barrier
     sm = StorageManager(config=config, metadata=make_metadata(worker_id=rank, world_size=ranks),
                         event_manager=EventManager())
     try:
-        barrier.wait(60)  # every rank's pool exists before any rank reads
+        barrier.wait(240)  # every rank's pool exists before any rank reads
         backend = backend_of(sm)
         keys = [key(1000 * rank + i, worker_id=rank) for i in range(4)]
         tensors = put(sm, keys, seed=rank)
@@ -86,11 +86,17 @@ def test_pools_of_workers_that_are_gone_are_removed(tmp_path):
             break
         except OSError:
             continue
-    (tmp_path / f"kvstest_pool_{dead}").write_bytes(b"x")
-    (tmp_path / f"kvstest_pool_{os.getpid()}").write_bytes(b"x")  # alive: kept
+    host = host_tag()
+    (tmp_path / f"kvstest_pool_{host}_{dead}").write_bytes(b"x")
+    (tmp_path / f"kvstest_pool_{host}_{os.getpid()}").write_bytes(b"x")  # alive: kept
+    (tmp_path / f"kvstest_pool_otherhost_{dead}").write_bytes(b"x")  # another container's: kept
     (tmp_path / "kvstest_pool_other").write_bytes(b"x")  # not a pool name: kept
+    os.symlink("/etc/hostname", tmp_path / f"kvstest_pool_{host}_{dead + 1}")  # not a regular file: kept
     assert remove_stale("kvstest_pool", str(tmp_path)) == 1
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([f"kvstest_pool_{os.getpid()}", "kvstest_pool_other"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([
+        f"kvstest_pool_{host}_{os.getpid()}", f"kvstest_pool_otherhost_{dead}", "kvstest_pool_other",
+        f"kvstest_pool_{host}_{dead + 1}"])
+    assert os.path.exists("/etc/hostname")
 
 
 def test_the_name_is_left_alone_without_the_plugin_or_zero_copy():
@@ -101,5 +107,5 @@ def test_the_name_is_left_alone_without_the_plugin_or_zero_copy():
     config = make_config("/nonexistent.sock", shm_name="mine", **{"kvstream.zero_copy": False})
     assert own_pool_name(config) is None and config.extra_config["shm_name"] == "mine"
     config = make_config("/nonexistent.sock")
-    assert own_pool_name(config, pid=4242) == "kvstream_lmcache_4242"
-    assert own_pool_name(config, pid=4242) == "kvstream_lmcache_4242"  # a second call keeps it
+    assert own_pool_name(config, pid=4242) == f"kvstream_lmcache_{host_tag()}_4242"
+    assert own_pool_name(config, pid=4242) == f"kvstream_lmcache_{host_tag()}_4242"  # a second call keeps it

@@ -1,8 +1,8 @@
 """kvstream.vllm_tier.KVStreamTier inside vLLM's own TieringOffloadingManager (vLLM 0.33 on CPU: a
 real SharedOffloadRegion in /dev/shm, the tier built by vLLM's factory from `type` + `module_path`)
 against a real kvstreamd: store then load byte-identical with no byte copied in Python and one
-retrieve per step, miss, retry until the daemon has answered, partial failure, a hung daemon, a
-daemon restart, drain and shutdown, the copy path, bad settings."""
+retrieve per step, miss, retry until the daemon has answered, partial failure, a hung tier, a
+stopped daemon, a daemon restart, drain and shutdown, the copy path, bad settings."""
 
 from __future__ import annotations
 
@@ -284,27 +284,38 @@ def test_a_partial_failure_names_the_loaded_keys_and_the_rest_turn_misses(engine
     tier.on_request_finished(ctx)
 
 
-def test_a_hung_daemon_fails_the_jobs_within_io_timeout_and_drain_returns(daemon):
-    engine = Engine(daemon.socket, io_timeout=2, lookup_timeout=1)
+def test_a_stopped_daemon_holds_its_jobs_until_it_resumes_and_lookups_miss_meanwhile(daemon):
+    """A job is never reported while the daemon may still write into its rows (vLLM would reuse
+    them): a stopped daemon's load stays pending and lands once it resumes; lookups, on their own
+    connection, turn into misses after lookup_timeout instead of RETRY forever."""
+    engine = Engine(daemon.socket, lookup_timeout=1)
     try:
         keys, payloads = keys_and_payloads(2, 6)
         engine.store("writer", keys, payloads)
         tier = engine.tier
         wait_durable(daemon, tier, keys)
+        engine.rows[8:10] = 0
         daemon.process.send_signal(signal.SIGSTOP)
         wait_stopped(daemon.process.pid)
         try:
             job = submit(tier, keys, [8, 9], True)
-            start = time.monotonic()
-            tier.drain_jobs()  # waits for the job: it must end, failed, within io_timeout
-            assert time.monotonic() - start < 10
-            result = finished(tier, [job])[job]
-            assert not result.success and not result.successful_keys
-            # The lookup thread gives up within lookup_timeout too: misses, no RETRY forever.
-            trace, loaded = engine.load("blind", keys_and_payloads(1, 7)[0], steps=2000)
-            assert trace[-1] == ["MISS"] and loaded == {}
+            tier.on_schedule_end(ScheduleEndContext((), ()))
+            time.sleep(2)
+            assert list(tier.get_finished_jobs()) == [] and tier.has_pending_work()
+            ctx = ReqContext(req_id="blind")
+            other = keys_and_payloads(1, 7)[0][0]
+            deadline = time.monotonic() + 20
+            while (r := tier.lookup(other, ctx)) is LookupResult.RETRY:
+                tier.on_schedule_end(ScheduleEndContext((), ()))
+                assert time.monotonic() < deadline, "a lookup of a stopped daemon stayed RETRY"
+                time.sleep(0.01)
+            assert r is LookupResult.MISS
+            tier.on_request_finished(ctx)
         finally:
             daemon.process.send_signal(signal.SIGCONT)
+        result = finished(tier, [job])[job]
+        assert result.success, result
+        assert [bytes(engine.rows[8 + i]) for i in range(2)] == payloads
     finally:
         engine.close()
 
@@ -362,8 +373,27 @@ def test_the_copy_path_when_zero_copy_is_off(daemon):
         engine.close()
 
 
+def test_a_region_a_gpu_pinned_is_read_through_the_daemons_bounce_buffers(daemon):
+    """With a GPU, vLLM's workers pin the primary region: it goes over as device-pinned (the
+    daemon then never swaps its pages), and chunks still land byte-identical with no copy in Python."""
+    engine = Engine(daemon.socket, device_pinned=True)
+    try:
+        keys, payloads = keys_and_payloads(3, 14)
+        engine.store("writer", keys, payloads)
+        wait_durable(daemon, engine.tier, keys)
+        engine.forget_primary()
+        _, loaded = engine.load("reader", keys)
+        assert [loaded[k] for k in keys] == payloads
+        assert engine.tier.status()["copied_bytes"] == 0
+        with kvstream.Client.connect(daemon.socket) as c:
+            assert sum(t.bounce_reads for t in c.stats().tiers) >= 3  # every block through a bounce buffer
+    finally:
+        engine.close()
+
+
 @pytest.mark.parametrize("setting, value, message", [
-    ("io_timeout", 0, "io_timeout must be a positive number"),
+    ("lookup_timeout", 0, "lookup_timeout must be a positive number"),
+    ("device_pinned", "yes", "device_pinned must be true or false"),
     ("lease_seconds", 7200, "lease_seconds must be at most 3600"),
     ("zero_copy", "yes", "zero_copy must be true or false"),
     ("arena_bytes", 4096, "smaller than one chunk"),
@@ -407,7 +437,7 @@ def hanging_daemon(state_dir):
 
 def test_a_hung_tier_fails_only_what_no_other_tier_holds(hanging_daemon):
     daemon, rules = hanging_daemon
-    engine = Engine(daemon.socket, io_timeout=60)
+    engine = Engine(daemon.socket)
     try:
         keys, payloads = keys_and_payloads(2, 11)
         engine.store("writer", keys, payloads)
@@ -425,7 +455,7 @@ def test_a_hung_tier_fails_only_what_no_other_tier_holds(hanging_daemon):
         job = submit(tier, keys, [8, 9], True)
         result = finished(tier, [job], timeout=50)[job]
         took = time.monotonic() - start
-        # keys[1] came from the other tier; keys[0] failed by the daemon's deadlines, not io_timeout.
+        # keys[1] came from the other tier; keys[0] failed by the daemon's reads.give_up.
         assert not result.success and list(result.successful_keys) == [keys[1]], result
         assert bytes(engine.rows[9]) == payloads[1]
         assert took < 30, took

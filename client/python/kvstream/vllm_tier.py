@@ -18,14 +18,22 @@ stages them and writes them while no read is pending, M2). Lookups never block t
 vLLM's AsyncLookupManager asks the daemon on its own thread, one batch per step, and locks each
 hit for `lease_seconds` so that a HIT stays loadable; until the answer is in, lookup says RETRY.
 
-Failures end in failed keys, which vLLM recomputes, never in a hang or wrong bytes: a chunk the
-daemon cannot serve (a miss, a checksum mismatch, every replica failed, or its only replica on a
-tier that hangs, given up after the daemon's `reads.give_up`, 10 s) fails alone
-(JobResult.successful_keys names the rest) and is a MISS from then on; a daemon that is down,
-restarts or does not answer within `io_timeout` (keep it above reads.give_up) fails the whole
-batch, and the tier answers MISS until it is back (kvstream.daemon_link reconnects). A stored
-chunk counts once the daemon has staged it (copied out of the primary row); lookups see it once
-it is durable on a tier, and a store skips chunks the daemon already holds.
+Failures end in failed keys, which vLLM recomputes, never in wrong bytes: a chunk the daemon
+cannot serve (a miss, a checksum mismatch, every replica failed, or its only replica on a tier
+that hangs, given up after the daemon's `reads.give_up`, 10 s) fails alone
+(JobResult.successful_keys names the rest) and is a MISS from then on; a daemon that goes away
+(stops, restarts, dies) fails the batch in flight, and the tier answers MISS until it is back
+(kvstream.daemon_link reconnects). A job is never reported while the daemon may still read into
+or out of its rows (vLLM reuses the rows of a finished job): retrieves and persists carry no
+client deadline, since the daemon bounds a hung tier itself (reads.give_up) and a hung daemon is
+restarted by its watchdog, which ends the calls. Lookups use a connection of their own, so a slow
+lookup never touches the session the data moves on. A stored chunk counts once the daemon has
+staged it (copied out of the primary row); lookups see it once it is durable on a tier, and a
+store skips chunks the daemon already holds.
+
+When a GPU is present vLLM's workers pin the primary region (cudaHostRegister), so it goes to the
+daemon as device-pinned memory: reads land through the daemon's bounce buffers (one copy in the
+daemon) and the daemon never swaps pages under the GPU.
 
 Keys: `<namespace>/<hex of vLLM's OffloadKey>`; the namespace defaults to the model and a digest
 of everything that shapes a row (dtype, block and chunk sizes, the parallel layout), so engines of
@@ -42,7 +50,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable, Collection, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 from vllm.v1.kv_offload.base import (
@@ -114,12 +122,12 @@ class KVStreamTier(SecondaryTierManager):
     Settings (the other keys of the tier's entry in `secondary_tiers`):
       socket_path     kvstreamd's socket (default /run/kvstream/kvstreamd.sock)
       namespace       key prefix; default: the model and a digest of the row layout
-      io_timeout      seconds a step's retrieve or persist may take before its jobs fail (60)
       lookup_timeout  seconds a lookup may take before it counts as a miss (5)
       lease_seconds   how long a lookup hit stays locked against eviction (60)
       connect_timeout seconds to wait for the daemon at attach (2)
       retry_interval  seconds between reconnects while the daemon is down (1)
       zero_copy       hand the primary region to the daemon (true); false copies through the arena
+      device_pinned   the region is pinned by a GPU (default: when torch sees CUDA)
       arena_bytes     the session arena for the copy path (256 MiB; 1 MiB with zero copy)
       locality        LOCAL or REMOTE, for vLLM's KV events
     """
@@ -134,17 +142,17 @@ class KVStreamTier(SecondaryTierManager):
         backpressure_detector: Any = None,
         socket_path: str = DEFAULT_SOCKET,
         namespace: Optional[str] = None,
-        io_timeout: float = 60.0,
         lookup_timeout: float = 5.0,
         lease_seconds: float = 60.0,
         connect_timeout: float = 2.0,
         retry_interval: float = 1.0,
         zero_copy: bool = True,
+        device_pinned: Optional[bool] = None,
         arena_bytes: Optional[int] = None,
         locality: Optional[str] = None,
     ) -> None:
         super().__init__(offloading_spec, primary_kv_view, tier_type, backpressure_detector)
-        for name, value in (("io_timeout", io_timeout), ("lookup_timeout", lookup_timeout),
+        for name, value in (("lookup_timeout", lookup_timeout),
                             ("lease_seconds", lease_seconds), ("connect_timeout", connect_timeout),
                             ("retry_interval", retry_interval)):
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
@@ -153,11 +161,13 @@ class KVStreamTier(SecondaryTierManager):
             raise ValueError(f"KVStreamTier: lease_seconds must be at most 3600, got {lease_seconds!r}")
         if not isinstance(zero_copy, bool):
             raise ValueError(f"KVStreamTier: zero_copy must be true or false, got {zero_copy!r}")
+        if device_pinned is not None and not isinstance(device_pinned, bool):
+            raise ValueError(f"KVStreamTier: device_pinned must be true or false, got {device_pinned!r}")
+        self._device_pinned = _gpu_present() if device_pinned is None else device_pinned
         if arena_bytes is not None and (not isinstance(arena_bytes, int) or isinstance(arena_bytes, bool)
                                         or arena_bytes <= 0):
             raise ValueError(f"KVStreamTier: arena_bytes must be a positive integer, got {arena_bytes!r}")
         self.locality = Locality(locality) if locality is not None else None
-        self._io_timeout = float(io_timeout)
         self._lease = float(lease_seconds)
         self._namespace = namespace or _default_namespace(offloading_spec, self.block_size_bytes)
         self._row = self.block_size_bytes
@@ -178,22 +188,29 @@ class KVStreamTier(SecondaryTierManager):
             client = Client.attach(socket_path, model=self._namespace, rank=0, world_size=1, arena_bytes=arena,
                                    timeout=connect_timeout, rpc_timeout=lookup_timeout)
             try:
-                region = client.add_region(self._region.fd, self._region.size) if self._region is not None else 0
+                region = (client.add_region(self._region.fd, self._region.size, device_pinned=self._device_pinned)
+                          if self._region is not None else 0)
             except BaseException:
                 client.close()
                 raise
             return Session(client, region)
 
+        def connect_for_lookups() -> Session:
+            return Session(Client.connect(socket_path, timeout=connect_timeout, rpc_timeout=lookup_timeout))
+
         self._link = DaemonLink(f"kvstreamd at {socket_path}", connect, logger, retry_interval=retry_interval)
+        self._lookup_link = DaemonLink(f"kvstreamd at {socket_path} (lookups)", connect_for_lookups, logger,
+                                       retry_interval=retry_interval)
+        self._arena_lock = threading.Lock()  # the copy path: one thread's rounds at a time use the arena
         self._stats_lock = threading.Lock()
         self._counters: Dict[str, float] = {}  # GUARDED_BY(_stats_lock); reset by get_stats
         self._totals: Dict[str, float] = {}  # GUARDED_BY(_stats_lock); never reset (status())
         # Submitted this step, sent at on_schedule_end (scheduler thread, under vLLM's manager lock).
         self._pending_loads: List[TransferJob] = []
         self._pending_stores: List[TransferJob] = []
-        # Results from the I/O threads; get_finished_jobs drains it (deque appends are thread-safe).
-        self._finished: "deque[JobResult]" = deque()
-        self._failed_loads: "deque[List[OffloadKey]]" = deque()
+        # Results from the I/O threads, a batch's with its failed loads; get_finished_jobs drains it
+        # (deque appends are thread-safe; a batch's keys turn MISS before vLLM sees its results).
+        self._finished: "deque[Tuple[List[JobResult], List[OffloadKey]]]" = deque()
         self._in_flight = 0  # jobs sent and not finished; GUARDED_BY(_idle)
         self._idle = threading.Condition()
         # One thread each, so that a step's loads never wait behind a store blocked on staging.
@@ -201,6 +218,7 @@ class KVStreamTier(SecondaryTierManager):
         self._storer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kvstream-vllm-store")
         self._lookups = _Lookups(self)
         self._link.connect_now()
+        self._lookup_link.connect_now()
         logger.info("kvstream: vLLM tier '%s' on %s, namespace %s, %d rows of %d bytes, %s", tier_type, socket_path,
                     self._namespace, self._rows, self._row,
                     f"zero copy ({self._region.path})" if self._region is not None else "copying through the arena")
@@ -227,11 +245,12 @@ class KVStreamTier(SecondaryTierManager):
         self._lookups.flush()
 
     def get_finished_jobs(self) -> Iterable[JobResult]:
-        while self._failed_loads:
-            self._lookups.mark_miss(self._failed_loads.popleft())
-        results = []
+        results: List[JobResult] = []
         while self._finished:
-            results.append(self._finished.popleft())
+            batch, failed_loads = self._finished.popleft()
+            if failed_loads:
+                self._lookups.mark_miss(failed_loads)
+            results += batch
         return results
 
     def has_pending_work(self) -> bool:
@@ -243,8 +262,8 @@ class KVStreamTier(SecondaryTierManager):
         self._lookups.cleanup(req_context.req_id)
 
     def drain_jobs(self) -> None:
-        """Sends what this step submitted and waits until every job has finished (each within
-        io_timeout); their results stay queued for get_finished_jobs."""
+        """Sends what this step submitted and waits until every job has finished, i.e. the daemon
+        no longer touches its rows; their results stay queued for get_finished_jobs."""
         self._send()
         with self._idle:
             self._idle.wait_for(lambda: self._in_flight == 0)
@@ -255,6 +274,7 @@ class KVStreamTier(SecondaryTierManager):
         self._loader.shutdown(wait=True)
         self._storer.shutdown(wait=True)
         self._link.close()
+        self._lookup_link.close()
         if self._region is not None:
             self._region.close()
         self._bytes.release()
@@ -335,8 +355,10 @@ class KVStreamTier(SecondaryTierManager):
             try:
                 ok = run(session, batch)
             except KVStreamError as e:
+                # The call ended: the daemon refused it as a whole, or went away (then its I/O
+                # into the rows ended with it).
                 logger.warning("kvstream: a step of %d chunks failed (%s); vLLM recomputes them", len(batch.keys), e)
-                if e.code in (Code.UNAVAILABLE, Code.DEADLINE_EXCEEDED, Code.CANCELLED):
+                if e.code in (Code.UNAVAILABLE, Code.CANCELLED):
                     self._link.fail(session, e)
             except Exception as e:  # noqa: BLE001 - anything else fails the jobs, never the engine
                 logger.exception("kvstream: a step of %d chunks failed: %s", len(batch.keys), e)
@@ -347,6 +369,7 @@ class KVStreamTier(SecondaryTierManager):
         for owner, good in zip(batch.owners, ok):
             per_job[owner].append(good)
         failed_loads: List[OffloadKey] = []
+        results: List[JobResult] = []
         for job, flags in zip(batch.jobs, per_job):
             keys = list(job.keys)
             good = [k for k, f in zip(keys, flags) if f]
@@ -354,12 +377,11 @@ class KVStreamTier(SecondaryTierManager):
             if job.is_promotion and not success:
                 failed_loads += [k for k, f in zip(keys, flags) if not f]
             self._count("failed_keys:load" if job.is_promotion else "failed_keys:store", len(keys) - len(good))
-            self._finished.append(JobResult(
+            results.append(JobResult(
                 job_id=job.job_id, success=success,
                 successful_keys=tuple(good) if job.is_promotion and not success and good else None,
                 transfer_time=seconds, transfer_bytes=len(good) * self._row))
-        if failed_loads:
-            self._failed_loads.append(failed_loads)
+        self._finished.append((results, failed_loads))
         with self._idle:
             self._in_flight -= len(batch.jobs)
             self._idle.notify_all()
@@ -376,7 +398,7 @@ class KVStreamTier(SecondaryTierManager):
         if self._region is not None:
             self._count("retrieves", 1)
             chunks = [(name, self._region_offset(row), self._row, session.region) for name, row in zip(names, batch.rows)]
-            results, _ = session.client.retrieve(chunks, timeout=self._io_timeout)
+            results, _ = session.client.retrieve(chunks)
             ok = [self._whole(r) for r in results]
             self._count("loaded_bytes", sum(ok) * self._row)
             _log_failures(results)
@@ -396,7 +418,7 @@ class KVStreamTier(SecondaryTierManager):
             if self._region is not None:
                 chunks = [(name, self._region_offset(row), self._row, session.region)
                           for name, row in zip(names, part.rows)]
-                durable = session.client.persist_async(chunks, check=False, timeout=self._io_timeout)
+                durable = session.client.persist_async(chunks, check=False)
                 durable.add_done_callback(self._note_durable)
                 self._count("stored_bytes", len(chunks) * self._row)
             else:
@@ -432,6 +454,10 @@ class KVStreamTier(SecondaryTierManager):
 
     def _through_arena(self, session: Session, batch: _Batch, names: List[str], loading: bool) -> List[bool]:
         """The copy path: as many chunks as fit in the arena at a time, copied in Python."""
+        with self._arena_lock:
+            return self._through_arena_locked(session, batch, names, loading)
+
+    def _through_arena_locked(self, session: Session, batch: _Batch, names: List[str], loading: bool) -> List[bool]:
         allocator = session.allocator
         if allocator is None:
             raise KVStreamError(Code.FAILED_PRECONDITION, "the session has no arena")
@@ -446,7 +472,7 @@ class KVStreamTier(SecondaryTierManager):
                 arena = session.client.arena
                 chunks = [(names[i], offset, self._row) for offset, i in spans]
                 if loading:
-                    results, _ = session.client.retrieve(chunks, timeout=self._io_timeout)
+                    results, _ = session.client.retrieve(chunks)
                     self._count("retrieves", 1)
                     for (offset, i), r in zip(spans, results):
                         if self._whole(r):
@@ -459,7 +485,7 @@ class KVStreamTier(SecondaryTierManager):
                     for offset, i in spans:
                         row = batch.rows[i] * self._row
                         arena[offset:offset + self._row] = self._bytes[row:row + self._row]
-                    durable = session.client.persist_async(chunks, check=False, timeout=self._io_timeout)
+                    durable = session.client.persist_async(chunks, check=False)
                     durable.add_done_callback(self._note_durable)
                     good = [True] * len(chunks)
                     self._count("stored_bytes", len(chunks) * self._row)
@@ -473,7 +499,7 @@ class KVStreamTier(SecondaryTierManager):
 
     def _present(self, keys: List[OffloadKey]) -> List[bool]:
         """On the lookup thread: which keys the daemon holds, each locked for the lease."""
-        session = self._link.session()
+        session = self._lookup_link.session()
         if session is None:
             return [False] * len(keys)
         try:
@@ -482,8 +508,18 @@ class KVStreamTier(SecondaryTierManager):
         except KVStreamError as e:
             logger.warning("kvstream: a lookup of %d chunks failed (%s); they count as misses", len(keys), e)
             if e.code in (Code.UNAVAILABLE, Code.DEADLINE_EXCEEDED, Code.CANCELLED):
-                self._link.fail(session, e)
+                self._lookup_link.fail(session, e)
             return [False] * len(keys)
+
+
+def _gpu_present() -> bool:
+    """Whether a GPU is there to pin vLLM's primary region (its workers do when one is)."""
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except Exception:  # noqa: BLE001 - no torch, or no driver: nothing pins the region
+        return False
 
 
 def _log_failures(results: Sequence[Any]) -> None:

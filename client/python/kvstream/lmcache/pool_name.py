@@ -4,10 +4,11 @@ The plugin's zero copy needs LMCache's CPU pool in POSIX shared memory (`extra_c
 Every TP worker reads the same LMCache config, and LMCache unlinks a segment of that name before
 creating its own, so with one name the ranks take it from each other and all but the last fall
 back to copying. `own_pool_name` (called by KVStreamConnectorV1 in each worker process, before
-LMCache builds its engine) gives this process `<shm_name or kvstream_lmcache>_<pid>`, so that
-every worker's pool is its own and goes to the daemon in place. LMCache unlinks the segment when
-the engine closes; one left by a process that died (its pid is gone, the file is ours) is removed
-here, so crashed workers do not leave pools in /dev/shm.
+LMCache builds its engine) gives this process `<shm_name or kvstream_lmcache>_<host>_<pid>`, so
+that every worker's pool is its own and goes to the daemon in place; the host name tells apart
+containers that share /dev/shm (`--ipc=host`), whose pids may be equal. LMCache unlinks the
+segment when the engine closes; one left by a process of this host name that died (its pid is
+gone, the file is ours) is removed here, so crashed workers do not leave pools in /dev/shm.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import socket
 import stat
 from typing import Any, Optional
 
@@ -38,18 +40,25 @@ def own_pool_name(config: Any, pid: Optional[int] = None) -> Optional[str]:
         return None
     base = str(extra.get("shm_name") or DEFAULT_BASE).lstrip("/")
     pid = os.getpid() if pid is None else pid
-    if base.endswith(f"_{pid}"):  # named by an earlier call in this process
+    suffix = f"_{host_tag()}_{pid}"
+    if base.endswith(suffix):  # named by an earlier call in this process
         return base
     remove_stale(base)
-    name = f"{base}_{pid}"
+    name = base + suffix
     extra["shm_name"] = name
     logger.info("kvstream: LMCache's CPU pool in this worker is /dev/shm/%s (zero copy)", name)
     return name
 
 
+def host_tag() -> str:
+    """This host's (container's) name, as letters, digits and '-' only, at most 32 of them."""
+    return re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname())[:32] or "host"
+
+
 def remove_stale(base: str, shm_dir: str = SHM_DIR) -> int:
-    """Unlinks `<base>_<pid>` segments of this user whose process is gone; returns how many."""
-    pattern = re.compile(rf"{re.escape(base)}_(\d+)")
+    """Unlinks `<base>_<host>_<pid>` segments of this host name and user whose process is gone;
+    returns how many."""
+    pattern = re.compile(rf"{re.escape(base)}_{re.escape(host_tag())}_(\d+)")
     removed = 0
     try:
         names = os.listdir(shm_dir)

@@ -13,7 +13,7 @@ serve are submitted to kvstreamd as one retrieve (step_batch.prefetch_step), so 
 retrieves find them in flight or landed. After the step's loads, chunks no request took are
 released. Layerwise and async loading keep LMCache's own path (no prefetch). And before LMCache
 builds its engine, each worker process names its CPU pool in shared memory for itself
-(`<shm_name or kvstream_lmcache>_<pid>`, pool_name.py), so chunks land in place at any TP size.
+(`<shm_name or kvstream_lmcache>_<host>_<pid>`, pool_name.py), so chunks land in place at any TP size.
 """
 
 from __future__ import annotations
