@@ -174,6 +174,7 @@ class KVStreamTier(SecondaryTierManager):
         self._rows = len(primary_kv_view)
         view = primary_kv_view.cast("B") if primary_kv_view.ndim != 1 or primary_kv_view.format != "B" else primary_kv_view
         self._bytes = view  # the primary rows as bytes (the copy path's source and target)
+        self._own_view = view is not primary_kv_view  # ours to release at shutdown
         base = np.frombuffer(view, dtype=np.uint8).ctypes.data  # its address (the array is dropped at once)
         self._region: Optional[SharedRegion] = SharedRegion.find(base, view.nbytes) if zero_copy else None
         self._base = base
@@ -277,7 +278,8 @@ class KVStreamTier(SecondaryTierManager):
         self._lookup_link.close()
         if self._region is not None:
             self._region.close()
-        self._bytes.release()
+        if self._own_view:
+            self._bytes.release()
 
     @classmethod
     def build_metric_definitions(cls, extra_config: Dict[str, Any]) -> Dict[str, OffloadingMetricMetadata]:
