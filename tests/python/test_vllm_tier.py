@@ -122,6 +122,16 @@ class Engine:
         self.step()
         return [t for j, t in enumerate(trace) if j == 0 or t != trace[j - 1]], loaded
 
+    def round_trip(self, daemon, keys: List[bytes], payloads: List[bytes]) -> list:
+        """Stores the chunks, waits until they are durable, empties the CPU tier and loads them
+        back through the tier: they must come back byte-identical. Returns the lookup trace."""
+        self.store("writer", keys, payloads)
+        wait_durable(daemon, self.tier, keys)
+        self.forget_primary()
+        trace, loaded = self.load("reader", keys)
+        assert [loaded.get(k) for k in keys] == payloads
+        return trace
+
     def close(self) -> None:
         del self.rows
         self.manager.shutdown()
@@ -173,16 +183,12 @@ def finished(tier: KVStreamTier, ids: Iterable[int], timeout: float = 30) -> dic
 
 def test_store_then_load_byte_identical_with_no_copy_in_python(engine, daemon):
     keys, payloads = keys_and_payloads(6, 1)
-    engine.store("writer", keys, payloads)
+    trace = engine.round_trip(daemon, keys, payloads)
     assert engine.tier.status()["stored_bytes"] == 6 * ROW
-    wait_durable(daemon, engine.tier, keys)
-    engine.forget_primary()
-    trace, loaded = engine.load("reader", keys)
     # vLLM's sequence for a chunk found in a secondary tier: RETRY while the daemon is asked (on the
     # lookup thread), HIT_PENDING while it is promoted into the primary tier, then HIT.
     assert trace[0] == ["RETRY"] * 6 and trace[-1] == ["HIT"] * 6, trace
     assert "HIT_PENDING" in trace[-2], trace
-    assert [loaded[k] for k in keys] == payloads
     status = engine.tier.status()
     assert status["zero_copy"] and status["copied_bytes"] == 0, status
     assert status["loaded_bytes"] == 6 * ROW and status["retrieves"] == 1, status
@@ -361,12 +367,7 @@ def test_shutdown_drains_and_releases_the_primary_region(daemon):
 def test_the_copy_path_when_zero_copy_is_off(daemon):
     engine = Engine(daemon.socket, zero_copy=False, arena_bytes=2 * ROW)
     try:
-        keys, payloads = keys_and_payloads(5, 10)
-        engine.store("writer", keys, payloads)
-        wait_durable(daemon, engine.tier, keys)
-        engine.forget_primary()
-        _, loaded = engine.load("reader", keys)
-        assert [loaded[k] for k in keys] == payloads
+        engine.round_trip(daemon, *keys_and_payloads(5, 10))
         status = engine.tier.status()
         assert not status["zero_copy"] and status["copied_bytes"] == 10 * ROW, status
     finally:
@@ -378,12 +379,7 @@ def test_a_region_a_gpu_pinned_is_read_through_the_daemons_bounce_buffers(daemon
     daemon then never swaps its pages), and chunks still land byte-identical with no copy in Python."""
     engine = Engine(daemon.socket, device_pinned=True)
     try:
-        keys, payloads = keys_and_payloads(3, 14)
-        engine.store("writer", keys, payloads)
-        wait_durable(daemon, engine.tier, keys)
-        engine.forget_primary()
-        _, loaded = engine.load("reader", keys)
-        assert [loaded[k] for k in keys] == payloads
+        engine.round_trip(daemon, *keys_and_payloads(3, 14))
         assert engine.tier.status()["copied_bytes"] == 0
         with kvstream.Client.connect(daemon.socket) as c:
             assert sum(t.bounce_reads for t in c.stats().tiers) >= 3  # every block through a bounce buffer

@@ -25,6 +25,7 @@ from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool  # noqa: E402
 from sglang.srt.mem_cache.pool_host.mha import MHATokenToKVPoolHost  # noqa: E402
 from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory  # noqa: E402
 
+from kvbench_runs import kvbench_runs  # noqa: E402
 from kvstream.sglang import KVStreamHiCache, extra_config  # noqa: E402
 
 
@@ -123,9 +124,7 @@ def main() -> None:
     for k in ("hicache_file", "kvstream"):
         print(f"{k:<14} {median[k]:9.3f} {mbps[k]:9.1f} {mbps[k] / mbps['hicache_file']:7.3f}x")
     if a.kvbench:
-        with open(a.kvbench) as f:
-            runs = {r["label"]: r for r in json.load(f)["runs"]}
-        completion = runs["completion"]["throughput_bps"] / 1e6
+        completion = kvbench_runs(a.kvbench)["completion"]["throughput_bps"] / 1e6
         print(f"kvbench completion {completion:.1f} MB/s, same pieces and batches; kvstream at "
               f"{mbps['kvstream'] / completion:.3f} x kvbench")
     if a.json:

@@ -45,6 +45,7 @@ from vllm.v1.kv_offload.config import (
 from vllm.v1.kv_offload.tiering.spec import TieringOffloadingSpec
 
 import kvstream
+from kvbench_runs import kvbench_runs
 
 _engines = itertools.count()
 
@@ -221,9 +222,7 @@ def main() -> int:
           f"(zero copy {'on' if status['zero_copy'] else 'OFF'}), retrieves {status['retrieves']}")
     summary: Dict[str, Any] = {"results": results, "ratio_to_best_fs": ratio, "best_fs": best_fs}
     if args.kvbench:
-        with open(args.kvbench) as f:
-            runs = {r["label"]: r for r in json.load(f)["runs"]}
-        completion = runs["completion"]["throughput_bps"] / 1e6
+        completion = kvbench_runs(args.kvbench)["completion"]["throughput_bps"] / 1e6
         print(f"kvbench completion {completion:.1f} MB/s on the same tiers; the vLLM tier at "
               f"{results['kvstream']['mbps'] / completion:.3f} x kvbench")
         summary["kvbench_completion_mbps"] = completion

@@ -36,6 +36,7 @@ from lmcache.v1.storage_backend.storage_manager import StorageManager
 
 import kvstream
 from kvstream.lmcache import KVStreamBackend, extra_config
+from kvbench_runs import kvbench_runs
 
 MODEL = "bench/model"
 
@@ -191,9 +192,7 @@ def main() -> int:
     print("(python cpu: user + system time of this process, all its threads, LMCache's disk I/O included)")
     summary: Dict[str, object] = {"args": vars(args), "results": results}
     if args.kvbench:
-        with open(args.kvbench) as f:
-            bench = json.load(f)
-        runs = {r["label"]: r for r in bench["runs"]}
+        runs = kvbench_runs(args.kvbench)
         b0, b1 = runs["only:t0"]["throughput_bps"], runs["only:t1"]["throughput_bps"]
         completion = runs["completion"]["throughput_bps"]
         target = 0.9 * (b0 + b1) / b0
