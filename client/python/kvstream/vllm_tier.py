@@ -15,8 +15,9 @@ when the region is not shared memory or `zero_copy` is false). Every load job su
 scheduler step goes to the daemon as ONE retrieve at the end of the step (M1: all requests of the
 step read from every kvstreamd tier at once), and the step's stores as one persist (the daemon
 stages them and writes them while no read is pending, M2). Lookups never block the scheduler:
-vLLM's AsyncLookupManager asks the daemon on its own thread, one batch per step, and locks each
-hit for `lease_seconds` so that a HIT stays loadable; until the answer is in, lookup says RETRY.
+vLLM's AsyncLookupManager asks the daemon on its own thread after each step (one daemon lookup
+per request with new keys), and each hit is locked for `lease_seconds` so that a HIT stays
+loadable; until the answer is in, lookup says RETRY.
 
 Failures end in failed keys, which vLLM recomputes, never in wrong bytes: a chunk the daemon
 cannot serve (a miss, a checksum mismatch, every replica failed, or its only replica on a tier
@@ -106,7 +107,8 @@ def _batch(jobs: List[TransferJob]) -> _Batch:
 
 
 class _Lookups(AsyncLookupManager):
-    """vLLM's non-blocking lookup cache, answered by one daemon lookup per step (on its thread)."""
+    """vLLM's non-blocking lookup cache: after each step, on its thread, one daemon lookup per
+    request with new keys."""
 
     def __init__(self, tier: "KVStreamTier") -> None:
         super().__init__(tier_type=tier.tier_type)
