@@ -16,6 +16,17 @@ from typing import Optional
 logger = logging.getLogger(__name__)
 
 
+def gpu_present() -> bool:
+    """Whether a GPU is there, so that an engine pins its host pool for it (cudaHostRegister): such
+    a pool goes to the daemon as device-pinned memory (Client.add_region), whose pages it never swaps."""
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except Exception:  # noqa: BLE001 - no torch, or no driver: nothing pins the pool
+        return False
+
+
 class SharedRegion:
     """The file behind a pool: its descriptor (read-write), its size, and where the pool's base
     address lies in it. `find` returns None for a pool that is not shared memory."""

@@ -73,7 +73,7 @@ from .arena_alloc import ArenaAllocator
 from .client import Client
 from .daemon_link import DaemonLink, Session
 from .errors import Code, KVStreamError
-from .shared_region import SharedRegion
+from .shared_region import SharedRegion, gpu_present
 
 logger = logging.getLogger(__name__)
 engine_versions.check("vllm")
@@ -165,7 +165,7 @@ class KVStreamTier(SecondaryTierManager):
             raise ValueError(f"KVStreamTier: zero_copy must be true or false, got {zero_copy!r}")
         if device_pinned is not None and not isinstance(device_pinned, bool):
             raise ValueError(f"KVStreamTier: device_pinned must be true or false, got {device_pinned!r}")
-        self._device_pinned = _gpu_present() if device_pinned is None else device_pinned
+        self._device_pinned = gpu_present() if device_pinned is None else device_pinned
         if arena_bytes is not None and (not isinstance(arena_bytes, int) or isinstance(arena_bytes, bool)
                                         or arena_bytes <= 0):
             raise ValueError(f"KVStreamTier: arena_bytes must be a positive integer, got {arena_bytes!r}")
@@ -445,10 +445,14 @@ class KVStreamTier(SecondaryTierManager):
         """A chunk landed whole: OK and exactly one row (a shorter chunk under the key is a miss)."""
         return result.code == Code.OK and result.size == self._row
 
+    def _holds(self, entry: Any) -> bool:
+        """A lookup entry of a whole row (a chunk of another size under the key is not ours)."""
+        return entry.present and entry.size == self._row
+
     def _missing(self, session: Session, names: List[str]) -> List[bool]:
         """Which of the chunks the daemon does not hold yet (a store skips the others, as vLLM asks)."""
         entries, _ = session.client.lookup(names)
-        return [not (e.present and e.size == self._row) for e in entries]
+        return [not self._holds(e) for e in entries]
 
     def _region_offset(self, row: int) -> int:
         offset = self._region.offset_of(self._base + row * self._row, self._row) if self._region else None
@@ -508,22 +512,12 @@ class KVStreamTier(SecondaryTierManager):
             return [False] * len(keys)
         try:
             entries, _ = session.client.lookup([self._name(k) for k in keys], lock_seconds=self._lease)
-            return [e.present and e.size == self._row for e in entries]
+            return [self._holds(e) for e in entries]
         except KVStreamError as e:
             logger.warning("kvstream: a lookup of %d chunks failed (%s); they count as misses", len(keys), e)
             if e.code in (Code.UNAVAILABLE, Code.DEADLINE_EXCEEDED, Code.CANCELLED):
                 self._lookup_link.fail(session, e)
             return [False] * len(keys)
-
-
-def _gpu_present() -> bool:
-    """Whether a GPU is there to pin vLLM's primary region (its workers do when one is)."""
-    try:
-        import torch
-
-        return bool(torch.cuda.is_available())
-    except Exception:  # noqa: BLE001 - no torch, or no driver: nothing pins the region
-        return False
 
 
 def _log_failures(results: Sequence[Any]) -> None:

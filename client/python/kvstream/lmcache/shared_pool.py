@@ -10,6 +10,7 @@ O_DIRECT, or through its bounce buffers when a device pinned the pool: pinned_by
 from __future__ import annotations
 
 from ..shared_region import SharedRegion as SharedPool
+from ..shared_region import gpu_present
 
 __all__ = ["SharedPool", "pinned_by_a_device"]
 
@@ -23,6 +24,4 @@ def pinned_by_a_device() -> bool:
 
         return bool(torch_dev.is_available())
     except Exception:  # noqa: BLE001 - an LMCache without its platform layer
-        import torch
-
-        return torch.cuda.is_available()
+        return gpu_present()

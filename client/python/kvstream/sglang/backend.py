@@ -34,6 +34,7 @@ from ..client import Client
 from ..daemon_link import DaemonLink, Session
 from ..errors import KVStreamError
 from ..plugin_settings import DEFAULT_SOCKET, Settings
+from ..shared_region import gpu_present
 from ..types import Chunk, PersistResult
 
 logger = logging.getLogger(__name__)
@@ -116,8 +117,8 @@ class KVStreamHiCache(HiCacheStorage):
             client = self._attach(REGION_ARENA_BYTES)
             try:
                 # With a GPU, SGLang pins its host pool (cudaHostRegister): the daemon must know.
-                pinned = torch.cuda.is_available()
-                return Session(client, client.add_region(self._shm_fd, self._shm_size, device_pinned=pinned))
+                return Session(client, client.add_region(self._shm_fd, self._shm_size,
+                                                         device_pinned=gpu_present()))
             except KVStreamError as e:  # e.g. over the daemon's arena budget: the copy path serves
                 logger.warning("kvstream: the host pool cannot be handed to kvstreamd (%s); pages are copied "
                                "through the session's arena", e)
