@@ -198,6 +198,8 @@ class StepReader {
   void DropGivenUpTiers(Step* step);
   // The tiers given up now, as a mask.
   uint32_t GivenUpTiers() const;
+  // Why a chunk only `tier` holds failed once the tier was given up.
+  std::string GivenUpWhy(int tier) const;
   // `tier` has room and nothing to claim: takes over the straggler of another tier that it can
   // read well before that tier would deliver it; false when there is none. Lowers `recheck` to
   // when a read in flight elsewhere that is not a straggler yet would become one.

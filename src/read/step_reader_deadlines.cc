@@ -87,8 +87,7 @@ void StepReader::GiveUp(int t, ReadSlot* slot) {
   pool_->Abandon(slot->ref, t);
   ++tier.counters.given_up_reads;
   step->state[chunk].real_failure = true;
-  step->state[chunk].error = absl::StrCat("tier ", tier.name, " has not answered a read in ",
-                                          config_.read_give_up_seconds, " s and no other tier holds the chunk");
+  step->state[chunk].error = GivenUpWhy(t);
   uint64_t left_out;
   if (tier.read_log.Allow(&left_out)) {
     spdlog::warn("tier {}: gave up the read of '{}' after {} s (no other tier holds it); the chunk fails{}", tier.name,
@@ -96,6 +95,11 @@ void StepReader::GiveUp(int t, ReadSlot* slot) {
                  left_out ? absl::StrCat(" (", left_out, " more read failures not logged)") : "");
   }
   Settle(step, chunk);
+}
+
+std::string StepReader::GivenUpWhy(int t) const {
+  return absl::StrCat("tier ", tiers_[t]->name, " has not answered a read in ", config_.read_give_up_seconds,
+                      " s and no other tier holds the chunk");
 }
 
 uint32_t StepReader::GivenUpTiers() const {
@@ -116,8 +120,7 @@ void StepReader::DropGivenUpTiers(Step* only) {
       auto* step = static_cast<ReadStep*>(failing[i].first);
       const uint32_t chunk = failing[i].second;
       if (step->state[chunk].error.empty()) {
-        step->state[chunk].error = absl::StrCat("tier ", tiers_[t]->name, " has not answered a read in ",
-                                                config_.read_give_up_seconds, " s and no other tier holds the chunk");
+        step->state[chunk].error = GivenUpWhy(static_cast<int>(t));
       }
       step->state[chunk].real_failure = true;
     }

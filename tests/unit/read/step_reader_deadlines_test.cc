@@ -61,6 +61,28 @@ struct Arena {
   }
 };
 
+// A step in flight: its chunks' results, its record once it ends, and whether it has.
+struct PendingStep {
+  std::atomic<bool> done{false};
+  std::vector<ChunkResult> results;
+  StepRecord rec;
+  PendingStep(Engine& engine, const std::vector<ChunkRead>& reads) : results(reads.size()) {
+    engine.RetrieveAsync(reads, [this](const ChunkResult& r) { results[r.index] = r; },
+                         [this](StepRecord r) {
+                           rec = r;
+                           done = true;
+                         });
+  }
+  // Polls for the end of the step for up to `ms` of real time; whether it ended.
+  bool EndsWithin(int ms) {
+    for (int i = 0; i < ms / 5 && !done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    return done;
+  }
+  void Wait() {
+    while (!done) std::this_thread::yield();
+  }
+};
+
 SimFaultHook HangReadsFrom(uint64_t first_index) {
   return [first_index](const SimOpInfo& op) {
     return op.op == SimOp::kRead && op.index >= first_index ? SimFault::Hang() : SimFault::None();
@@ -119,27 +141,18 @@ TEST_CASE("a late read no other tier holds fails its chunk after reads.give_up, 
   auto data = rig.Populate("k", 4, kChunk);
   Arena arena(*rig.engine, 4 * kChunk);
   rig.devices[0]->SetFaultHook(HangReadsFrom(2));  // chunk 0 is read, then the tier hangs
-  std::atomic<bool> done{false};
-  std::vector<ChunkResult> results(4);
-  StepRecord rec;
-  rig.engine->RetrieveAsync(arena.Reads("k", 4, kChunk), [&](const ChunkResult& r) { results[r.index] = r; },
-                            [&](StepRecord r) {
-                              rec = r;
-                              done = true;
-                            });
-  for (int i = 0; i < 2000 && !done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  CHECK(done);  // without give_up the step would wait for the tier (released below, so the test ends)
+  PendingStep step(*rig.engine, arena.Reads("k", 4, kChunk));
+  CHECK(step.EndsWithin(10000));  // without give_up it would wait for the tier (released below, so the test ends)
   // While the tier still hangs, a new step's chunks on it fail at once instead of waiting again.
-  std::atomic<bool> again{false};
-  std::vector<ChunkResult> later(1);
-  rig.engine->RetrieveAsync(arena.Reads("k", 1, kChunk), [&](const ChunkResult& r) { later[r.index] = r; },
-                            [&](StepRecord) { again = true; });
-  for (int i = 0; i < 200 && !again; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  CHECK(again);
-  CHECK(absl::IsDataLoss(later[0].status));
+  PendingStep again(*rig.engine, arena.Reads("k", 1, kChunk));
+  CHECK(again.EndsWithin(1000));
   rig.devices[0]->SetFaultHook(nullptr);
   rig.devices[0]->ReleaseHung();
-  while (!done || !again) std::this_thread::yield();
+  step.Wait();
+  again.Wait();
+  CHECK(absl::IsDataLoss(again.results[0].status));
+  const std::vector<ChunkResult>& results = step.results;
+  const StepRecord& rec = step.rec;
   // The hung reads' chunks fail, given up; so do the chunks queued behind them on the tier.
   int failed = 0;
   for (int i = 0; i < 4; ++i) {
@@ -183,17 +196,13 @@ TEST_CASE("a tier stalled past reads.give_up holds no chunk, even when its late 
   arena.ReadStep(*rig.engine, "k", data, kChunk);
   REQUIRE(rig.engine->Stats().tiers[1].stalled);
   // t1 still hangs and has no late read of its own to give up; its chunk fails, not waits.
-  std::atomic<bool> done{false};
-  std::vector<ChunkResult> results(1);
-  rig.engine->RetrieveAsync(arena.Reads("solo", 1, kChunk), [&](const ChunkResult& r) { results[r.index] = r; },
-                            [&](StepRecord) { done = true; });
-  for (int i = 0; i < 2000 && !done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  CHECK(done);
+  PendingStep step(*rig.engine, arena.Reads("solo", 1, kChunk));
+  CHECK(step.EndsWithin(10000));
   rig.devices[1]->SetFaultHook(nullptr);
   rig.devices[1]->ReleaseHung();
-  while (!done) std::this_thread::yield();
-  CHECK(absl::IsDataLoss(results[0].status));
-  CHECK_THAT(std::string(results[0].status.message()), Catch::Contains("has not answered a read in 10 s"));
+  step.Wait();
+  CHECK(absl::IsDataLoss(step.results[0].status));
+  CHECK_THAT(std::string(step.results[0].status.message()), Catch::Contains("has not answered a read in 10 s"));
 }
 
 TEST_CASE("a read straight into memory that cannot be taken back is waited for") {
