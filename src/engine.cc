@@ -83,6 +83,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(StoreConfig config,
     tier->read_depth = std::max(config.tiers[t].queue_depth, config.tiers[t].queue_depth_max);
     tier->read_depth_now = config.tiers[t].queue_depth;
     tier->write_depth = config.tiers[t].write_queue_depth;
+    if (config.tiers[t].shared) tier->payload_key = mac_key;
     tiers.push_back(std::move(tier));
   }
   for (size_t t = 0; t < tiers.size(); ++t) {

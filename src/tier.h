@@ -18,6 +18,8 @@
 
 namespace kvstream {
 
+class ChunkMacKey;
+
 struct TierCounters {
   // The counters of kvstream/tier_counters.h, each a std::atomic<uint64_t> of the same name.
 #define KVSTREAM_TIER_ATOMIC(field, metric, labels, help) std::atomic<uint64_t> field{0};
@@ -66,6 +68,9 @@ struct Tier {
   // The reads in flight the tier takes now (StepReader's DepthTuner; stats read it).
   std::atomic<uint32_t> read_depth_now{0};
   uint32_t write_depth = 0;
+  // A shared tier with a cluster key: every block read from it must match its segment's tag under
+  // this key (anyone may write the tier); null: blocks are verified against their checksums.
+  std::shared_ptr<const ChunkMacKey> payload_key;
   TierCounters counters;
   LogLimiter write_log;  // failed writes (loop thread)
   LogLimiter read_log;   // failed reads (loop thread)

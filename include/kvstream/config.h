@@ -57,9 +57,11 @@ struct StoreConfig {
   // past it and found again on the file system when next looked up. At least 1.
   uint64_t foreign_chunks_limit = 262144;
   // The cluster key ("" = none): a file of 32 to 4096 secret bytes, mode 0600 or stricter, the
-  // same on every node (docs/chunk-format.md, "MAC"). With it, every chunk written carries a keyed
-  // MAC, and a chunk on a shared tier is served only if its MAC verifies (private tiers check a
-  // MAC when there is one). Needs verify_checksums (the MAC covers the segment checksums).
+  // same on every node (docs/chunk-format.md, "MAC"). With it, every chunk written is format
+  // version 2: a keyed MAC over its header and a tag per segment over its payload; a chunk on a
+  // shared tier is served only if its MAC verifies and every block read from there matches its
+  // tag (private tiers check a MAC when there is one, and blocks against their checksums). Needs
+  // verify_checksums.
   std::string shared_key_file;
   uint32_t block_size = 1 << 20;          // bytes per read block and per checksummed segment
   uint64_t staging_limit_bytes = 256ull << 20;  // staged, not yet durable chunk images

@@ -53,15 +53,18 @@ uint64_t SegmentCount(uint64_t payload_size, uint32_t segment_size) {
   return payload_size / segment_size + (payload_size % segment_size != 0 ? 1 : 0);
 }
 
-uint64_t HeaderSizeFor(uint64_t key_length, uint64_t segment_count, bool has_mac) {
-  // Bounds far above any valid header (1 MiB) and far below overflow: 64 + 2^40 + 8 x 2^40 + 32
-  // and its alignment fit 64 bits.
+uint64_t HeaderSizeFor(uint64_t key_length, uint64_t segment_count, HeaderLayout layout) {
+  // Bounds far above any valid header (1 MiB) and far below overflow: 64 + 32 + 2^40 + 24 x 2^40
+  // + 32 and its alignment fit 64 bits.
   constexpr uint64_t kBeyond = 1ull << 40;
   if (key_length > kBeyond || segment_count > kBeyond) return UINT64_MAX;
-  return AlignUp(kHeaderFixedBytes + key_length + 8 * segment_count + (has_mac ? kChunkMacBytes : 0), kFileAlignment);
+  uint64_t bytes = kHeaderFixedBytes + key_length + 8 * segment_count;
+  if (layout != HeaderLayout::kPlain) bytes += kChunkMacBytes;
+  if (layout == HeaderLayout::kAuthenticated) bytes += kChunkNonceBytes + kSegmentTagBytes * segment_count;
+  return AlignUp(bytes, kFileAlignment);
 }
 
-absl::Status ChunkLayoutFits(size_t key_length, uint64_t payload_size, uint32_t segment_size, bool has_mac) {
+absl::Status ChunkLayoutFits(size_t key_length, uint64_t payload_size, uint32_t segment_size, HeaderLayout layout) {
   if (key_length == 0 || key_length > kMaxKeyLength) {
     return absl::InvalidArgumentError(absl::StrCat("a key must be 1 to ", kMaxKeyLength, " bytes, not ", key_length));
   }
@@ -72,7 +75,7 @@ absl::Status ChunkLayoutFits(size_t key_length, uint64_t payload_size, uint32_t 
   if (segment_size == 0 || segment_size % kFileAlignment != 0) {
     return absl::InvalidArgumentError(absl::StrCat("bad segment size ", segment_size));
   }
-  const uint64_t header = HeaderSizeFor(key_length, SegmentCount(payload_size, segment_size), has_mac);
+  const uint64_t header = HeaderSizeFor(key_length, SegmentCount(payload_size, segment_size), layout);
   if (header > kMaxHeaderBytes) {
     return absl::InvalidArgumentError(absl::StrCat("a chunk of ", payload_size, " bytes in segments of ", segment_size,
                                                    " needs a header of ", header, " bytes; at most ", kMaxHeaderBytes));
@@ -81,7 +84,7 @@ absl::Status ChunkLayoutFits(size_t key_length, uint64_t payload_size, uint32_t 
 }
 
 uint32_t ChunkMeta::header_size() const {
-  return static_cast<uint32_t>(HeaderSizeFor(key.size(), segment_checksums.size(), mac.has_value()));
+  return static_cast<uint32_t>(HeaderSizeFor(key.size(), segment_checksums.size(), layout()));
 }
 
 uint64_t ChunkMeta::segment_length(uint32_t i) const {
@@ -108,41 +111,69 @@ ChunkMeta DescribeChunk(std::string_view key, const void* payload, uint64_t size
 
 namespace {
 
-// The fixed fields of `meta`'s header, its checksum 0; as if it carried a MAC when `has_mac`.
-FixedHeader FixedFieldsOf(const ChunkMeta& meta, bool has_mac) {
+// Where the variable fields of a header of `layout` start (docs/chunk-format.md, "Layout").
+struct HeaderOffsets {
+  size_t nonce, key, checksums, tags, mac;
+};
+HeaderOffsets OffsetsOf(HeaderLayout layout, uint64_t key_length, uint64_t segment_count) {
+  const bool authenticated = layout == HeaderLayout::kAuthenticated;
+  HeaderOffsets at;
+  at.nonce = kHeaderFixedBytes;
+  at.key = at.nonce + (authenticated ? kChunkNonceBytes : 0);
+  at.checksums = at.key + key_length;
+  at.tags = at.checksums + 8 * segment_count;
+  at.mac = at.tags + (authenticated ? kSegmentTagBytes * segment_count : 0);
+  return at;
+}
+
+HeaderLayout LayoutOf(const FixedHeader& h) {
+  if (h.version == kChunkFormatAuthenticated) return HeaderLayout::kAuthenticated;
+  return (h.reserved & kHeaderFlagMac) != 0 ? HeaderLayout::kMac : HeaderLayout::kPlain;
+}
+
+// The fixed fields of `meta`'s header of `layout`, its checksum 0.
+FixedHeader FixedFieldsOf(const ChunkMeta& meta, HeaderLayout layout) {
   FixedHeader h{};
   h.magic = kChunkMagic;
-  h.version = kChunkFormatVersion;
-  h.header_size = static_cast<uint32_t>(HeaderSizeFor(meta.key.size(), meta.segment_checksums.size(), has_mac));
+  h.version = layout == HeaderLayout::kAuthenticated ? kChunkFormatAuthenticated : kChunkFormatPlain;
+  h.header_size = static_cast<uint32_t>(HeaderSizeFor(meta.key.size(), meta.segment_checksums.size(), layout));
   h.payload_size = meta.payload_size;
   h.payload_checksum = meta.payload_checksum;
   h.created_unix_ns = meta.created_unix_ns;
   h.segment_size = meta.segment_size;
   h.segment_count = meta.segment_count();
   h.key_length = static_cast<uint32_t>(meta.key.size());
-  h.reserved = has_mac ? kHeaderFlagMac : 0;
+  h.reserved = layout == HeaderLayout::kPlain ? 0 : kHeaderFlagMac;
   return h;
 }
 
 }  // namespace
 
 void ForEachMacInput(const ChunkMeta& meta, const std::function<void(const void*, size_t)>& feed) {
-  const FixedHeader h = FixedFieldsOf(meta, /*has_mac=*/true);
+  // A version 1 header is MACed as if it carried its MAC (the MAC is being computed for it).
+  const FixedHeader h = FixedFieldsOf(meta, meta.auth ? HeaderLayout::kAuthenticated : HeaderLayout::kMac);
   feed(&h, sizeof(h));
+  if (meta.auth) feed(meta.auth->nonce.data(), kChunkNonceBytes);
   feed(meta.key.data(), meta.key.size());
   feed(meta.segment_checksums.data(), 8 * meta.segment_checksums.size());
+  if (meta.auth) feed(meta.auth->tags.data(), size_t{kSegmentTagBytes} * meta.auth->tags.size());
 }
 
 void EncodeChunkHeader(const ChunkMeta& meta, void* image) {
   auto* out = static_cast<uint8_t*>(image);
   const uint32_t header_size = meta.header_size();
   std::memset(out, 0, header_size);
-  const FixedHeader h = FixedFieldsOf(meta, meta.mac.has_value());
+  const HeaderLayout layout = meta.layout();
+  const FixedHeader h = FixedFieldsOf(meta, layout);
   std::memcpy(out, &h, sizeof(h));
-  std::memcpy(out + kHeaderFixedBytes, meta.key.data(), meta.key.size());
-  const size_t checksums_at = kHeaderFixedBytes + meta.key.size();
-  std::memcpy(out + checksums_at, meta.segment_checksums.data(), 8ull * meta.segment_count());
-  if (meta.mac) std::memcpy(out + checksums_at + 8ull * meta.segment_count(), meta.mac->data(), kChunkMacBytes);
+  const HeaderOffsets at = OffsetsOf(layout, meta.key.size(), meta.segment_count());
+  std::memcpy(out + at.key, meta.key.data(), meta.key.size());
+  std::memcpy(out + at.checksums, meta.segment_checksums.data(), 8ull * meta.segment_count());
+  if (meta.auth) {
+    std::memcpy(out + at.nonce, meta.auth->nonce.data(), kChunkNonceBytes);
+    std::memcpy(out + at.tags, meta.auth->tags.data(), size_t{kSegmentTagBytes} * meta.segment_count());
+  }
+  if (meta.mac) std::memcpy(out + at.mac, meta.mac->data(), kChunkMacBytes);
   const uint64_t checksum = HeaderChecksum(out, header_size);
   std::memcpy(out + kHeaderChecksumOffset, &checksum, sizeof(checksum));
   const uint64_t padded = AlignUp(meta.payload_size, kFileAlignment);
@@ -164,11 +195,14 @@ absl::StatusOr<FixedHeader> DecodeFixedHeader(const void* bytes, size_t size) {
   FixedHeader h;
   std::memcpy(&h, bytes, sizeof(h));
   if (h.magic != kChunkMagic) return absl::DataLossError("bad chunk magic");
-  if (h.version != kChunkFormatVersion) {
+  if (h.version != kChunkFormatPlain && h.version != kChunkFormatAuthenticated) {
     return absl::DataLossError(absl::StrCat("unsupported chunk format version ", h.version));
   }
   if ((h.reserved & ~kKnownHeaderFlags) != 0) {
     return absl::DataLossError(absl::StrCat("unknown chunk header flags ", absl::Hex(h.reserved)));
+  }
+  if (h.version == kChunkFormatAuthenticated && (h.reserved & kHeaderFlagMac) == 0) {
+    return absl::DataLossError("an authenticated chunk header without its MAC flag");
   }
   if (h.key_length == 0 || h.key_length > kMaxKeyLength) return absl::DataLossError("bad key length");
   if (h.payload_size == 0) return absl::DataLossError("empty payload");
@@ -181,7 +215,7 @@ absl::StatusOr<FixedHeader> DecodeFixedHeader(const void* bytes, size_t size) {
   if (uint64_t{h.segment_count} != SegmentCount(h.payload_size, h.segment_size)) {
     return absl::DataLossError("segment count does not match payload size");
   }
-  const uint64_t header_size = HeaderSizeFor(h.key_length, h.segment_count, (h.reserved & kHeaderFlagMac) != 0);
+  const uint64_t header_size = HeaderSizeFor(h.key_length, h.segment_count, LayoutOf(h));
   if (header_size > kMaxHeaderBytes || uint64_t{h.header_size} != header_size) {
     return absl::DataLossError("bad header size");
   }
@@ -196,12 +230,21 @@ absl::StatusOr<uint32_t> ChunkHeaderSize(const void* bytes, size_t size) {
   return h->header_size;
 }
 
-ChunkVersion VersionOf(const ChunkMeta& meta) { return {meta.payload_size, meta.payload_checksum, meta.segment_size}; }
+ChunkVersion VersionOf(const ChunkMeta& meta) {
+  uint64_t writer = 0;
+  if (meta.auth) std::memcpy(&writer, meta.auth->nonce.data(), sizeof(writer));
+  return {meta.payload_size, meta.payload_checksum, meta.segment_size, meta.header_size(), writer};
+}
 
 absl::StatusOr<ChunkVersion> PeekChunkVersion(const void* bytes, size_t size) {
   absl::StatusOr<FixedHeader> fixed = DecodeFixedHeader(bytes, size);
   if (!fixed.ok()) return fixed.status();
-  return ChunkVersion{fixed->payload_size, fixed->payload_checksum, fixed->segment_size};
+  uint64_t writer = 0;  // the first 8 bytes of a version 2 header's nonce, right after the fixed fields
+  if (fixed->version == kChunkFormatAuthenticated) {
+    if (size < kHeaderFixedBytes + kChunkNonceBytes) return absl::DataLossError("chunk header truncated");
+    std::memcpy(&writer, static_cast<const uint8_t*>(bytes) + kHeaderFixedBytes, sizeof(writer));
+  }
+  return ChunkVersion{fixed->payload_size, fixed->payload_checksum, fixed->segment_size, fixed->header_size, writer};
 }
 
 absl::StatusOr<ChunkMeta> DecodeChunkHeader(const void* bytes, size_t size) {
@@ -217,18 +260,25 @@ absl::StatusOr<ChunkMeta> DecodeChunkHeader(const void* bytes, size_t size) {
   }
   // DecodeFixedHeader bounded header_size by kMaxHeaderBytes and made it exactly the bytes of
   // the fields below (rounded up); `size` holds all of it.
+  const HeaderLayout layout = LayoutOf(h);
+  const HeaderOffsets at = OffsetsOf(layout, h.key_length, h.segment_count);
   ChunkMeta meta;
-  meta.key.assign(reinterpret_cast<const char*>(in + kHeaderFixedBytes), h.key_length);
+  meta.key.assign(reinterpret_cast<const char*>(in + at.key), h.key_length);
   meta.payload_size = h.payload_size;
   meta.payload_checksum = h.payload_checksum;
   meta.created_unix_ns = h.created_unix_ns;
   meta.segment_size = h.segment_size;
-  const size_t checksums_at = kHeaderFixedBytes + h.key_length;
   meta.segment_checksums.resize(h.segment_count);
-  std::memcpy(meta.segment_checksums.data(), in + checksums_at, 8ull * h.segment_count);
-  if (h.reserved & kHeaderFlagMac) {
+  std::memcpy(meta.segment_checksums.data(), in + at.checksums, 8ull * h.segment_count);
+  if (layout == HeaderLayout::kAuthenticated) {
+    meta.auth.emplace();
+    std::memcpy(meta.auth->nonce.data(), in + at.nonce, kChunkNonceBytes);
+    meta.auth->tags.resize(h.segment_count);
+    std::memcpy(meta.auth->tags.data(), in + at.tags, size_t{kSegmentTagBytes} * h.segment_count);
+  }
+  if (layout != HeaderLayout::kPlain) {
     meta.mac.emplace();
-    std::memcpy(meta.mac->data(), in + checksums_at + 8ull * h.segment_count, kChunkMacBytes);
+    std::memcpy(meta.mac->data(), in + at.mac, kChunkMacBytes);
   }
   return meta;
 }

@@ -17,7 +17,11 @@
 namespace kvstream {
 
 inline constexpr uint64_t kChunkMagic = 0x4B4E55484353564Bull;  // "KVSCHUNK" as little-endian bytes
-inline constexpr uint32_t kChunkFormatVersion = 1;
+// Version 1: a header without a cluster key (and, from earlier writers, with a header MAC only).
+// Version 2: written with a cluster key: a nonce and a tag per segment authenticate the payload
+// (docs/chunk-format.md, "Authenticated payload").
+inline constexpr uint32_t kChunkFormatPlain = 1;
+inline constexpr uint32_t kChunkFormatAuthenticated = 2;
 inline constexpr uint32_t kFileAlignment = 4096;   // header and payload padding granularity
 inline constexpr uint32_t kHeaderFixedBytes = 64;
 inline constexpr uint32_t kMaxHeaderBytes = 1u << 20;
@@ -32,10 +36,25 @@ inline constexpr uint32_t kHeaderFlagMac = 1u << 0;  // a 32-byte MAC follows th
 inline constexpr uint32_t kKnownHeaderFlags = kHeaderFlagMac;
 inline constexpr uint32_t kChunkMacBytes = 32;
 using ChunkMac = std::array<uint8_t, kChunkMacBytes>;
+inline constexpr uint32_t kChunkNonceBytes = 32;
+inline constexpr uint32_t kSegmentTagBytes = 16;
+using ChunkNonce = std::array<uint8_t, kChunkNonceBytes>;
+using SegmentTag = std::array<uint8_t, kSegmentTagBytes>;
+
+// What a header holds: version 1 without or with a header MAC (the latter only read, from earlier
+// writers), or version 2 (a MAC, a nonce and a tag per segment).
+enum class HeaderLayout { kPlain, kMac, kAuthenticated };
 
 // REQUIRES: a > 0 and v + a does not overflow (every caller's v is bounded by kMaxPayloadBytes or
 // kMaxHeaderBytes first).
 inline uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+// A version 2 chunk's writer's random nonce for this version of the chunk, and the tag of each
+// segment (format/chunk_mac.h).
+struct ChunkAuth {
+  ChunkNonce nonce{};
+  std::vector<SegmentTag> tags;  // one per segment
+};
 
 // Everything the index needs about a chunk, as recorded in its header.
 struct ChunkMeta {
@@ -48,6 +67,12 @@ struct ChunkMeta {
   // Keyed MAC of the header (src/format/chunk_mac.h) when the writer had a cluster key; part of the
   // header (so part of header_size) when present.
   std::optional<ChunkMac> mac;
+  // Version 2 only (then `mac` is present too): what authenticates every payload byte.
+  std::optional<ChunkAuth> auth;
+
+  HeaderLayout layout() const {
+    return auth ? HeaderLayout::kAuthenticated : mac ? HeaderLayout::kMac : HeaderLayout::kPlain;
+  }
 
   // REQUIRES: a chunk the format can hold (key of 1..kMaxKeyLength bytes, payload of at most
   // kMaxPayloadBytes, header of at most kMaxHeaderBytes): what DecodeChunkHeader and
@@ -60,13 +85,16 @@ struct ChunkMeta {
 
 // ceil(payload_size / segment_size) without overflow; 0 when segment_size is 0.
 uint64_t SegmentCount(uint64_t payload_size, uint32_t segment_size);
-// align_up(64 + key_length + 8 x segment_count [+ 32 with a MAC], 4096), in 64 bits; UINT64_MAX
-// when the arguments are beyond any header (compare the result with kMaxHeaderBytes).
-uint64_t HeaderSizeFor(uint64_t key_length, uint64_t segment_count, bool has_mac);
+// The header size of `layout` (docs/chunk-format.md): align_up(64 + key_length + 8 x segment_count,
+// 4096) plainly; + 32 with a MAC; + 32 + 16 x segment_count + 32 authenticated. In 64 bits;
+// UINT64_MAX when the arguments are beyond any header (compare the result with kMaxHeaderBytes).
+uint64_t HeaderSizeFor(uint64_t key_length, uint64_t segment_count, HeaderLayout layout);
+// What a writer writes: authenticated with a cluster key, plain without.
+inline HeaderLayout WrittenLayout(bool keyed) { return keyed ? HeaderLayout::kAuthenticated : HeaderLayout::kPlain; }
 // OK when a chunk of this shape can be written and read back: key of 1..kMaxKeyLength bytes,
 // payload of 1..kMaxPayloadBytes, segment size a non-zero multiple of kFileAlignment, header of at
 // most kMaxHeaderBytes. InvalidArgument otherwise, saying which bound.
-absl::Status ChunkLayoutFits(size_t key_length, uint64_t payload_size, uint32_t segment_size, bool has_mac);
+absl::Status ChunkLayoutFits(size_t key_length, uint64_t payload_size, uint32_t segment_size, HeaderLayout layout);
 
 // Computes checksums of `payload` and fills a ChunkMeta (no MAC: ChunkMacKey::Sign adds it).
 ChunkMeta DescribeChunk(std::string_view key, const void* payload, uint64_t size,
@@ -86,16 +114,22 @@ void EncodeChunkHeader(const ChunkMeta& meta, void* image);
 absl::StatusOr<uint32_t> ChunkHeaderSize(const void* bytes, size_t size);
 
 // What tells two versions of a chunk apart and fixes its layout: files agreeing on these hold the
-// same payload in the same segments.
+// same payload in the same segments at the same offsets, verified by the same segment checksums
+// and, authenticated, the same tags (one writer's nonce: `writer` is its first 8 bytes, 0 for
+// version 1). Two writers' authenticated copies of equal bytes are two versions.
 struct ChunkVersion {
   uint64_t payload_size = 0;
   uint64_t payload_checksum = 0;
   uint32_t segment_size = 0;
+  uint32_t header_size = 0;
+  uint64_t writer = 0;
   bool operator==(const ChunkVersion&) const = default;
 };
 ChunkVersion VersionOf(const ChunkMeta& meta);
-// The version in a header's fixed fields (`size` >= 64 bytes of the file's start; the header
-// checksum is not verified: a reader verifies every segment anyway). DataLoss if not a header.
+inline bool SameVersion(const ChunkMeta& a, const ChunkMeta& b) { return VersionOf(a) == VersionOf(b); }
+// The version in a header's first bytes (its fixed fields and, in version 2, the nonce after them:
+// `size` >= 96 bytes of the file's start; the header checksum is not verified: a reader verifies
+// every segment anyway). DataLoss if not a header.
 absl::StatusOr<ChunkVersion> PeekChunkVersion(const void* bytes, size_t size);
 
 // Decodes a header from `bytes` (at least the first kFileAlignment bytes of a file). The only
@@ -106,10 +140,11 @@ absl::StatusOr<ChunkVersion> PeekChunkVersion(const void* bytes, size_t size);
 // needs the key: VerifyChunkMac in format/chunk_mac.h).
 absl::StatusOr<ChunkMeta> DecodeChunkHeader(const void* bytes, size_t size);
 
-// The bytes a chunk's MAC covers, fed to `feed` in order: the fixed header fields as encoded (the
-// header checksum taken as 0, the MAC flag set), the key and the segment checksums, i.e. the
-// header's first 64 + key_length + 8 x segment_count bytes. The payload is bound to these by the
-// segment checksums, which every read verifies.
+// The bytes a chunk's MAC covers, fed to `feed` in order: every header byte before the MAC as
+// encoded, with the header checksum taken as 0 (the MAC flag set): the fixed fields, then (version
+// 2) the nonce, the key, the segment checksums and (version 2) the segment tags. Version 2 binds
+// the payload to the tags, which a reader with the key verifies; version 1 binds it only to the
+// segment checksums (XXH3, which anyone can match: docs/security.md).
 void ForEachMacInput(const ChunkMeta& meta, const std::function<void(const void*, size_t)>& feed);
 
 // File name stem of a key: 32 hex digits of xxh3-128(key). The file lives at

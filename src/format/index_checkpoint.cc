@@ -16,8 +16,11 @@ namespace {
 constexpr char kMagic[8] = {'K', 'V', 'S', 'I', 'N', 'D', 'E', 'X'};
 constexpr size_t kPreambleBytes = sizeof(kMagic) + 4 + 8;  // magic, version, count
 constexpr size_t kTrailerBytes = 8;                        // the checksum
-// The fewest bytes an entry takes: a 1-byte key, one segment (and, in version 2, its flags).
+// The fewest bytes an entry takes: a 1-byte key, one segment (and, from version 2, its flags).
 constexpr size_t kMinEntryBytes = 4 + 1 + 8 + 8 + 8 + 4 + 4 + 8;
+// An entry's flags: the header's MAC flag, and (version 3) this one for an authenticated chunk
+// (format version 2), whose nonce and segment tags come before its MAC.
+constexpr uint32_t kEntryAuthenticated = 1u << 1;
 
 template <typename T>
 void Put(std::string* out, T v) {
@@ -75,7 +78,19 @@ absl::StatusOr<ChunkMeta> DecodeEntry(Reader& in, uint32_t version) {
   std::memcpy(m.segment_checksums.data(), sums.data(), sums.size());
   if (version >= 2) {
     const uint32_t flags = in.Get<uint32_t>();
-    if ((flags & ~kKnownHeaderFlags) != 0) return Damaged("unknown chunk flags");
+    const uint32_t known = kKnownHeaderFlags | (version >= 3 ? kEntryAuthenticated : 0);
+    if ((flags & ~known) != 0) return Damaged("unknown chunk flags");
+    if ((flags & kEntryAuthenticated) && !(flags & kHeaderFlagMac)) return Damaged("authenticated without a MAC");
+    if (flags & kEntryAuthenticated) {
+      ChunkAuth& auth = m.auth.emplace();
+      const std::string_view nonce = in.GetBytes(kChunkNonceBytes);
+      if (!in.ok) return Damaged("truncated");
+      std::memcpy(auth.nonce.data(), nonce.data(), kChunkNonceBytes);
+      if (segments > in.left() / kSegmentTagBytes) return Damaged("segment tags truncated");
+      auth.tags.resize(segments);
+      const std::string_view tags = in.GetBytes(size_t{kSegmentTagBytes} * segments);
+      std::memcpy(auth.tags.data(), tags.data(), tags.size());
+    }
     if (flags & kHeaderFlagMac) {
       const std::string_view mac = in.GetBytes(kChunkMacBytes);
       if (!in.ok) return Damaged("truncated");
@@ -84,7 +99,7 @@ absl::StatusOr<ChunkMeta> DecodeEntry(Reader& in, uint32_t version) {
     }
   }
   if (!in.ok) return Damaged("truncated");
-  if (!ChunkLayoutFits(m.key.size(), m.payload_size, m.segment_size, m.mac.has_value()).ok()) {
+  if (!ChunkLayoutFits(m.key.size(), m.payload_size, m.segment_size, m.layout()).ok()) {
     return Damaged("a chunk the format cannot hold");
   }
   return m;
@@ -105,7 +120,11 @@ std::string EncodeCheckpoint(const std::vector<ChunkMeta>& chunks) {
     Put(&out, m.segment_size);
     Put(&out, m.segment_count());
     for (uint64_t c : m.segment_checksums) Put(&out, c);
-    Put(&out, m.mac ? kHeaderFlagMac : uint32_t{0});
+    Put(&out, (m.mac ? kHeaderFlagMac : uint32_t{0}) | (m.auth ? kEntryAuthenticated : uint32_t{0}));
+    if (m.auth) {
+      out.append(reinterpret_cast<const char*>(m.auth->nonce.data()), kChunkNonceBytes);
+      out.append(reinterpret_cast<const char*>(m.auth->tags.data()), size_t{kSegmentTagBytes} * m.auth->tags.size());
+    }
     if (m.mac) out.append(reinterpret_cast<const char*>(m.mac->data()), m.mac->size());
   }
   Put(&out, Checksum(out.data(), out.size()));
@@ -121,7 +140,7 @@ absl::StatusOr<std::vector<ChunkMeta>> DecodeCheckpoint(std::string_view bytes) 
   if (Checksum(bytes.data(), bytes.size() - kTrailerBytes) != stored) return Damaged("checksum mismatch");
   Reader in{bytes.substr(0, bytes.size() - kTrailerBytes), sizeof(kMagic)};
   const uint32_t version = in.Get<uint32_t>();
-  if (version != 1 && version != 2) return Damaged(absl::StrCat("unsupported version ", version));
+  if (version < 1 || version > kCheckpointVersion) return Damaged(absl::StrCat("unsupported version ", version));
   const uint64_t count = in.Get<uint64_t>();
   const size_t min_entry = kMinEntryBytes + (version >= 2 ? 4 : 0);
   if (count > in.left() / min_entry) return Damaged(absl::StrCat(count, " chunks claimed in ", in.left(), " bytes"));

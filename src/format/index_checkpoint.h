@@ -5,11 +5,12 @@
 // after it was written by this daemon. Files changed behind the daemon's back are caught where
 // they always are: a missing file or a short read is a lost replica, a checksum mismatch a bad one.
 //
-// Format (little-endian, docs/chunk-format.md): "KVSINDEX", u32 version (2), u64 count, then per
+// Format (little-endian, docs/chunk-format.md): "KVSINDEX", u32 version (3), u64 count, then per
 // chunk: u32 key length, key, u64 payload size, u64 payload checksum, i64 creation time, u32
-// segment size, u32 segment count, u64 x segment count, u32 flags (the header's: bit 0 = a MAC),
-// 32 bytes of MAC if flagged; last, the xxh3-64 of everything before it. Version 1 (no flags, no
-// MAC) is still read.
+// segment size, u32 segment count, u64 x segment count, u32 flags (bit 0 = a MAC, bit 1 = an
+// authenticated chunk), if bit 1 its 32-byte nonce and 16 x segment count bytes of segment tags,
+// 32 bytes of MAC if bit 0; last, the xxh3-64 of everything before it. Versions 1 (no flags, no
+// MAC) and 2 (no bit 1) are still read.
 //
 // A saved index is read from a tier, so it is hostile input: it is opened without following a
 // symlink and without blocking, read only if it is a regular file of at most
@@ -27,13 +28,13 @@
 namespace kvstream {
 
 inline constexpr char kCheckpointName[] = ".kvstream.index";
-inline constexpr uint32_t kCheckpointVersion = 2;
+inline constexpr uint32_t kCheckpointVersion = 3;
 // The largest saved index read: 4 GiB, about 30 million chunks of 16 segments (over 400 TiB of
 // 16 MiB chunks, more than any tier one node indexes). A larger one is ignored, never read.
 inline constexpr uint64_t kMaxCheckpointBytes = 1ull << 32;
 
 std::string EncodeCheckpoint(const std::vector<ChunkMeta>& chunks);
-// DataLoss when the bytes are not a whole, intact checkpoint (of version 1 or 2) or describe a
+// DataLoss when the bytes are not a whole, intact checkpoint (of version 1 to 3) or describe a
 // chunk the format cannot hold.
 absl::StatusOr<std::vector<ChunkMeta>> DecodeCheckpoint(std::string_view bytes);
 

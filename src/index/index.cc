@@ -69,8 +69,7 @@ std::vector<Victim> Index::AddReplica(int tier, std::shared_ptr<const ChunkMeta>
   IndexEntry& e = it->second;
   if (inserted) {
     e.stem = FileStem(meta->key);
-  } else if (e.meta->payload_checksum != meta->payload_checksum ||
-             e.meta->payload_size != meta->payload_size) {
+  } else if (!SameVersion(*e.meta, *meta)) {
     for (int k = 0; k < tier_count(); ++k) {
       if (!(e.tiers & (1u << k))) continue;
       if (k != tier) stale.push_back({meta->key, e.stem, k, e.meta->file_size()});

@@ -52,7 +52,7 @@ class Index {
   const IndexEntry* Find(std::string_view key) const;
 
   // Records a durable replica on `tier` (`foreign`: another node's file on a shared tier). If the
-  // entry held a different version (another checksum or size), that version's replicas on other
+  // entry held a different version (SameVersion: another payload, layout or writer), that version's replicas on other
   // tiers are removed and returned: their files are stale. A foreign replica of a version this
   // node then publishes itself becomes its own.
   std::vector<Victim> AddReplica(int tier, std::shared_ptr<const ChunkMeta> meta, bool foreign = false);

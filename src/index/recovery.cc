@@ -38,9 +38,7 @@ absl::Status RecoverIndex(const Tiers& tiers, Index* index, std::vector<bool>* f
   std::vector<Victim> stale;
   for (auto& [tier, chunk] : all) {
     const IndexEntry* e = index->Find(chunk.meta.key);
-    if (e != nullptr && (e->meta->payload_checksum != chunk.meta.payload_checksum ||
-                         e->meta->payload_size != chunk.meta.payload_size) &&
-        e->meta->created_unix_ns > chunk.meta.created_unix_ns) {
+    if (e != nullptr && !SameVersion(*e->meta, chunk.meta) && e->meta->created_unix_ns > chunk.meta.created_unix_ns) {
       stale.push_back({chunk.meta.key, FileStem(chunk.meta.key), tier, chunk.file_size});
       continue;
     }

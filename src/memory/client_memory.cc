@@ -94,6 +94,8 @@ absl::StatusOr<uint64_t> GuardedChecksum(const uint8_t* data, size_t size) {
   return sum;
 }
 
+absl::Status GuardedAccess(absl::FunctionRef<void()> access) { return Guarded(access); }
+
 absl::Status GuardedCopy(uint8_t* dst, const void* src, size_t size) {
   return Guarded([&] { std::memcpy(dst, src, size); });
 }

@@ -9,14 +9,20 @@
 namespace kvstream {
 namespace {
 
+bool Matches(const VerifyJob& job) {
+  if (job.key != nullptr) return job.key->VerifySegment(*job.meta, job.segment, job.data, job.length);
+  return Checksum(job.data, job.length) == job.expected;
+}
+
 void Run(VerifyJob* job) {
   if (!job->guarded) {
-    job->ok = Checksum(job->data, job->length) == job->expected;
+    job->ok = Matches(*job);
     return;
   }
-  absl::StatusOr<uint64_t> sum = GuardedChecksum(job->data, job->length);
-  job->gone = !sum.ok();
-  job->ok = sum.ok() && *sum == job->expected;
+  bool matches = false;
+  const absl::Status touched = GuardedAccess([&] { matches = Matches(*job); });
+  job->gone = !touched.ok();
+  job->ok = touched.ok() && matches;
 }
 
 }  // namespace

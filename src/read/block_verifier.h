@@ -1,10 +1,11 @@
-// BlockVerifier: hashes blocks read by the loop against their segment checksums on a small pool
+// BlockVerifier: hashes blocks read by the loop against their segment checksums (or, from a shared
+// tier with a cluster key, their segment tags) on a small pool
 // of worker threads, so the I/O loop only issues and reaps reads (at GB/s one thread cannot
 // both drive the devices and hash every byte). The loop submits a job per landed block and
 // collects finished ones with TakeDone; a finished job wakes the loop (Reactor::Wake). A job only
 // reads memory: whatever it decides is applied on the loop, which owns the step and may have
 // abandoned the block meanwhile. A job on client memory that may vanish is hashed under the
-// SIGBUS guard (GuardedChecksum). With 0 threads, jobs run inline in Submit (deterministic tests
+// SIGBUS guard (GuardedAccess). With 0 threads, jobs run inline in Submit (deterministic tests
 // on a virtual clock; the behaviour of a store whose loop verifies).
 #pragma once
 
@@ -15,15 +16,22 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "format/chunk_mac.h"
 #include "io/reactor.h"
 
 namespace kvstream {
 
 struct VerifyJob {
   const uint8_t* data = nullptr;
-  bool guarded = false;   // `data` is client memory that may vanish (memory/client_memory.h: GuardedChecksum)
+  bool guarded = false;   // `data` is client memory that may vanish (memory/client_memory.h: GuardedAccess)
   uint32_t length = 0;
-  uint64_t expected = 0;
+  uint64_t expected = 0;  // the segment's checksum, when there is no key
+  // With a key (a block from a shared tier): `data` must be segment `segment` of the version
+  // `meta` describes, by its tag (ChunkMacKey::VerifySegment), instead of `expected`. The key and
+  // the meta stay valid until TakeDone returns the job (the step holds both).
+  const ChunkMacKey* key = nullptr;
+  const ChunkMeta* meta = nullptr;
+  uint32_t segment = 0;
   void* owner = nullptr;  // the loop's context for the result (opaque here)
   uint32_t index = 0;     // ditto
   uint32_t slot = 0;      // ditto

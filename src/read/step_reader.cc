@@ -268,6 +268,11 @@ void StepReader::Complete(int t, const IoCompletion& c) {
   job.guarded = read.dst_fd >= 0 && !bounced;  // client memory that may vanish under the hash
   job.length = slot.payload;
   job.expected = meta.segment_checksums[blk.segment];
+  if (tier.payload_key != nullptr) {  // a shared tier: the tag, which only a key holder can make match
+    job.key = tier.payload_key.get();
+    job.meta = &meta;
+    job.segment = blk.segment;
+  }
   job.owner = step;
   job.index = ref.block;
   job.slot = bounced ? index : kNoSlot;
@@ -315,7 +320,8 @@ void StepReader::Verified(const VerifyJob& job) {
     // Hashed in client memory that may shrink, a mismatch may be the client truncating or writing
     // into its destination: the read fails over, but the replica is not dropped on that evidence.
     ReadFailed(job.tier, step, ref,
-               absl::StrCat("checksum mismatch on tier ", tiers_[job.tier]->name, " (block ", blk.segment, ")"),
+               absl::StrCat(job.key != nullptr ? "segment tag mismatch (not the bytes a key holder wrote)" : "checksum mismatch",
+                            " on tier ", tiers_[job.tier]->name, " (block ", blk.segment, ")"),
                IoStatus::kMediaError, true, /*may_drop=*/!job.guarded);
     return;
   }

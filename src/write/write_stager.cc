@@ -45,9 +45,10 @@ absl::Status WriteStager::StageWith(std::string_view key, size_t size, absl::Fun
   if (absl::Status s = ValidateKey(key); !s.ok()) return s;
   if (size == 0) return absl::InvalidArgumentError("empty chunk");
   const bool has_mac = mac_key_ != nullptr;
-  if (absl::Status s = ChunkLayoutFits(key.size(), size, block_size_, has_mac); !s.ok()) return s;
+  const HeaderLayout layout = WrittenLayout(has_mac);
+  if (absl::Status s = ChunkLayoutFits(key.size(), size, block_size_, layout); !s.ok()) return s;
   auto chunk = std::make_unique<StagedChunk>();
-  const uint32_t header_size = static_cast<uint32_t>(HeaderSizeFor(key.size(), SegmentCount(size, block_size_), has_mac));
+  const uint32_t header_size = static_cast<uint32_t>(HeaderSizeFor(key.size(), SegmentCount(size, block_size_), layout));
   chunk->image_size = header_size + AlignUp(size, kFileAlignment);
   if (chunk->image_size > limit_bytes_) {
     return absl::InvalidArgumentError(absl::StrCat("chunk of ", size, " bytes (", chunk->image_size,
@@ -89,12 +90,17 @@ absl::Status WriteStager::StageWith(std::string_view key, size_t size, absl::Fun
   // Versions of a key are ordered by this clock's time: a copy is never newer than a write made
   // here after it (another node's clock may run ahead).
   if (reuse) meta->created_unix_ns = std::min(meta->created_unix_ns, now);
-  // Signed here, once, for every tier: replicas stay byte-identical (a verified chunk's MAC was
-  // another writer's, over another creation time, and is replaced or dropped).
-  if (has_mac) {
-    mac_key_->Sign(meta.get());
-  } else {
+  // Signed here, once, for every tier: replicas stay byte-identical. A verified chunk keeps the
+  // tags its bytes were verified against (its version is the writer's), re-MACed for its time;
+  // anything else is tagged as staged. Without a key, a plain chunk.
+  if (!has_mac) {
     meta->mac.reset();
+    meta->auth.reset();
+  } else if (reuse && meta->auth) {
+    mac_key_->Reseal(meta.get());
+  } else if (absl::Status s = mac_key_->Sign(meta.get(), payload); !s.ok()) {
+    Unreserve(*chunk);
+    return s;
   }
   EncodeChunkHeader(*meta, chunk->image.get());
   chunk->stem = FileStem(key);

@@ -76,8 +76,9 @@ void MakeConsistent(uint8_t* data) {
   const uint64_t payload = Get(data, kPayloadSize), segment = Get(data, kSegmentSize);
   const uint64_t segments = segment == 0 ? 0 : payload / segment + (payload % segment != 0);
   Set(data, kSegmentCount, segments);
-  const uint64_t mac = (Get(data, kFlags) & 1) ? 32 : 0;
-  const uint64_t bytes = kFixed + Get(data, kKeyLength) + 8 * segments + mac;
+  const bool authenticated = Get(data, kVersion) == 2;  // a nonce, a tag per segment and the MAC
+  const uint64_t mac = (authenticated || (Get(data, kFlags) & 1)) ? 32 : 0;
+  const uint64_t bytes = kFixed + Get(data, kKeyLength) + 8 * segments + mac + (authenticated ? 32 + 16 * segments : 0);
   Set(data, kHeaderSize, (bytes + 4095) / 4096 * 4096);
 }
 
@@ -112,8 +113,16 @@ void Check(const uint8_t* data, size_t size) {
     __builtin_trap();
   }
 #ifdef KVSTREAM_FUZZ_MAC
-  if (decoded->mac != meta->mac) __builtin_trap();
-  Key().Sign(&*decoded);
+  if (decoded->mac != meta->mac || decoded->auth.has_value() != meta->auth.has_value()) __builtin_trap();
+  if (decoded->auth && (decoded->auth->nonce != meta->auth->nonce || decoded->auth->tags != meta->auth->tags)) {
+    __builtin_trap();
+  }
+  // The input's own bytes as segment 0: a tag the fuzzer matched without the key would be a forgery.
+  if (decoded->auth && size >= decoded->segment_length(0) &&
+      Key().VerifySegment(*decoded, 0, data, decoded->segment_length(0))) {
+    __builtin_trap();
+  }
+  Key().Reseal(&*decoded);
   if (!Key().Verify(*decoded)) __builtin_trap();
 #endif
 }

@@ -61,14 +61,17 @@ int main(int argc, char** argv) {
   kvstream::EncodeChunkFile(meta, payload.data(), image.data());
   Write(out / "fuzz_chunk_header", std::string(image.begin(), image.begin() + meta.header_size()));
   const auto key = *kvstream::ChunkMacKey::FromBytes("0123456789abcdef0123456789abcdef", 32);
-  kvstream::ChunkMeta signed_meta = meta;
-  key->Sign(&signed_meta);
+  kvstream::ChunkMeta signed_meta = meta;  // format version 2: nonce, tags, MAC
+  if (!key->Sign(&signed_meta, payload.data()).ok()) return 1;
   Write(out / "fuzz_chunk_header", Header(signed_meta), "signed");
+  kvstream::ChunkMeta v1_mac = meta;  // format version 1 with a MAC, as written before version 2
+  v1_mac.mac = key->Compute(v1_mac);
+  Write(out / "fuzz_chunk_header", Header(v1_mac), "v1-mac");
   std::vector<uint8_t> many(600 * 4096, 3);  // 600 segments: a header of two pages
   const kvstream::ChunkMeta long_meta = kvstream::DescribeChunk("model@tp1@89ab", many.data(), many.size(), 4096, 43);
   Write(out / "fuzz_chunk_header", Header(long_meta), "two-pages");
   Write(out / "fuzz_checkpoint", kvstream::EncodeCheckpoint({meta, meta}));
-  Write(out / "fuzz_checkpoint", kvstream::EncodeCheckpoint({signed_meta, meta}), "signed");
+  Write(out / "fuzz_checkpoint", kvstream::EncodeCheckpoint({signed_meta, meta, v1_mac}), "signed");
   Write(out / "fuzz_checkpoint", CheckpointV1({meta}), "version1");
   std::ifstream yaml(argv[2]);
   Write(out / "fuzz_daemon_config", std::string(std::istreambuf_iterator<char>(yaml), {}));

@@ -66,7 +66,7 @@ uint64_t Number(const char* s) {
 
 int main(int argc, char** argv) {
   std::string dir, out, key;
-  uint64_t payload_size = 4096, segment_size = 4096, version = kvstream::kChunkFormatVersion, flags = 0;
+  uint64_t payload_size = 4096, segment_size = 4096, version = kvstream::kChunkFormatPlain, flags = 0;
   std::optional<uint64_t> segment_count, header_size, key_length, file_size;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];

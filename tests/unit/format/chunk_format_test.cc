@@ -117,7 +117,7 @@ void Seal(std::vector<uint8_t>& header) {
 std::vector<uint8_t> GoodHeader(const ChunkMacKey* key = nullptr) {
   const auto payload = Payload(10000, 5);
   ChunkMeta meta = DescribeChunk("key", payload.data(), payload.size(), 4096, 7);
-  if (key != nullptr) key->Sign(&meta);
+  if (key != nullptr) REQUIRE(key->Sign(&meta, payload.data()).ok());
   const auto image = Image(meta, payload);
   return std::vector<uint8_t>(image.begin(), image.begin() + 4096);
 }
@@ -220,46 +220,93 @@ TEST_CASE("sizes are computed in 64 bits and bounded") {
   CHECK(SegmentCount(~uint64_t{0}, 4096) == (~uint64_t{0}) / 4096 + 1);
   CHECK(SegmentCount(4096, 0) == 0);
   CHECK(SegmentCount(1, 4096) == 1);
-  CHECK(HeaderSizeFor(3, uint64_t{1} << 29, false) == (uint64_t{1} << 32) + 4096);
-  CHECK(HeaderSizeFor(3, ~uint64_t{0}, false) == UINT64_MAX);
-  CHECK(HeaderSizeFor(3, 1, true) == 4096);
-  CHECK(ChunkLayoutFits(3, 10000, 4096, true).ok());
-  CHECK(ChunkLayoutFits(3, kMaxPayloadBytes, 64u << 20, true).ok());
-  CHECK(absl::IsInvalidArgument(ChunkLayoutFits(3, kMaxPayloadBytes + 1, 64u << 20, true)));
-  CHECK(absl::IsInvalidArgument(ChunkLayoutFits(3, 0, 4096, false)));
-  CHECK(absl::IsInvalidArgument(ChunkLayoutFits(0, 1, 4096, false)));
-  CHECK(absl::IsInvalidArgument(ChunkLayoutFits(3, 1, 0, false)));
+  constexpr HeaderLayout kPlain = HeaderLayout::kPlain, kAuthenticated = HeaderLayout::kAuthenticated;
+  CHECK(HeaderSizeFor(3, uint64_t{1} << 29, kPlain) == (uint64_t{1} << 32) + 4096);
+  CHECK(HeaderSizeFor(3, ~uint64_t{0}, kPlain) == UINT64_MAX);
+  CHECK(HeaderSizeFor(3, ~uint64_t{0}, kAuthenticated) == UINT64_MAX);
+  CHECK(HeaderSizeFor(3, 1, HeaderLayout::kMac) == 4096);
+  CHECK(HeaderSizeFor(3, 1, kAuthenticated) == 4096);
+  CHECK(HeaderSizeFor(3, 200, kPlain) == 4096);
+  CHECK(HeaderSizeFor(3, 200, kAuthenticated) == 8192);  // 64 + 32 + 3 + 24 x 200 + 32
+  CHECK(ChunkLayoutFits(3, 10000, 4096, kAuthenticated).ok());
+  CHECK(ChunkLayoutFits(3, kMaxPayloadBytes, 64u << 20, kAuthenticated).ok());
+  CHECK(absl::IsInvalidArgument(ChunkLayoutFits(3, kMaxPayloadBytes + 1, 64u << 20, kAuthenticated)));
+  CHECK(absl::IsInvalidArgument(ChunkLayoutFits(3, 0, 4096, kPlain)));
+  CHECK(absl::IsInvalidArgument(ChunkLayoutFits(0, 1, 4096, kPlain)));
+  CHECK(absl::IsInvalidArgument(ChunkLayoutFits(3, 1, 0, kPlain)));
   // 1 GiB in 4 KiB segments needs a 2 MiB header: more than a header may be.
-  CHECK(absl::IsInvalidArgument(ChunkLayoutFits(3, 1ull << 30, 4096, false)));
+  CHECK(absl::IsInvalidArgument(ChunkLayoutFits(3, 1ull << 30, 4096, kPlain)));
+  // 256 MiB in 4 KiB segments fits plainly (512 KiB of checksums), not with a tag each (1.5 MiB).
+  CHECK(ChunkLayoutFits(3, 1ull << 28, 4096, kPlain).ok());
+  CHECK(absl::IsInvalidArgument(ChunkLayoutFits(3, 1ull << 28, 4096, kAuthenticated)));
 }
 
-TEST_CASE("a signed header carries its MAC after the segment checksums and round-trips it") {
+TEST_CASE("a signed header is version 2: nonce, key, checksums, tags and MAC, all round-tripped") {
   const auto key = Key(1);
   const auto payload = Payload(3 * 65536 + 5, 8);
   ChunkMeta meta = DescribeChunk("model@1@0@abc", payload.data(), payload.size(), 65536, 42);
-  key->Sign(&meta);
+  REQUIRE(key->Sign(&meta, payload.data()).ok());
   REQUIRE(meta.mac.has_value());
+  REQUIRE(meta.auth.has_value());
+  REQUIRE(meta.auth->tags.size() == 4);
   const auto image = Image(meta, payload);
+  CHECK(Get<uint32_t>(image, 8) == kChunkFormatAuthenticated);
   CHECK(Get<uint32_t>(image, 52) == kHeaderFlagMac);
-  CHECK(std::memcmp(image.data() + 64 + meta.key.size() + 8 * 4, meta.mac->data(), kChunkMacBytes) == 0);
+  const size_t key_at = 64 + kChunkNonceBytes, tags_at = key_at + meta.key.size() + 8 * 4;
+  CHECK(std::memcmp(image.data() + 64, meta.auth->nonce.data(), kChunkNonceBytes) == 0);
+  CHECK(std::memcmp(image.data() + key_at, meta.key.data(), meta.key.size()) == 0);
+  CHECK(std::memcmp(image.data() + tags_at, meta.auth->tags.data(), 4 * kSegmentTagBytes) == 0);
+  CHECK(std::memcmp(image.data() + tags_at + 4 * kSegmentTagBytes, meta.mac->data(), kChunkMacBytes) == 0);
   auto decoded = DecodeChunkHeader(image.data(), 4096);
   REQUIRE(decoded.ok());
-  REQUIRE(decoded->mac.has_value());
+  CHECK(decoded->key == meta.key);
+  CHECK(decoded->segment_checksums == meta.segment_checksums);
+  REQUIRE(decoded->auth.has_value());
+  CHECK(decoded->auth->nonce == meta.auth->nonce);
+  CHECK(decoded->auth->tags == meta.auth->tags);
   CHECK(*decoded->mac == *meta.mac);
+  CHECK(decoded->header_size() == meta.header_size());
   CHECK(key->Verify(*decoded));
   CHECK(VerifyChunkMac(*decoded, key.get(), /*require=*/true).ok());
   CHECK_FALSE(Key(2)->Verify(*decoded));
   CHECK(absl::IsPermissionDenied(VerifyChunkMac(*decoded, Key(2).get(), false)));
   // Without a key the MAC is kept, unchecked.
   CHECK(VerifyChunkMac(*decoded, nullptr, true).ok());
+  // The version names its writer: the nonce's first bytes, in the header and in the meta alike.
+  auto peeked = PeekChunkVersion(image.data(), 96);
+  REQUIRE(peeked.ok());
+  CHECK(*peeked == VersionOf(meta));
+  CHECK(peeked->writer != 0);
+  CHECK(absl::IsDataLoss(PeekChunkVersion(image.data(), 64).status()));  // the nonce is not there
 }
 
-TEST_CASE("the MAC counts in the header size where it crosses a page") {
-  // 64 + key + 8 x segments = 4088: the MAC's 32 bytes take the header to a second page.
+TEST_CASE("two writers' authenticated copies of the same bytes are two versions; plain copies one") {
+  const auto key = Key(1);
+  const auto payload = Payload(70000, 4);
+  ChunkMeta plain = DescribeChunk("k", payload.data(), payload.size(), 65536, 1);
+  ChunkMeta a = plain, b = plain;
+  REQUIRE(key->Sign(&a, payload.data()).ok());
+  REQUIRE(key->Sign(&b, payload.data()).ok());
+  CHECK(a.auth->nonce != b.auth->nonce);
+  CHECK_FALSE(SameVersion(a, b));
+  CHECK_FALSE(SameVersion(a, plain));  // another layout, too
+  ChunkMeta retimed = a;  // a copy of a's bytes, re-MACed for its own time: a's version still
+  retimed.created_unix_ns = 99;
+  key->Reseal(&retimed);
+  CHECK(SameVersion(a, retimed));
+  CHECK(key->Verify(retimed));
+  ChunkMeta later = plain;
+  later.created_unix_ns = 2;
+  CHECK(SameVersion(plain, later));
+}
+
+TEST_CASE("the header size counts the nonce, tags and MAC where they cross a page") {
+  // 64 + 1024 + 8 x 125 = 2088 bytes plainly; 64 + 32 + 1024 + 24 x 125 + 32 = 4152 signed.
   REQUIRE(kMaxKeyLength == 1024);
-  ChunkMeta meta = DescribeChunk(std::string(1024, 'k'), Payload(375 * 4096, 9).data(), 375 * 4096, 4096, 0);
+  const auto payload = Payload(125 * 4096, 9);
+  ChunkMeta meta = DescribeChunk(std::string(1024, 'k'), payload.data(), payload.size(), 4096, 0);
   CHECK(meta.header_size() == 4096);
-  Key(1)->Sign(&meta);
+  REQUIRE(Key(1)->Sign(&meta, payload.data()).ok());
   CHECK(meta.header_size() == 8192);
   std::vector<uint8_t> image(meta.header_size());
   EncodeChunkHeader(meta, image.data());
@@ -274,8 +321,10 @@ TEST_CASE("a re-sealed change to any authenticated field fails the MAC") {
   const auto key = Key(3);
   const auto good = GoodHeader(key.get());
   REQUIRE(key->Verify(*DecodeChunkHeader(good.data(), good.size())));
-  // created time, payload checksum, a key byte, a segment checksum, the MAC itself
-  for (size_t offset : {size_t{32}, size_t{24}, size_t{64}, size_t{64 + 3 + 8}, size_t{64 + 3 + 24 + 5}}) {
+  // Key "key", 3 segments: nonce at 64, key at 96, checksums at 99, tags at 123, the MAC at 171.
+  // Created time, payload checksum, nonce, a key byte, a segment checksum, a tag, the MAC itself:
+  for (size_t offset : {size_t{32}, size_t{24}, size_t{64 + 5}, size_t{96}, size_t{99 + 8}, size_t{123 + 20},
+                        size_t{171 + 5}}) {
     INFO("offset " << offset);
     auto header = good;
     header[offset] ^= 0x40;
@@ -284,16 +333,32 @@ TEST_CASE("a re-sealed change to any authenticated field fails the MAC") {
     REQUIRE(decoded.ok());  // a valid header...
     CHECK(absl::IsPermissionDenied(VerifyChunkMac(*decoded, key.get(), false)));  // ...not signed by the key
   }
-  // The flag taken off (and the header re-sealed): no MAC, refused where one is required.
+  // The MAC flag taken off a version 2 header: not a header at all.
   auto stripped = good;
   Set<uint32_t>(stripped, 52, 0);
-  std::memset(stripped.data() + 64 + 3 + 24, 0, kChunkMacBytes);
   Seal(stripped);
-  auto decoded = DecodeChunkHeader(stripped.data(), stripped.size());
+  RequireRefused(stripped);
+}
+
+TEST_CASE("a version 1 header's MAC does not make it servable where payloads must be authenticated") {
+  // As written before version 2: a MAC over the header (covering only XXH3 segment checksums).
+  const auto key = Key(3);
+  const auto payload = Payload(10000, 5);
+  ChunkMeta meta = DescribeChunk("key", payload.data(), payload.size(), 4096, 7);
+  meta.mac = key->Compute(meta);
+  const auto image = Image(meta, payload);
+  CHECK(Get<uint32_t>(image, 8) == kChunkFormatPlain);
+  auto decoded = DecodeChunkHeader(image.data(), 4096);
   REQUIRE(decoded.ok());
-  CHECK_FALSE(decoded->mac.has_value());
-  CHECK(absl::IsPermissionDenied(VerifyChunkMac(*decoded, key.get(), /*require=*/true)));
-  CHECK(VerifyChunkMac(*decoded, key.get(), /*require=*/false).ok());
+  CHECK(decoded->layout() == HeaderLayout::kMac);
+  CHECK(key->Verify(*decoded));
+  CHECK(absl::IsPermissionDenied(VerifyChunkMac(*decoded, key.get(), /*require=*/true)));  // a shared tier
+  CHECK(VerifyChunkMac(*decoded, key.get(), /*require=*/false).ok());                      // a private one
+  // Nor a plain one.
+  auto plain = DecodeChunkHeader(GoodHeader().data(), 4096);
+  REQUIRE(plain.ok());
+  CHECK(absl::IsPermissionDenied(VerifyChunkMac(*plain, key.get(), /*require=*/true)));
+  CHECK(VerifyChunkMac(*plain, key.get(), /*require=*/false).ok());
 }
 
 TEST_CASE("a key file is a private regular file of 32 bytes or more") {
@@ -347,11 +412,12 @@ TEST_CASE("the MAC of a 16 MiB chunk's header costs microseconds") {
     meta.payload_size = 16ull << 20;
     meta.segment_size = block;
     meta.segment_checksums.assign(SegmentCount(meta.payload_size, block), 0x1234567890abcdefull);
+    meta.auth.emplace().tags.resize(meta.segment_count());
     constexpr int kRounds = 20000;
     const auto started = std::chrono::steady_clock::now();
     for (int i = 0; i < kRounds; ++i) {
       meta.created_unix_ns = i;
-      key->Sign(&meta);
+      key->Reseal(&meta);
     }
     const auto signed_at = std::chrono::steady_clock::now();
     int verified = 0;

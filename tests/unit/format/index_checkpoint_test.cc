@@ -19,10 +19,12 @@
 namespace kvstream::testing {
 namespace {
 
+std::vector<uint8_t> PayloadOf(int i) { return Payload(1000 + 300000 * (i % 4), i); }
+
 std::vector<ChunkMeta> Metas(int n) {
   std::vector<ChunkMeta> out;
   for (int i = 0; i < n; ++i) {
-    const auto payload = Payload(1000 + 300000 * (i % 4), i);
+    const auto payload = PayloadOf(i);
     out.push_back(DescribeChunk("key/" + std::to_string(i), payload.data(), payload.size(), 64 << 10, 100 + i));
   }
   return out;
@@ -31,7 +33,8 @@ std::vector<ChunkMeta> Metas(int n) {
 bool Same(const ChunkMeta& a, const ChunkMeta& b) {
   return a.key == b.key && a.payload_size == b.payload_size && a.payload_checksum == b.payload_checksum &&
          a.created_unix_ns == b.created_unix_ns && a.segment_size == b.segment_size &&
-         a.segment_checksums == b.segment_checksums && a.mac == b.mac;
+         a.segment_checksums == b.segment_checksums && a.mac == b.mac && a.auth.has_value() == b.auth.has_value() &&
+         (!a.auth || (a.auth->nonce == b.auth->nonce && a.auth->tags == b.auth->tags));
 }
 
 template <typename T>
@@ -81,19 +84,34 @@ TEST_CASE("a damaged or truncated checkpoint is refused as a whole") {
   CHECK(absl::IsDataLoss(DecodeCheckpoint("").status()));
 }
 
-TEST_CASE("a checkpoint keeps each chunk's MAC (version 2) and still reads version 1") {
+TEST_CASE("a checkpoint keeps each chunk's nonce, tags and MAC (version 3) and still reads 1 and 2") {
   auto metas = Metas(6);
   const std::vector<uint8_t> material(32, 9);
   const auto key = *ChunkMacKey::FromBytes(material.data(), material.size());
-  for (size_t i = 0; i < metas.size(); i += 2) key->Sign(&metas[i]);
+  for (size_t i = 0; i < metas.size(); i += 2) REQUIRE(key->Sign(&metas[i], PayloadOf(static_cast<int>(i)).data()).ok());
+  metas[1].mac = key->Compute(metas[1]);  // a version 1 chunk with a MAC, as written before version 2
   auto decoded = DecodeCheckpoint(EncodeCheckpoint(metas));
   REQUIRE(decoded.ok());
   REQUIRE(decoded->size() == metas.size());
   for (size_t i = 0; i < metas.size(); ++i) {
+    INFO("chunk " << i);
     CHECK(Same((*decoded)[i], metas[i]));
-    CHECK((*decoded)[i].mac.has_value() == (i % 2 == 0));
-    if (i % 2 == 0) CHECK(key->Verify((*decoded)[i]));
+    CHECK((*decoded)[i].auth.has_value() == (i % 2 == 0));
+    CHECK((*decoded)[i].mac.has_value() == (i % 2 == 0 || i == 1));
+    if ((*decoded)[i].mac) CHECK(key->Verify((*decoded)[i]));
+    if (i % 2 == 0) {
+      const auto payload = PayloadOf(static_cast<int>(i));
+      CHECK(key->VerifySegment((*decoded)[i], 0, payload.data(), (*decoded)[i].segment_length(0)));
+    }
   }
+  // Version 2 (a MAC per entry, no tags) is still read.
+  std::string v2 = Preamble(2, 1);
+  PutV1Entry(&v2, metas[1], metas[1].segment_count());
+  Put(&v2, kHeaderFlagMac);
+  v2.append(reinterpret_cast<const char*>(metas[1].mac->data()), kChunkMacBytes);
+  auto two = DecodeCheckpoint(Seal(v2));
+  REQUIRE(two.ok());
+  CHECK(Same((*two)[0], metas[1]));
 
   const auto v1 = Metas(3);
   std::string bytes = Preamble(1, v1.size());
@@ -102,7 +120,7 @@ TEST_CASE("a checkpoint keeps each chunk's MAC (version 2) and still reads versi
   REQUIRE(old.ok());
   REQUIRE(old->size() == 3);
   for (size_t i = 0; i < v1.size(); ++i) CHECK(Same((*old)[i], v1[i]));
-  CHECK(absl::IsDataLoss(DecodeCheckpoint(Seal(Preamble(3, 0))).status()));
+  CHECK(absl::IsDataLoss(DecodeCheckpoint(Seal(Preamble(kCheckpointVersion + 1, 0))).status()));
 }
 
 TEST_CASE("a sealed checkpoint claiming 2^60 chunks is refused before anything is allocated") {
@@ -135,11 +153,24 @@ TEST_CASE("a sealed checkpoint entry with lying sizes is refused") {
   CHECK(absl::IsDataLoss(DecodeCheckpoint(entry(1000, 0, 1)).status()));
   CHECK(absl::IsDataLoss(DecodeCheckpoint(entry(1000, 1000, 1)).status()));
   CHECK(absl::IsDataLoss(DecodeCheckpoint(entry(0, 4096, 0)).status()));
-  // Unknown flags in a version 2 entry.
-  std::string bytes = Preamble(2, 1);
-  PutV1Entry(&bytes, m, 1);
-  Put(&bytes, uint32_t{4});
-  CHECK(absl::IsDataLoss(DecodeCheckpoint(Seal(bytes)).status()));
+  // Unknown flags in a version 2 entry (bit 1, authenticated, is version 3's).
+  for (uint32_t flags : {4u, 2u}) {
+    std::string bytes = Preamble(2, 1);
+    PutV1Entry(&bytes, m, 1);
+    Put(&bytes, flags);
+    CHECK(absl::IsDataLoss(DecodeCheckpoint(Seal(bytes)).status()));
+  }
+  // Version 3: authenticated without a MAC; tags cut short.
+  std::string no_mac = Preamble(3, 1);
+  PutV1Entry(&no_mac, m, 1);
+  Put(&no_mac, uint32_t{2});
+  no_mac.append(kChunkNonceBytes + kSegmentTagBytes, 'n');
+  CHECK(absl::IsDataLoss(DecodeCheckpoint(Seal(no_mac)).status()));
+  std::string short_tags = Preamble(3, 1);
+  PutV1Entry(&short_tags, m, 1);
+  Put(&short_tags, uint32_t{3});
+  short_tags.append(kChunkNonceBytes + kSegmentTagBytes - 1, 't');
+  CHECK(absl::IsDataLoss(DecodeCheckpoint(Seal(short_tags)).status()));
 }
 
 TEST_CASE("a saved index that is not a regular file is neither read nor removed") {
