@@ -13,12 +13,15 @@
 #  f. on a shared tier, those files published under keys by "another node" and looked up by a
 #     running node;
 #  g. on a shared tier with a cluster key (shared_key_file), a chunk whose MAC does not verify
-#     (skipped, saying so, where the daemon does not know shared_key_file).
-# Usage: hostile_tier_test.sh KVSTREAMD KVSTREAMCTL FORGE_CHUNK  (KVSTREAM_HOSTILE_CASES="a c": those only)
+#     (skipped, saying so, where the daemon does not know shared_key_file);
+#  h. on a shared tier with a cluster key, a chunk whose payload was rewritten to keep every
+#     segment's XXH3-64 checksum (FORGE_PAYLOAD), its header and MAC intact: a miss on a second
+#     keyed node (it was served before segment tags).
+# Usage: hostile_tier_test.sh KVSTREAMD KVSTREAMCTL FORGE_CHUNK FORGE_PAYLOAD  (KVSTREAM_HOSTILE_CASES="a c": those only)
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=../../tools/lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../../tools/lib/common.sh"
-daemon=$1 ctl=$2 forge=$3
+daemon=$1 ctl=$2 forge=$3 forge_payload=$4
 work=$(test_work_dir kvstream-hostile)
 pids=()
 cleanup() {
@@ -242,5 +245,27 @@ if ! grep -q "shared_key_file.* is not a known key" "$work/check.txt"; then
 else
   echo "SKIPPED case g: this kvstreamd does not accept shared_key_file: $(head -1 "$work/check.txt")"
 fi
+fi
+if want h; then
+case_ "h. a payload forged to keep its XXH3 segment checksums under an intact MAC"
+[ -f "$work/cluster.key" ] || { head -c 32 /dev/urandom > "$work/cluster.key"; chmod 0600 "$work/cluster.key"; }
+shared_h="$work/shared-h"
+for n in h1 h2; do
+  write_config "$n" "  - {name: pfs, path: $shared_h, capacity: 256MiB, shared: true, miss_ttl: 0s}" "node: $n
+shared_key_file: $work/cluster.key"
+done
+start h1
+ctl h1 put victim "$work/good1.bin" > /dev/null || fail "put victim on h1"
+ctl h1 put good0 "$work/good0.bin" > /dev/null || fail "put good0 on h1"
+stop h1
+victim="$shared_h/$(rel victim)"
+head -c 4096 "$victim" > "$work/victim.header"
+"$forge_payload" "$victim" > "$work/forge.txt" || fail "forge_payload: $(cat "$work/forge.txt")"
+cmp -s <(head -c 4096 "$victim") "$work/victim.header" || fail "the forgery changed the header"
+start h2
+missed h2 victim
+ctl h2 get good0 "$work/out.bin" > /dev/null && cmp -s "$work/good0.bin" "$work/out.bin" || fail "h2: good0"
+stop h2
+survives "$victim"
 fi
 echo "every hostile tier file was skipped or missed: no crash, no hang, nothing outside deleted"

@@ -19,6 +19,7 @@
 #include "kvstream/store.h"
 #include "store_open.h"
 #include "test_util.h"
+#include "xxh3_forgery.h"
 
 namespace kvstream::testing {
 namespace {
@@ -574,6 +575,38 @@ TEST_CASE("with a cluster key, another node's chunk is served only if its MAC ve
   b = OpenStoreOrSkip(WithKey(Node(dir, "b", shared), key));
   CHECK(OkCount(ReadKeys(*b, {"signed"})) == 1);
   CHECK(fs::exists(Published(shared, "unsigned")));
+}
+
+TEST_CASE("with a cluster key, a payload forged to keep its XXH3 segment checksums is never served") {
+  // The header, its checksum, the segment checksums and the MAC stay exactly as node a wrote them;
+  // only the payload is the attacker's (tests/support/xxh3_forgery.h). Before format version 2
+  // every keyed node served it as OK: the MAC covered nothing an attacker could not match.
+  TempDir dir;
+  const std::string shared = dir.sub("pfs");
+  const std::string key = KeyFile(dir, "cluster.key", 'k');
+  auto a = OpenStoreOrSkip(WithKey(Node(dir, "a", shared), key));
+  const auto data = Data("victim");
+  REQUIRE(a->Persist("victim", data.data(), data.size()).ok());
+  a->Flush();
+  a.reset();
+  const std::string file = Published(shared, "victim");
+  const auto header_before = FileBytes(file);
+  const absl::StatusOr<size_t> changed = ForgeChunkPayload(file, 'A');
+  REQUIRE(changed.ok());
+  CHECK(*changed > data.size() / 2);
+  const auto forged = FileBytes(file);
+  REQUIRE(std::equal(forged.begin(), forged.begin() + 4096, header_before.begin()));  // the header is intact
+
+  auto b = OpenStoreOrSkip(WithKey(Node(dir, "b", shared), key));
+  REQUIRE(b->Lookup({"victim"})[0].present);  // its header is valid and signed
+  const auto results = ReadKeys(*b, {"victim"});  // would fail on other bytes than node a's
+  CHECK_FALSE(results[0].status.ok());
+  CHECK_FALSE(b->Lookup({"victim"})[0].present);  // and the forged version is not looked up again
+  CHECK(fs::exists(file));                          // another node's file: left alone
+  b.reset();
+  // Node a itself reads it from its private tier (its own bytes, verified by their checksums).
+  a = OpenStoreOrSkip(WithKey(Node(dir, "a", shared), key));
+  CHECK(OkCount(ReadKeys(*a, {"victim"})) == 1);
 }
 
 TEST_CASE("a cluster key file that others may read is refused at open") {
