@@ -24,26 +24,28 @@
 # tools/harness/kvfaultfs serving each direction at its cap, no credit for idle time) instead of
 # the blkio throttle, which lets a tier that idled read ahead of its cap (docs/design-notes.md: the
 # replication runs idle while writes drain, and kvsim --validate holds there only with --pace).
-# --key: the daemon has a cluster key (shared_key_file, docs/security.md): every chunk it writes
-# carries a MAC (reads verify blocks against the segment checksums the MAC covers, as without a
-# key), so a run with it against one without shows what the key costs.
+# --shared: t1 is a shared tier (shared: true, as a parallel FS every node writes); --key: the same
+# with a cluster key (shared_key_file, docs/security.md): every chunk written carries a MAC and a
+# tag per segment, and every block read from t1 is verified against its tag instead of its XXH3
+# checksum, so a run with --key against one with --shared shows what the key costs.
 # With --engines, the two I/O engines at FAST/SLOW steady caps, alternated twice in one run:
 # kvstreamd on io_uring, then under a seccomp filter denying io_uring_setup (build/tests/
 # deny_io_uring: io_engine auto falls back to threads), completion and serial each; prints each
 # round's completion time on threads over io_uring's.
 # Needs root. Results (JSON, PNG) go to OUT. Tears everything down, also on failure.
-# Usage: sudo tools/bench.sh [--gbs | --replication | --engines] [--pace] [--key] [--fast MBPS] [--slow MBPS] [--steps N] [--out DIR] [--check GAP]
+# Usage: sudo tools/bench.sh [--gbs | --replication | --engines] [--pace] [--shared | --key] [--fast MBPS] [--slow MBPS] [--steps N] [--out DIR] [--check GAP]
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
-fast=300 slow=150 steps=8 out=/var/tmp/kvstream-bench-results check="" gbs="" replication="" pace="" key="" engines=""
+fast=300 slow=150 steps=8 out=/var/tmp/kvstream-bench-results check="" gbs="" replication="" pace="" shared="" key="" engines=""
 while [ $# -gt 0 ]; do
   case $1 in
     --gbs) gbs=1; shift ;;
     --replication) replication=1; shift ;;
     --engines) engines=1; shift ;;
     --pace) pace=1; shift ;;
-    --key) key=1; shift ;;
+    --shared) shared=1; shift ;;
+    --key) key=1 shared=1; shift ;;
     --fast) fast=$2; shift 2 ;;
     --slow) slow=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;

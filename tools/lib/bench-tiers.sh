@@ -3,7 +3,8 @@
 # (tools/tierlab) capped at $fast and $slow MB/s under $work, and kvstreamd on them inside the
 # capped cgroup, torn down on exit. The caller has sourced tools/lib/common.sh (root, build,
 # tierlab and the helpers) and sets work, fast, slow and out (and pace=1 for tierlab's pacing FUSE
-# layer instead of the blkio throttle, key=1 for a cluster key: every chunk written carries a MAC);
+# layer instead of the blkio throttle, shared=1 for t1 as a shared tier, key=1 for a cluster key:
+# every chunk written carries a MAC and segment tags, checked on reads from the shared t1);
 # this sets sock and daemon.
 
 # bench_up T0_CAPACITY DAEMON_LOG: checks root and the build, brings the tiers and the daemon up.
@@ -30,7 +31,7 @@ logging: {level: ${BENCH_LOG_LEVEL:-warn}}
 $key_line
 tiers:
   - {name: t0, path: $work/mnt/t0/kvstream, capacity: $t0_capacity}
-  - {name: t1, path: $work/mnt/t1/kvstream, capacity: 7GiB}
+  - {name: t1, path: $work/mnt/t1/kvstream, capacity: 7GiB${shared:+, shared: true}}
 YAML
   daemon_start "$log"
 }
