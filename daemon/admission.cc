@@ -48,7 +48,7 @@ absl::StatusOr<Admitted> CheckChunks(std::shared_ptr<Session> session,
       }
       target.data = m.data() + c.offset();
       target.bounce = region->device_pinned;
-      if (!m.sealed()) {
+      if (!m.direct()) {
         target.fd = m.fd();
         target.fd_offset = c.offset();
       }

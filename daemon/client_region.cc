@@ -46,16 +46,21 @@ absl::StatusOr<std::unique_ptr<ClientRegion>> ClientRegion::Adopt(int fd, uint64
   if (seals > 0 && (seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE)) != 0) {
     return Refuse(fd, absl::FailedPreconditionError("the region is sealed against writes: nothing can be read into it"));
   }
-  void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  // Whole pages of the file (huge pages on hugetlbfs): the kernel maps no less, and unmaps a
+  // hugetlbfs mapping only whole. Within the file, whose size is a multiple of them there.
+  const uint64_t page = st.st_blksize > 0 ? static_cast<uint64_t>(st.st_blksize) : 4096;
+  const uint64_t mapped = size + (page - size % page) % page;
+  void* base = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (base == MAP_FAILED) {
     return Refuse(fd, absl::ResourceExhaustedError(absl::StrCat("cannot map the region: ", std::strerror(errno))));
   }
-  const bool sealed = seals > 0 && (seals & F_SEAL_SHRINK) != 0;
-  return std::unique_ptr<ClientRegion>(new ClientRegion(fd, static_cast<uint8_t*>(base), size, sealed));
+  // The one rule (client_region.h): direct only where no page can vanish for good.
+  const bool direct = fs.f_type == TMPFS_MAGIC && seals > 0 && (seals & F_SEAL_SHRINK) != 0;
+  return std::unique_ptr<ClientRegion>(new ClientRegion(fd, static_cast<uint8_t*>(base), size, mapped, direct));
 }
 
 ClientRegion::~ClientRegion() {
-  munmap(base_, size_);
+  munmap(base_, mapped_);
   close(fd_);
 }
 

@@ -205,7 +205,7 @@ absl::StatusOr<uint32_t> SessionManager::AddRegion(Session& session, int fd, uin
     session.regions[id] = region;
   }
   spdlog::info("session {}: client region {} added: {} bytes, {}{}", session.id, id, m.size(),
-               m.sealed() ? "sealed memfd" : "unsealed (reached through its descriptor)",
+               m.direct() ? "a sealed tmpfs memfd (touched directly)" : "reached through its descriptor",
                device_pinned ? ", pinned by a device (reads through bounce buffers)" : "");
   return id;
 }

@@ -1,5 +1,6 @@
 // Client regions end to end: a real kvstreamd reads into and persists from shared memory the
-// client owns (a /dev/shm file or a memfd), and survives the client truncating it mid-request.
+// client owns (a /dev/shm file or a memfd), and survives the client truncating it mid-request or
+// punching a hole in a hugetlbfs region that no free huge page can fill.
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>
@@ -9,7 +10,12 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "daemon_process.h"
 #include "kvstream/client.h"
@@ -258,6 +264,165 @@ TEST_CASE("a client truncating its region mid-retrieve and mid-persist fails onl
   std::memset(c->arena(), 0, kChunk);
   REQUIRE(c->Retrieve({{"after", 0, kChunk}}, &results).ok());
   CHECK(std::memcmp(c->arena(), data[0].data(), kChunk) == 0);
+}
+
+// The default-size huge pages of the node (/proc/meminfo): their size and how many are free.
+struct HugePageCounts {
+  uint64_t size = 0, total = 0, free = 0;
+};
+HugePageCounts ReadHugePages() {
+  HugePageCounts counts;
+  std::ifstream meminfo("/proc/meminfo");
+  for (std::string line; std::getline(meminfo, line);) {  // "Name:   value [kB]"
+    std::istringstream fields(line);
+    std::string name;
+    uint64_t value = 0;
+    fields >> name >> value;
+    if (name == "Hugepagesize:") counts.size = value << 10;  // in kB
+    if (name == "HugePages_Total:") counts.total = value;
+    if (name == "HugePages_Free:") counts.free = value;
+  }
+  return counts;
+}
+
+// At least `wanted` free huge pages for the test's lifetime, the pool grown through
+// /proc/sys/vm/nr_hugepages where needed (root) and put back as it was at scope exit; no
+// surplus pages (nr_overcommit_hugepages 0), so a page taken is a page gone. `skip_reason` is
+// set where the node cannot give them.
+class HugePagePool {
+ public:
+  explicit HugePagePool(uint64_t wanted) {
+    HugePageCounts now = ReadHugePages();
+    if (now.size == 0) {
+      skip_reason_ = "the kernel has no huge pages";
+      return;
+    }
+    original_ = ReadKnob(kPool);
+    overcommit_ = ReadKnob(kOvercommit);
+    if (overcommit_ != 0) WriteKnob(kOvercommit, 0);
+    if (now.free < wanted && !WriteKnob(kPool, now.total + wanted - now.free)) {
+      skip_reason_ = "fewer than " + std::to_string(wanted) + " free huge pages, and cannot raise vm.nr_hugepages (needs root)";
+      return;
+    }
+    if (ReadHugePages().free < wanted) skip_reason_ = "the kernel could not allocate " + std::to_string(wanted) + " huge pages";
+  }
+  ~HugePagePool() {
+    if (original_ >= 0) WriteKnob(kPool, static_cast<uint64_t>(original_));
+    if (overcommit_ > 0) WriteKnob(kOvercommit, static_cast<uint64_t>(overcommit_));
+  }
+  HugePagePool(const HugePagePool&) = delete;
+  HugePagePool& operator=(const HugePagePool&) = delete;
+  const std::string& skip_reason() const { return skip_reason_; }
+
+ private:
+  static constexpr char kPool[] = "/proc/sys/vm/nr_hugepages";
+  static constexpr char kOvercommit[] = "/proc/sys/vm/nr_overcommit_hugepages";
+  static int64_t ReadKnob(const char* path) {
+    int64_t value = -1;
+    std::ifstream(path) >> value;
+    return value;
+  }
+  static bool WriteKnob(const char* path, uint64_t value) {
+    std::ofstream out(path);
+    out << value << std::endl;
+    return static_cast<bool>(out);
+  }
+  int64_t original_ = -1, overcommit_ = -1;
+  std::string skip_reason_;
+};
+
+// A memfd of `pages` huge pages, mapped and every page faulted in: what holds them.
+struct HugeMemfd {
+  HugeMemfd(uint64_t pages, uint64_t page_size, bool sealable) : size(pages * page_size) {
+    fd = memfd_create("kvstream-test-huge", MFD_CLOEXEC | MFD_HUGETLB | (sealable ? MFD_ALLOW_SEALING : 0));
+    if (fd < 0 || ftruncate(fd, static_cast<off_t>(size)) != 0) return;
+    void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    if (p != MAP_FAILED) data = static_cast<uint8_t*>(p);
+  }
+  ~HugeMemfd() {
+    if (data != nullptr) munmap(data, size);
+    if (fd >= 0) close(fd);
+  }
+  HugeMemfd(const HugeMemfd&) = delete;
+  HugeMemfd& operator=(const HugeMemfd&) = delete;
+  uint64_t size;
+  int fd = -1;
+  uint8_t* data = nullptr;
+};
+
+TEST_CASE("a hole punched in a hugetlbfs region sealed against shrinking, no huge page free, leaves the daemon up") {
+  // A hugetlbfs page punched out is replaced on the next touch only if a free huge page is left;
+  // with none, a load or store through the daemon's mapping would be SIGBUS. Sealing against
+  // shrinking does not stop hole punching, so such a region must be touched only under the guard.
+  constexpr uint64_t kPages = 4;
+  HugePagePool pool(kPages);
+  if (!pool.skip_reason().empty()) {
+    WARN("skipped: " << pool.skip_reason());
+    std::exit(kSkipExitCode);
+  }
+  const uint64_t huge = ReadHugePages().size;
+  TempDir dir;
+  DaemonProcess d(dir);
+  REQUIRE(d.Start());
+  auto c = AttachOrFail(d);
+  std::vector<std::vector<uint8_t>> data;
+  for (int i = 0; i < 2; ++i) {
+    data.push_back(Payload(kChunk, 900 + i));
+    std::memcpy(c->arena() + i * kChunk, data[i].data(), kChunk);
+  }
+  REQUIRE(c->Persist({{"huge-0", 0, kChunk}, {"huge-1", kChunk, kChunk}}).ok());
+
+  HugeMemfd region_memory(kPages, huge, /*sealable=*/true);
+  REQUIRE(region_memory.data != nullptr);
+  REQUIRE(fcntl(region_memory.fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) == 0);
+  std::memcpy(region_memory.data, data[0].data(), kChunk);
+  // Not whole huge pages: the daemon maps (and unmaps) the last one whole.
+  auto region = c->AddRegion(region_memory.fd, region_memory.size - kChunk);
+  REQUIRE(region.ok());
+  // The client punches out its first huge page, and every free huge page is taken.
+  REQUIRE(fallocate(region_memory.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(huge)) == 0);
+  std::unique_ptr<HugeMemfd> filler;
+  if (const uint64_t left = ReadHugePages().free; left > 0) {
+    filler = std::make_unique<HugeMemfd>(left, huge, /*sealable=*/false);
+    REQUIRE(filler->data != nullptr);
+  }
+  REQUIRE(ReadHugePages().free == 0);
+
+  // A persist from the hole and a retrieve into it: each succeeds or fails its chunk alone.
+  std::vector<PersistResult> persisted;
+  c->Persist({{"from-hole", 0, kChunk, *region}}, &persisted).IgnoreError();
+  REQUIRE(persisted.size() == 1);
+  INFO("persist from the hole: " << persisted[0].status.ToString());
+  CHECK((persisted[0].status.ok() || absl::IsFailedPrecondition(persisted[0].status)));
+  std::vector<ChunkResult> results;
+  auto into_hole = c->Retrieve({{"huge-0", 0, kChunk, *region}}, &results);
+  INFO("retrieve into the hole: " << into_hole.status().ToString());
+  REQUIRE(into_hole.ok());
+  REQUIRE(results.size() == 1);
+  INFO("the chunk retrieved into the hole: " << results[0].status.ToString());
+  CHECK((results[0].status.ok() || absl::IsFailedPrecondition(results[0].status)));
+
+  // The daemon is up and answers; the region's other pages work byte for byte.
+  REQUIRE(c->Stats().ok());
+  REQUIRE(c->Retrieve({{"huge-1", huge, kChunk, *region}}, &results).ok());
+  REQUIRE(results[0].status.ok());
+  CHECK(std::memcmp(region_memory.data + huge, data[1].data(), kChunk) == 0);
+  REQUIRE(c->Persist({{"from-page-2", huge, kChunk, *region}}).ok());
+  REQUIRE(c->Retrieve({{"from-page-2", 0, kChunk}}, &results).ok());
+  REQUIRE(results[0].status.ok());
+  CHECK(std::memcmp(c->arena(), data[1].data(), kChunk) == 0);
+  // Removed, the region is no longer mapped in the daemon.
+  REQUIRE(c->RemoveRegion(*region).ok());
+  auto mapped = [&] {
+    std::ifstream maps("/proc/" + std::to_string(d.pid()) + "/maps");
+    for (std::string line; std::getline(maps, line);) {
+      if (line.find("kvstream-test-huge") != std::string::npos) return true;
+    }
+    return false;
+  };
+  for (int i = 0; i < 500 && mapped(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  CHECK_FALSE(mapped());
+  CHECK(d.Stop() == 0);
 }
 
 }  // namespace

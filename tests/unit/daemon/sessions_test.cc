@@ -223,16 +223,16 @@ TEST_CASE("client regions count against the arena budget and a session's limit, 
   CHECK(sessions.arena_bytes() == 0);
 }
 
-TEST_CASE("a sealed memfd is a sealed region, a write-sealed one is refused") {
+TEST_CASE("a memfd sealed against shrinking is touched directly, a write-sealed one is refused") {
   const int fd = memfd_create("sealed", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   REQUIRE(ftruncate(fd, 1 << 20) == 0);
   auto plain = ClientRegion::Adopt(dup(fd), 1 << 20);
   REQUIRE(plain.ok());
-  CHECK_FALSE((*plain)->sealed());
+  CHECK_FALSE((*plain)->direct());
   REQUIRE(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) == 0);
   auto sealed = ClientRegion::Adopt(dup(fd), 1 << 20);
   REQUIRE(sealed.ok());
-  CHECK((*sealed)->sealed());
+  CHECK((*sealed)->direct());
   CHECK(absl::IsOutOfRange((*sealed)->CheckRange((1 << 20) - 10, 11)));
   CHECK((*sealed)->CheckRange((1 << 20) - 10, 10).ok());
   plain->reset();
