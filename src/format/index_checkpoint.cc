@@ -154,13 +154,14 @@ absl::StatusOr<std::vector<ChunkMeta>> DecodeCheckpoint(std::string_view bytes) 
   if (in.left() != 0) return Damaged("trailing bytes");
   return chunks;
 }
-absl::Status WriteCheckpoint(const std::string& dir, const std::vector<ChunkMeta>& chunks) {
-  const std::string path = absl::StrCat(dir, "/", kCheckpointName), temp = path + ".tmp";
+absl::Status WriteCheckpoint(int dir_fd, const std::string& dir, const std::vector<ChunkMeta>& chunks) {
+  static const std::string kTemp = absl::StrCat(kCheckpointName, ".tmp");
+  const std::string path = absl::StrCat(dir, "/", kCheckpointName), temp = absl::StrCat(dir, "/", kTemp);
   const std::string bytes = EncodeCheckpoint(chunks);
   // Whatever is under the temporary's name goes first (a symlink planted there would otherwise
   // have the write land on its target); the new file is created, never opened through a link.
-  unlink(temp.c_str());
-  const int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0640);
+  unlinkat(dir_fd, kTemp.c_str(), 0);
+  const int fd = openat(dir_fd, kTemp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0640);
   if (fd < 0) return ErrnoStatus(errno, "create " + temp);
   size_t done = 0;
   while (done < bytes.size()) {
@@ -168,32 +169,32 @@ absl::Status WriteCheckpoint(const std::string& dir, const std::vector<ChunkMeta
     if (n <= 0) {
       const int err = errno;
       close(fd);
-      unlink(temp.c_str());
+      unlinkat(dir_fd, kTemp.c_str(), 0);
       return ErrnoStatus(err, "write " + temp);
     }
     done += static_cast<size_t>(n);
   }
   const bool synced = fdatasync(fd) == 0;
   close(fd);
-  if (!synced || rename(temp.c_str(), path.c_str()) != 0) {
+  // renameat replaces whatever has the name (a planted symlink itself, never its target).
+  if (!synced || renameat(dir_fd, kTemp.c_str(), dir_fd, kCheckpointName) != 0) {
     const int err = errno;
-    unlink(temp.c_str());
+    unlinkat(dir_fd, kTemp.c_str(), 0);
     return ErrnoStatus(err, "commit " + path);
   }
-  const int dfd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    fsync(dfd);
-    close(dfd);
-  }
+  fsync(dir_fd);
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<ChunkMeta>> TakeCheckpoint(const std::string& dir) {
-  const std::string path = absl::StrCat(dir, "/", kCheckpointName), temp = path + ".tmp";
+absl::StatusOr<std::vector<ChunkMeta>> TakeCheckpoint(int dir_fd, const std::string& dir) {
+  static const std::string kTemp = absl::StrCat(kCheckpointName, ".tmp");
+  const std::string path = absl::StrCat(dir, "/", kCheckpointName);
   struct stat st;
-  if (lstat(temp.c_str(), &st) == 0 && S_ISREG(st.st_mode)) unlink(temp.c_str());  // a write that did not finish
+  if (fstatat(dir_fd, kTemp.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) {
+    unlinkat(dir_fd, kTemp.c_str(), 0);  // a write that did not finish
+  }
   // Never follows a symlink, never blocks (a FIFO), never reads a device: only a regular file.
-  const int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  const int fd = openat(dir_fd, kCheckpointName, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     const int err = errno;
     if (err == ENOENT) return absl::NotFoundError("no checkpoint");
@@ -229,15 +230,11 @@ absl::StatusOr<std::vector<ChunkMeta>> TakeCheckpoint(const std::string& dir) {
   // Consumed: from now on the files may change, and the next start must not trust this list. The
   // name is removed only while it is still the regular file just read.
   struct stat named;
-  if (lstat(path.c_str(), &named) == 0 && named.st_dev == st.st_dev && named.st_ino == st.st_ino &&
-      unlink(path.c_str()) != 0) {
+  if (fstatat(dir_fd, kCheckpointName, &named, AT_SYMLINK_NOFOLLOW) == 0 && named.st_dev == st.st_dev &&
+      named.st_ino == st.st_ino && unlinkat(dir_fd, kCheckpointName, 0) != 0) {
     return ErrnoStatus(errno, "remove " + path);
   }
-  const int dfd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    fsync(dfd);  // the removal must be on disk before any file changes
-    close(dfd);
-  }
+  fsync(dir_fd);  // the removal must be on disk before any file changes
   if (!read.ok()) return read;
   return DecodeCheckpoint(bytes);
 }

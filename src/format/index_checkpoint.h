@@ -38,13 +38,17 @@ std::string EncodeCheckpoint(const std::vector<ChunkMeta>& chunks);
 // chunk the format cannot hold.
 absl::StatusOr<std::vector<ChunkMeta>> DecodeCheckpoint(std::string_view bytes);
 
-// Writes `chunks` as the checkpoint of directory `dir` crash-safely (temporary, fsync, rename,
+// Both work on the directory open as `dir_fd` (`dir` is its path, for messages only) and never
+// by path: every name is one component relative to the descriptor, opened O_NOFOLLOW, so neither
+// a symlink planted under a name nor a directory on the way replaced by one leads outside it.
+//
+// Writes `chunks` as the checkpoint of the directory crash-safely (temporary, fsync, rename,
 // directory fsync).
-absl::Status WriteCheckpoint(const std::string& dir, const std::vector<ChunkMeta>& chunks);
-// Loads and removes the checkpoint of `dir`. NotFound when there is none; DataLoss (and removed)
-// when it is damaged or larger than kMaxCheckpointBytes. FailedPrecondition when something other
-// than a regular file has its name (a symlink, a FIFO, a device): that is neither read nor
-// removed.
-absl::StatusOr<std::vector<ChunkMeta>> TakeCheckpoint(const std::string& dir);
+absl::Status WriteCheckpoint(int dir_fd, const std::string& dir, const std::vector<ChunkMeta>& chunks);
+// Loads and removes the checkpoint of the directory. NotFound when there is none; DataLoss (and
+// removed) when it is damaged or larger than kMaxCheckpointBytes. FailedPrecondition when
+// something other than a regular file has its name (a symlink, a FIFO, a device): that is
+// neither read nor removed.
+absl::StatusOr<std::vector<ChunkMeta>> TakeCheckpoint(int dir_fd, const std::string& dir);
 
 }  // namespace kvstream

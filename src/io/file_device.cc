@@ -211,7 +211,7 @@ std::string FileDevice::ChunkPath(const std::string& stem) const {
 
 absl::StatusOr<ScanReport> FileDevice::Scan() {
   ScanReport report;
-  absl::StatusOr<std::vector<ChunkMeta>> saved = TakeCheckpoint(own_path_);
+  absl::StatusOr<std::vector<ChunkMeta>> saved = TakeCheckpoint(own_fd_, own_path_);
   if (saved.ok()) {
     report.from_checkpoint = true;
     for (ChunkMeta& m : *saved) {
@@ -320,7 +320,9 @@ absl::StatusOr<uint64_t> FileDevice::ChunkFileSize(const std::string& stem) {
   return static_cast<uint64_t>(st->st_size);
 }
 
-absl::Status FileDevice::SaveIndex(const std::vector<ChunkMeta>& chunks) { return WriteCheckpoint(own_path_, chunks); }
+absl::Status FileDevice::SaveIndex(const std::vector<ChunkMeta>& chunks) {
+  return WriteCheckpoint(own_fd_, own_path_, chunks);  // the directory opened, never its path again
+}
 
 absl::StatusOr<FileHandle> FileDevice::OpenChunk(const std::string& stem) {
   const int64_t now = shared() ? MonotonicNs() : 0;

@@ -24,6 +24,25 @@ namespace fs = std::filesystem;
 constexpr char kLockName[] = ".kvstream.lock";
 constexpr char kNodesDir[] = ".nodes";  // shared tiers: each node's own directory below it
 
+// Makes (if missing) and opens the directory `rel`'s last component beneath `parent`, which
+// must be a real directory: another writer of a shared tier can plant a symlink (or a file) under
+// `.nodes` or the node's name, and a node following it would write its files, its lock and its
+// saved index outside the tier. mkdirat never follows a symlink at its last component.
+absl::StatusOr<int> MakeOwnDirectory(int parent, const std::string& root, const std::string& rel) {
+  const std::string name = rel.substr(rel.rfind('/') + 1);
+  if (mkdirat(parent, name.c_str(), 0750) != 0 && errno != EEXIST) {
+    return ErrnoAt("shared tier directory is not writable: cannot make", absl::StrCat(root, "/", rel));
+  }
+  absl::StatusOr<int> opened = OpenDirectoryBeneath(parent, name);
+  if (IsRefused(opened.status())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "shared tier directory ", root, ": ", rel, " is not a directory (found: ", std::string(ToString(EntryKindAt(parent, name.c_str()))),
+        "): refused, never followed (another writer of the shared directory may have put it there)"));
+  }
+  if (!opened.ok()) return InTier(root, opened.status());
+  return opened;
+}
+
 }  // namespace
 
 absl::Status FileDevice::OpenDirectory() {
@@ -40,16 +59,13 @@ absl::Status FileDevice::OpenDirectory() {
   std::string own_path = root;
   if (shared()) {  // this node's own directory below the shared one
     own_path = absl::StrCat(root, "/", kNodesDir, "/", options_.node);
-    const std::string rel = absl::StrCat(kNodesDir, "/", options_.node);
-    if ((mkdirat(dir, kNodesDir, 0750) != 0 && errno != EEXIST) || (mkdirat(dir, rel.c_str(), 0750) != 0 && errno != EEXIST)) {
-      const absl::Status s = ErrnoAt("shared tier directory is not writable: cannot make", own_path);
-      close(dir);
-      return s;
-    }
-    absl::StatusOr<int> opened = OpenDirectoryBeneath(dir, rel);  // never a symlink to elsewhere
+    absl::StatusOr<int> nodes = MakeOwnDirectory(dir, root, kNodesDir);
+    absl::StatusOr<int> opened = nodes.ok() ? MakeOwnDirectory(*nodes, root, absl::StrCat(kNodesDir, "/", options_.node))
+                                            : nodes.status();
+    if (nodes.ok()) close(*nodes);
     if (!opened.ok()) {
       close(dir);
-      return InTier(root, opened.status());
+      return opened.status();
     }
     own = *opened;
   }

@@ -14,7 +14,11 @@
 #     running node;
 #  g. on a shared tier with a cluster key (shared_key_file), a chunk whose MAC does not verify
 #     (skipped, saying so, where the daemon does not know shared_key_file);
-#  h. on a shared tier with a cluster key, a chunk whose payload was rewritten to keep every
+#  h. a tier directory, and a shared tier's .nodes, replaced by a symlink to outside while the
+#     daemon runs: at SIGTERM its saved index lands in the directory it opened, nothing outside
+#     is written; a .nodes, or a node's directory in it, that is a symlink at start is refused
+#     with a clear error, nothing made outside;
+#  i. on a shared tier with a cluster key, a chunk whose payload was rewritten to keep every
 #     segment's XXH3-64 checksum (FORGE_PAYLOAD), its header and MAC intact: a miss on a second
 #     keyed node (it was served before segment tags).
 # Usage: hostile_tier_test.sh KVSTREAMD KVSTREAMCTL FORGE_CHUNK FORGE_PAYLOAD  (KVSTREAM_HOSTILE_CASES="a c": those only)
@@ -79,6 +83,21 @@ stop() {
     sleep 0.1
   done
   fail "$1 did not stop within 5 s of SIGTERM"
+}
+
+# refused NAME PATTERN: kvstreamd with NAME.yaml exits non-zero within 5 s, saying PATTERN.
+refused() {
+  local rc=0
+  timeout 5 "$daemon" --config "$work/$1.yaml" > "$work/refused.txt" 2>&1 || rc=$?
+  [ "$rc" -ne 124 ] || fail "$1 started (or hung) where it must refuse: $2"
+  [ "$rc" -ne 0 ] || fail "$1 exited 0 where it must refuse: $2"
+  grep -q "$2" "$work/refused.txt" || fail "$1 did not say '$2': $(tail -2 "$work/refused.txt")"
+}
+
+# untouched DIR: DIR holds only .kvstream.index, and that says "precious" (written before).
+untouched() {
+  [ "$(ls -A "$1")" = .kvstream.index ] || fail "written outside the tier, in $1: $(ls -A "$1" | tr '\n' ' ')"
+  [ "$(cat "$1/.kvstream.index")" = precious ] || fail "$1/.kvstream.index, outside the tier, was overwritten"
 }
 
 ctl() { local name=$1; shift; timeout 10 "$ctl" --socket "$work/$name.sock" "$@"; }
@@ -247,25 +266,63 @@ else
 fi
 fi
 if want h; then
-case_ "h. a payload forged to keep its XXH3 segment checksums under an intact MAC"
-[ -f "$work/cluster.key" ] || { head -c 32 /dev/urandom > "$work/cluster.key"; chmod 0600 "$work/cluster.key"; }
+case_ "h. tier directories replaced by symlinks while running, a shared tier's .nodes a symlink at start"
+mkdir -p "$work/outside/h"
+echo precious > "$work/outside/h/.kvstream.index"
+start p
+mv "$work/t0" "$work/t0.moved"
+ln -s "$work/outside/h" "$work/t0"
+stop p
+untouched "$work/outside/h"
+[ -f "$work/t0.moved/.kvstream.index" ] || fail "t0's saved index is not in the directory it opened"
+rm "$work/t0"
+mv "$work/t0.moved" "$work/t0"
 shared_h="$work/shared-h"
-for n in h1 h2; do
-  write_config "$n" "  - {name: pfs, path: $shared_h, capacity: 256MiB, shared: true, miss_ttl: 0s}" "node: $n
+write_config h1 "  - {name: pfs, path: $shared_h, capacity: 256MiB, shared: true}" "node: h1"
+start h1
+ctl h1 put good0 "$work/good0.bin" > /dev/null || fail "put on h1"
+mkdir -p "$work/outside/hn/h1"
+echo precious > "$work/outside/hn/h1/.kvstream.index"
+mv "$shared_h/.nodes" "$shared_h/.nodes.moved"  # another writer of the shared directory
+ln -s "$work/outside/hn" "$shared_h/.nodes"
+stop h1
+untouched "$work/outside/hn/h1"
+[ -f "$shared_h/.nodes.moved/h1/.kvstream.index" ] || fail "h1's saved index is not in its own directory"
+rm -r "$work/outside/hn/h1"
+refused h1 "\.nodes is not a directory (found: symbolic link)"
+[ -z "$(ls -A "$work/outside/hn")" ] || fail "made outside the tier: $(ls -A "$work/outside/hn")"
+rm "$shared_h/.nodes"
+mv "$shared_h/.nodes.moved" "$shared_h/.nodes"
+mv "$shared_h/.nodes/h1" "$work/h1.moved"
+ln -s "$work/outside/hn" "$shared_h/.nodes/h1"
+refused h1 "\.nodes/h1 is not a directory (found: symbolic link)"
+[ -z "$(ls -A "$work/outside/hn")" ] || fail "made outside the tier: $(ls -A "$work/outside/hn")"
+rm "$shared_h/.nodes/h1"
+mv "$work/h1.moved" "$shared_h/.nodes/h1"
+start h1
+ctl h1 get good0 "$work/out.bin" > /dev/null && cmp -s "$work/good0.bin" "$work/out.bin" || fail "h1: good0 after its directories came back"
+stop h1
+fi
+if want i; then
+case_ "i. a payload forged to keep its XXH3 segment checksums under an intact MAC"
+[ -f "$work/cluster.key" ] || { head -c 32 /dev/urandom > "$work/cluster.key"; chmod 0600 "$work/cluster.key"; }
+shared_i="$work/shared-i"
+for n in i1 i2; do
+  write_config "$n" "  - {name: pfs, path: $shared_i, capacity: 256MiB, shared: true, miss_ttl: 0s}" "node: $n
 shared_key_file: $work/cluster.key"
 done
-start h1
-ctl h1 put victim "$work/good1.bin" > /dev/null || fail "put victim on h1"
-ctl h1 put good0 "$work/good0.bin" > /dev/null || fail "put good0 on h1"
-stop h1
-victim="$shared_h/$(rel victim)"
+start i1
+ctl i1 put victim "$work/good1.bin" > /dev/null || fail "put victim on i1"
+ctl i1 put good0 "$work/good0.bin" > /dev/null || fail "put good0 on i1"
+stop i1
+victim="$shared_i/$(rel victim)"
 head -c 4096 "$victim" > "$work/victim.header"
 "$forge_payload" "$victim" > "$work/forge.txt" || fail "forge_payload: $(cat "$work/forge.txt")"
 cmp -s <(head -c 4096 "$victim") "$work/victim.header" || fail "the forgery changed the header"
-start h2
-missed h2 victim
-ctl h2 get good0 "$work/out.bin" > /dev/null && cmp -s "$work/good0.bin" "$work/out.bin" || fail "h2: good0"
-stop h2
+start i2
+missed i2 victim
+ctl i2 get good0 "$work/out.bin" > /dev/null && cmp -s "$work/good0.bin" "$work/out.bin" || fail "i2: good0"
+stop i2
 survives "$victim"
 fi
-echo "every hostile tier file was skipped or missed: no crash, no hang, nothing outside deleted"
+echo "every hostile tier file was skipped or missed: no crash, no hang, nothing outside deleted or written"

@@ -19,6 +19,18 @@
 namespace kvstream::testing {
 namespace {
 
+// A directory open as the tier keeps it: checkpoints are written and taken through it.
+struct OpenDir {
+  explicit OpenDir(const std::string& path) : path(path), fd(open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)) {
+    REQUIRE(fd >= 0);
+  }
+  ~OpenDir() { close(fd); }
+  OpenDir(const OpenDir&) = delete;
+  OpenDir& operator=(const OpenDir&) = delete;
+  std::string path;
+  int fd;
+};
+
 std::vector<uint8_t> PayloadOf(int i) { return Payload(1000 + 300000 * (i % 4), i); }
 
 std::vector<ChunkMeta> Metas(int n) {
@@ -175,41 +187,43 @@ TEST_CASE("a sealed checkpoint entry with lying sizes is refused") {
 
 TEST_CASE("a saved index that is not a regular file is neither read nor removed") {
   TempDir dir;
+  OpenDir at(dir.path());
   const std::string path = dir.sub(kCheckpointName);
   const auto started = std::chrono::steady_clock::now();
   // A symlink to /dev/zero: reading it would never end.
   std::filesystem::create_symlink("/dev/zero", path);
-  CHECK(absl::IsFailedPrecondition(TakeCheckpoint(dir.path()).status()));
+  CHECK(absl::IsFailedPrecondition(TakeCheckpoint(at.fd, at.path).status()));
   CHECK(std::filesystem::is_symlink(path));
   std::filesystem::remove(path);
   // A symlink to a valid checkpoint elsewhere: not followed either.
   const std::string elsewhere = dir.sub("elsewhere");
-  REQUIRE(WriteCheckpoint(dir.path(), Metas(2)).ok());
+  REQUIRE(WriteCheckpoint(at.fd, at.path, Metas(2)).ok());
   std::filesystem::rename(path, elsewhere);
   std::filesystem::create_symlink(elsewhere, path);
-  CHECK(absl::IsFailedPrecondition(TakeCheckpoint(dir.path()).status()));
+  CHECK(absl::IsFailedPrecondition(TakeCheckpoint(at.fd, at.path).status()));
   CHECK(std::filesystem::exists(elsewhere));
   std::filesystem::remove(path);
   // A FIFO: opening it blocking would wait for a writer forever.
   REQUIRE(mkfifo(path.c_str(), 0600) == 0);
-  CHECK(absl::IsFailedPrecondition(TakeCheckpoint(dir.path()).status()));
+  CHECK(absl::IsFailedPrecondition(TakeCheckpoint(at.fd, at.path).status()));
   CHECK(std::filesystem::is_fifo(path));
   std::filesystem::remove(path);
   // A directory.
   std::filesystem::create_directory(path);
-  CHECK(!TakeCheckpoint(dir.path()).ok());
+  CHECK(!TakeCheckpoint(at.fd, at.path).ok());
   CHECK(std::filesystem::is_directory(path));
   std::filesystem::remove(path);
   // A temporary that is not a regular file is not removed either.
   const std::string temp = path + ".tmp";
   REQUIRE(mkfifo(temp.c_str(), 0600) == 0);
-  CHECK(absl::IsNotFound(TakeCheckpoint(dir.path()).status()));
+  CHECK(absl::IsNotFound(TakeCheckpoint(at.fd, at.path).status()));
   CHECK(std::filesystem::is_fifo(temp));
   CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(5));
 }
 
 TEST_CASE("a saved index larger than the bound is refused unread and removed") {
   TempDir dir;
+  OpenDir at(dir.path());
   const std::string path = dir.sub(kCheckpointName);
   {
     const int fd = open(path.c_str(), O_WRONLY | O_CREAT, 0640);
@@ -218,7 +232,7 @@ TEST_CASE("a saved index larger than the bound is refused unread and removed") {
     close(fd);
   }
   const auto started = std::chrono::steady_clock::now();
-  auto taken = TakeCheckpoint(dir.path());
+  auto taken = TakeCheckpoint(at.fd, at.path);
   CHECK(absl::IsDataLoss(taken.status()));
   CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(2));  // not read
   CHECK_FALSE(std::filesystem::exists(path));
@@ -226,16 +240,39 @@ TEST_CASE("a saved index larger than the bound is refused unread and removed") {
 
 TEST_CASE("a written checkpoint is taken once: the next start finds none") {
   TempDir dir;
-  REQUIRE(WriteCheckpoint(dir.path(), Metas(7)).ok());
-  auto taken = TakeCheckpoint(dir.path());
+  OpenDir at(dir.path());
+  REQUIRE(WriteCheckpoint(at.fd, at.path, Metas(7)).ok());
+  auto taken = TakeCheckpoint(at.fd, at.path);
   REQUIRE(taken.ok());
   CHECK(taken->size() == 7);
   CHECK_FALSE(std::filesystem::exists(dir.sub(kCheckpointName)));
-  CHECK(absl::IsNotFound(TakeCheckpoint(dir.path()).status()));
+  CHECK(absl::IsNotFound(TakeCheckpoint(at.fd, at.path).status()));
 
   std::ofstream(dir.sub(kCheckpointName)) << "garbage";
-  CHECK(absl::IsDataLoss(TakeCheckpoint(dir.path()).status()));
+  CHECK(absl::IsDataLoss(TakeCheckpoint(at.fd, at.path).status()));
   CHECK_FALSE(std::filesystem::exists(dir.sub(kCheckpointName)));
+}
+
+TEST_CASE("a checkpoint is written and taken through its directory's descriptor, never its path") {
+  // The directory is moved away and a symlink to another one put at its path: the checkpoint
+  // still goes to (and comes from) the directory that was opened, and nothing lands elsewhere.
+  TempDir dir, elsewhere;
+  const std::string tier = dir.sub("tier"), moved = dir.sub("moved");
+  REQUIRE(std::filesystem::create_directory(tier));
+  OpenDir at(tier);
+  std::filesystem::rename(tier, moved);
+  std::filesystem::create_directory_symlink(elsewhere.path(), tier);
+  REQUIRE(WriteCheckpoint(at.fd, at.path, Metas(3)).ok());
+  CHECK(std::filesystem::is_regular_file(moved + "/" + kCheckpointName));
+  CHECK(std::filesystem::is_empty(elsewhere.path()));
+  // A file elsewhere under the checkpoint's name is neither read nor removed.
+  REQUIRE(WriteCheckpoint(at.fd, at.path, Metas(1)).ok());
+  std::filesystem::copy_file(moved + "/" + kCheckpointName, elsewhere.sub(kCheckpointName));
+  auto taken = TakeCheckpoint(at.fd, at.path);
+  REQUIRE(taken.ok());
+  CHECK(taken->size() == 1);
+  CHECK(std::filesystem::exists(elsewhere.sub(kCheckpointName)));
+  CHECK_FALSE(std::filesystem::exists(moved + "/" + kCheckpointName));
 }
 
 }  // namespace
