@@ -7,6 +7,8 @@
 namespace kvstream {
 namespace {
 
+constexpr char kNamespaceMark = '\x1d';  // ASCII group separator: opens and closes a key's namespace
+
 // The offset of the first byte that does not belong to a well-formed UTF-8 sequence (no overlong
 // forms, no surrogates, nothing above U+10FFFF), or npos.
 size_t FirstInvalidUtf8(std::string_view s) {
@@ -53,6 +55,22 @@ absl::Status ValidateKey(std::string_view key) {
     return absl::InvalidArgumentError(absl::StrCat("key is not UTF-8 text (byte ", bad, ")"));
   }
   return absl::OkStatus();
+}
+
+std::string NamespacedKey(std::string_view ns, std::string_view key) {
+  std::string out;
+  out.reserve(ns.size() + key.size() + 2);
+  out += kNamespaceMark;
+  out += ns;
+  out += kNamespaceMark;
+  out += key;
+  return out;
+}
+
+std::string_view KeyNamespace(std::string_view key) {
+  if (key.empty() || key[0] != kNamespaceMark) return {};
+  const size_t end = key.find(kNamespaceMark, 1);
+  return end == std::string_view::npos ? std::string_view() : key.substr(1, end - 1);
 }
 
 }  // namespace kvstream

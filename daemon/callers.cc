@@ -62,7 +62,7 @@ absl::StatusOr<std::string> AccessPolicy::StoreKey(uid_t uid, std::string_view k
   if (!options_.isolate_uids) return std::string(key);
   // "\x1d" "u<decimal uid>" "\x1d": a uid's digits end at the separator, so no two uids' prefixes
   // are prefixes of one another and no key of one uid can equal a key of another.
-  std::string stored = absl::StrCat("\x1du", uid, "\x1d", absl::string_view(key.data(), key.size()));
+  std::string stored = NamespacedKey(absl::StrCat("u", uid), key);
   if (stored.size() > kMaxKeyLength) {
     return absl::InvalidArgumentError(absl::StrCat("key is ", key.size(), " bytes; under sessions.isolation uid the limit is ",
                                                    kMaxKeyLength - (stored.size() - key.size())));

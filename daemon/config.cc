@@ -153,6 +153,31 @@ T Policy(const YAML::Node& node, const std::string& key, absl::StatusOr<T> (*par
   return *v;
 }
 
+// Under isolation uid: every uid a tenant of every tier. The settings are errors, never ignored,
+// under none.
+void ApplyIsolation(const YAML::Node& sessions, DaemonConfig* c) {
+  if (c->isolation != DaemonConfig::Isolation::kUid) {
+    for (const char* key : {"tier_share_per_uid", "locked_bytes_per_uid"}) {
+      if (sessions && sessions[key]) {
+        throw ConfigError{Where(sessions[key], std::string("sessions.") + key) + " applies to sessions.isolation uid only"};
+      }
+    }
+    return;
+  }
+  c->store.tenant_tier_share = c->tier_share_per_uid;
+  if (c->locked_bytes_per_uid && c->tier_share_per_uid == 0) {
+    throw ConfigError{Where(sessions["locked_bytes_per_uid"], "sessions.locked_bytes_per_uid") +
+                      " needs tenants (sessions.tier_share_per_uid > 0)"};
+  }
+  if (c->tier_share_per_uid == 0) return;
+  uint64_t smallest = UINT64_MAX;  // a drive's share of its tier is what one drive holds
+  for (const TierConfig& t : c->store.tiers) {
+    smallest = std::min<uint64_t>(smallest, t.capacity_bytes / std::max<size_t>(1, t.drives.size()));
+  }
+  c->store.tenant_locked_bytes = c->locked_bytes_per_uid.value_or(
+      std::max<uint64_t>(1, static_cast<uint64_t>(c->tier_share_per_uid * static_cast<double>(smallest))));
+}
+
 DaemonConfig Parse(const YAML::Node& root) {
   DaemonConfig c;
   c.store.staging_limit_bytes = DefaultStagingLimit();
@@ -172,7 +197,8 @@ DaemonConfig Parse(const YAML::Node& root) {
   }
   if (const auto s = root["sessions"]) {
     RequireMap(s, "sessions", {"max_arena", "arena_budget", "max_sessions", "isolation", "admin_group",
-                               "max_sessions_per_uid", "arena_budget_per_uid", "max_lookup_keys"});
+                               "max_sessions_per_uid", "arena_budget_per_uid", "max_lookup_keys", "tier_share_per_uid",
+                               "locked_bytes_per_uid"});
     if (s["isolation"]) {
       const std::string isolation = Str(s["isolation"], "sessions.isolation");
       if (isolation == "none") {
@@ -191,6 +217,16 @@ DaemonConfig Parse(const YAML::Node& root) {
       if (c.max_lookup_keys == 0 || c.max_lookup_keys > (1u << 20)) {
         throw ConfigError{Where(s["max_lookup_keys"], "sessions.max_lookup_keys") + " must be 1 to 1048576"};
       }
+    }
+    if (const YAML::Node share = s["tier_share_per_uid"]) {
+      c.tier_share_per_uid = Number(share, "sessions.tier_share_per_uid");
+      if (!(c.tier_share_per_uid >= 0 && c.tier_share_per_uid <= 1)) {
+        throw ConfigError{Where(share, "sessions.tier_share_per_uid") + " must be 0 (no tenants) to 1"};
+      }
+    }
+    if (const YAML::Node locked = s["locked_bytes_per_uid"]) {
+      c.locked_bytes_per_uid = Bytes(locked, "sessions.locked_bytes_per_uid");
+      if (*c.locked_bytes_per_uid < 4096) throw ConfigError{Where(locked, "sessions.locked_bytes_per_uid") + " must be at least 4KiB"};
     }
     if (s["max_sessions"]) c.max_sessions = Uint(s["max_sessions"], "sessions.max_sessions");
     if (c.max_sessions == 0) throw ConfigError{Where(s["max_sessions"], "sessions.max_sessions") + " must be at least 1"};
@@ -307,6 +343,7 @@ DaemonConfig Parse(const YAML::Node& root) {
     if (t["owner_gid"]) tc.owner_gid = Uint(t["owner_gid"], key + ".owner_gid");
     c.store.tiers.push_back(tc);
   }
+  ApplyIsolation(root["sessions"], &c);
   return c;
 }
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -42,6 +43,12 @@ struct DaemonConfig {
   uint32_t max_sessions_per_uid = 0;    // sessions one uid may attach at once; 0 = max_sessions
   uint64_t arena_budget_per_uid = 0;    // arena and client region bytes of one uid; 0 = arena_budget
   uint32_t max_lookup_keys = 16384;     // keys in one Lookup or Unlock
+  // Under isolation uid, each uid's keys are one tenant of every tier (StoreConfig::
+  // tenant_tier_share, tenant_locked_bytes): guaranteed this share of each tier, and at most
+  // this many chunk bytes locked (unset: the share of the smallest tier, so locks never keep
+  // another uid from its share). 0: no tenants.
+  double tier_share_per_uid = 0.25;
+  std::optional<uint64_t> locked_bytes_per_uid;
   std::string log_level = "info";   // trace | debug | info | warn | error
   std::string metrics_listen;       // HOST:PORT of HTTP /metrics and /health; empty = off
   StoreConfig store;                // tiers, block size, staging, policies (validated)

@@ -115,6 +115,12 @@ absl::StatusOr<StoreConfig> ValidateConfig(StoreConfig c) {
   if (c.verify_threads < -1 || c.verify_threads > 64) {
     return absl::InvalidArgumentError(absl::StrCat("verify_threads must be -1 (auto) to 64, not ", c.verify_threads));
   }
+  if (!(c.tenant_tier_share >= 0 && c.tenant_tier_share <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat("tenant_tier_share must be in [0, 1], not ", c.tenant_tier_share));
+  }
+  if (c.tenant_locked_bytes > 0 && c.tenant_tier_share == 0) {
+    return absl::InvalidArgumentError("tenant_locked_bytes needs tenants (tenant_tier_share > 0)");
+  }
   bool any_shared = false;
   std::set<std::string> paths;
   std::map<std::string, uint32_t> drives_seen;  // group -> its drives so far

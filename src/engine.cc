@@ -31,7 +31,7 @@ Engine::Engine(StoreConfig config, Tiers tiers, std::shared_ptr<Reactor> reactor
         std::vector<uint64_t> capacities;
         for (const TierConfig& t : config_.tiers) capacities.push_back(t.capacity_bytes);
         return capacities;
-      }(), config_.foreign_chunks_limit),
+      }(), config_.foreign_chunks_limit, {config_.tenant_tier_share, config_.tenant_locked_bytes}),
       stager_(config_.staging_limit_bytes, config_.staging_high_water, config_.block_size, reactor_.get()),
       regions_(tiers_),
       pool_(static_cast<int>(tiers_.size()), config_.routing, config_.batching),
@@ -208,14 +208,14 @@ std::vector<LookupEntry> Engine::Lookup(const std::vector<std::string>& keys) co
 std::vector<LookupEntry> Engine::LookupAndLock(const std::vector<std::string>& keys, double lease_seconds) {
   shared_lookup_.Discover(keys);
   std::vector<LookupEntry> out(keys.size());
-  const int64_t until = reactor_->NowNs() + static_cast<int64_t>(std::max(lease_seconds, 0.0) * 1e9);
+  const int64_t now = reactor_->NowNs();
+  const int64_t until = now + static_cast<int64_t>(std::max(lease_seconds, 0.0) * 1e9);
   absl::MutexLock lock(&index_.mu());
   Index& index = index_.get();
   for (size_t i = 0; i < keys.size(); ++i) {
     IndexEntry* e = index.Find(keys[i]);
     if (e == nullptr || e->tiers == 0) continue;
-    index.Lock(e, until);
-    out[i] = {true, e->meta->payload_size, e->tiers, true};
+    out[i] = {true, e->meta->payload_size, e->tiers, index.Lock(e, until, now)};  // false: past the tenant's limit
   }
   return out;
 }

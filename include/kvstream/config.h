@@ -63,6 +63,16 @@ struct StoreConfig {
   // tag (private tiers check a MAC when there is one, and blocks against their checksums). Needs
   // verify_checksums.
   std::string shared_key_file;
+  // Tenants (docs/design.md, "Tenants"): with a share > 0, the chunks of each key namespace
+  // (KeyNamespace, kvstream/key.h) are one tenant's, guaranteed this fraction of every tier's
+  // capacity: room for a write is made from the tenant furthest over its share (the writer's own
+  // chunks when that is the writer), never from another within its share. 0: no tenants, one
+  // LRU over all keys. In (0, 1] otherwise.
+  double tenant_tier_share = 0;
+  // With tenants: the chunk bytes (on-disk size, each key once) one tenant may hold locked
+  // (Lookup with a lease); a lock past it is not granted (LookupEntry::locked false). At most the
+  // share of the smallest tier keeps every tenant's locked chunks within its share. 0: no limit.
+  uint64_t tenant_locked_bytes = 0;
   uint32_t block_size = 1 << 20;          // bytes per read block and per checksummed segment
   uint64_t staging_limit_bytes = 256ull << 20;  // staged, not yet durable chunk images
   double staging_high_water = 0.75;       // fraction of the limit above which writes run during reads

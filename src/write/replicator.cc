@@ -145,7 +145,7 @@ bool Replicator::StartReplica(Job* job, int t) {
   {
     absl::MutexLock lock(&index_->mu());
     Index& index = index_->get();
-    room = index.MakeRoom(t, chunk.image_size, now_ns, &victims);
+    room = index.MakeRoom(t, chunk.image_size, now_ns, &victims, chunk.meta->key);
     if (room) index.Reserve(t, chunk.image_size);
   }
   tier.counters.evictions += victims.size();

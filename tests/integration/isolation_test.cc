@@ -246,5 +246,63 @@ TEST_CASE("with isolation none two uids share keys and may administer, as before
   CHECK(d.Stop() == 0);
 }
 
+TEST_CASE("under isolation uid one uid filling a tier and locking it for an hour leaves another uid its share") {
+  // Tiers of 16 chunks (512 KiB files); each uid is guaranteed a quarter of a tier (4 chunks) and
+  // may hold as much locked (the defaults under isolation uid).
+  if (Skip()) return;
+  SharedDir shared;
+  DaemonProcess d(shared.dir, "", "", Isolated(), "0666", "8MiB");
+  REQUIRE(d.Start());
+  constexpr size_t kPayload = (512 << 10) - 4096;  // a 4 KiB header page and this: 512 KiB
+  const auto keys = [](const char* who, int n) {
+    std::vector<std::string> out;
+    for (int i = 0; i < n; ++i) out.push_back(std::string(who) + std::to_string(i));
+    return out;
+  };
+  // Persists `names` from one arena, one chunk after the other; true if each call succeeded.
+  const auto put_all = [](Client& c, const std::vector<std::string>& names) {
+    for (const std::string& k : names) {
+      if (!Put(c, k, Payload(kPayload, k.size() + k.back()))) return false;
+    }
+    return true;
+  };
+  CHECK(RunAs(kAlice, [&] {
+          auto c = AttachAs(d);
+          EXPECT_OR_RETURN(1, c != nullptr);
+          const std::vector<std::string> mine = keys("alice-", 15);  // 7.5 MiB of the 8
+          EXPECT_OR_RETURN(2, put_all(*c, mine));
+          auto look = c->Lookup(mine, nullptr, 3600);  // locked for an hour
+          EXPECT_OR_RETURN(3, look.ok());
+          size_t present = 0, locked = 0;
+          for (const LookupEntry& e : *look) present += e.present, locked += e.locked;
+          EXPECT_OR_RETURN(4, present == 15);
+          std::fprintf(stderr, "alice: %zu of 15 chunks locked\n", locked);
+          EXPECT_OR_RETURN(5, locked == 4);  // a quarter of the tier; the reply says which were not
+          return 0;
+        }) == 0);
+  CHECK(RunAs(kBob, [&] {
+          auto c = AttachAs(d);
+          EXPECT_OR_RETURN(1, c != nullptr);
+          const std::vector<std::string> mine = keys("bob-", 16);
+          put_all(*c, mine);  // chunks that find no room fail alone
+          auto look = c->Lookup(mine);
+          EXPECT_OR_RETURN(2, look.ok());
+          size_t kept = 0;
+          for (const LookupEntry& e : *look) kept += e.present && e.tier_mask == 3u;
+          std::fprintf(stderr, "bob: %zu of 16 chunks kept on both tiers\n", kept);
+          EXPECT_OR_RETURN(3, kept >= 4);  // at least its share
+          return 0;
+        }) == 0);
+  CHECK(RunAs(kAlice, [&] {  // alice's locked chunks stayed
+          auto c = AttachAs(d);
+          EXPECT_OR_RETURN(1, c != nullptr);
+          auto look = c->Lookup(keys("alice-", 4));
+          EXPECT_OR_RETURN(2, look.ok());
+          for (const LookupEntry& e : *look) EXPECT_OR_RETURN(3, e.present);
+          return 0;
+        }) == 0);
+  CHECK(d.Stop() == 0);
+}
+
 }  // namespace
 }  // namespace kvstream::testing

@@ -26,9 +26,11 @@ namespace kvstream::testing {
 class DaemonProcess {
  public:
   // `extra_tiers`: YAML list items appended after the two tiers (e.g. a shared one); `sessions`:
-  // the sessions mapping; `socket_mode`: the sockets' permission bits.
+  // the sessions mapping; `socket_mode`: the sockets' permission bits; `capacity`: each of the
+  // two tiers'.
   explicit DaemonProcess(const TempDir& dir, const std::string& extra_yaml = "", const std::string& extra_tiers = "",
-                         const std::string& sessions = "{max_arena: 256MiB}", const std::string& socket_mode = "0600")
+                         const std::string& sessions = "{max_arena: 256MiB}", const std::string& socket_mode = "0600",
+                         const std::string& capacity = "1GiB")
       : socket_(dir.sub("kvstreamd.sock")), config_(dir.sub("kvstreamd.yaml")) {
     std::ofstream(config_) << "socket: {path: " << socket_ << ", mode: \"" << socket_mode << "\"}\n"
                            << "sessions: " << sessions << "\n"
@@ -36,8 +38,8 @@ class DaemonProcess {
                            << "logging: {level: warn}\n"
                            << extra_yaml
                            << "tiers:\n"
-                           << "  - {name: fast, path: " << dir.sub("t0") << ", capacity: 1GiB}\n"
-                           << "  - {name: slow, path: " << dir.sub("t1") << ", capacity: 1GiB}\n"
+                           << "  - {name: fast, path: " << dir.sub("t0") << ", capacity: " << capacity << "}\n"
+                           << "  - {name: slow, path: " << dir.sub("t1") << ", capacity: " << capacity << "}\n"
                            << extra_tiers;
   }
   ~DaemonProcess() { Stop(); }

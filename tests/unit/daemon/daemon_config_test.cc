@@ -178,6 +178,32 @@ TEST_CASE("socket access settings parse, default to no isolation, and bad ones a
         std::string::npos);
 }
 
+TEST_CASE("under isolation uid each uid is a tenant of every tier by default; under none the settings are refused") {
+  const std::string tiers = "tiers:\n  - {name: a, path: /x, capacity: 8GiB}\n  - {name: b, drives: [/d0, /d1], capacity: 2GiB}\n";
+  auto none = ParseDaemonConfig(tiers, "test.yaml");
+  REQUIRE(none.ok());
+  CHECK(none->store.tenant_tier_share == 0);  // one tenant: every key in one LRU
+  CHECK(none->store.tenant_locked_bytes == 0);
+  auto uid = ParseDaemonConfig("sessions: {isolation: uid}\n" + tiers, "test.yaml");
+  REQUIRE(uid.ok());
+  CHECK(uid->store.tenant_tier_share == Approx(0.25));
+  CHECK(uid->store.tenant_locked_bytes == 256ull << 20);  // a quarter of the smallest: one 1 GiB drive
+  auto set = ParseDaemonConfig("sessions: {isolation: uid, tier_share_per_uid: 0.5, locked_bytes_per_uid: 64MiB}\n" + tiers,
+                               "test.yaml");
+  REQUIRE(set.ok());
+  CHECK(set->store.tenant_tier_share == Approx(0.5));
+  CHECK(set->store.tenant_locked_bytes == 64ull << 20);
+  auto off = ParseDaemonConfig("sessions: {isolation: uid, tier_share_per_uid: 0}\n" + tiers, "test.yaml");
+  REQUIRE(off.ok());
+  CHECK(off->store.tenant_locked_bytes == 0);
+  CHECK(ErrorOf("sessions: {tier_share_per_uid: 0.5}\n" + tiers).find("applies to sessions.isolation uid only") !=
+        std::string::npos);
+  CHECK(ErrorOf("sessions: {isolation: uid, tier_share_per_uid: 1.5}\n" + tiers).find("sessions.tier_share_per_uid") !=
+        std::string::npos);
+  CHECK(ErrorOf("sessions: {isolation: uid, tier_share_per_uid: 0, locked_bytes_per_uid: 1MiB}\n" + tiers)
+            .find("needs tenants") != std::string::npos);
+}
+
 TEST_CASE("a key given twice and an arena limit of zero are refused") {
   CHECK(ErrorOf(std::string(kMinimal) + "block_size: 1MiB\nblock_size: 4MiB\n").find("'block_size' (line 5) appears twice") !=
         std::string::npos);
