@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "errno_status.h"
+#include "io/safe_open.h"
 #include "spdlog/spdlog.h"
 
 namespace kvstream {
@@ -83,12 +84,19 @@ absl::StatusOr<std::shared_ptr<const ChunkMacKey>> ChunkMacKey::FromBytes(const 
 
 absl::StatusOr<std::shared_ptr<const ChunkMacKey>> ChunkMacKey::Load(const std::string& path) {
   if (sodium_init() < 0) return absl::InternalError("libsodium failed to initialise");  // before sodium_malloc
-  const int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    if (err == ELOOP) return Fail(path, "is a symbolic link (name the key file itself)");
-    return ErrnoStatus(err, absl::StrCat("shared_key_file ", path));
+  // Beneath "/", never through a symlink in any component: whoever could change a link on the way
+  // could hand the daemon a key of their own. Never a FIFO's blocking open.
+  if (path.empty() || path[0] != '/') return Fail(path, "must be an absolute path");
+  const int root = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+  absl::StatusOr<int> opened = root < 0 ? ErrnoStatus(errno, "open /") : OpenFileBeneath(root, path.substr(1), O_RDONLY);
+  if (root >= 0) close(root);
+  if (IsRefused(opened.status())) {
+    return Fail(path, absl::StrCat(opened.status().message(), " (name the key file itself, by a path without symlinks)"));
   }
+  if (!opened.ok()) {
+    return absl::Status(opened.status().code(), absl::StrCat("shared_key_file ", path, ": ", opened.status().message()));
+  }
+  const int fd = *opened;
   struct stat st;
   if (fstat(fd, &st) != 0) {
     const int err = errno;
@@ -98,6 +106,9 @@ absl::StatusOr<std::shared_ptr<const ChunkMacKey>> ChunkMacKey::Load(const std::
   absl::Status bad;
   if (!S_ISREG(st.st_mode)) {
     bad = Fail(path, "is not a regular file");
+  } else if (st.st_uid != geteuid() && st.st_uid != 0) {
+    bad = absl::PermissionDeniedError(absl::StrCat("shared_key_file ", path, " is owned by uid ", st.st_uid,
+                                                   "; it must be owned by the daemon's uid (", geteuid(), ") or root"));
   } else if ((st.st_mode & 077) != 0) {
     bad = absl::PermissionDeniedError(absl::StrFormat(
         "shared_key_file %s has mode %04o; it must not be readable or writable by group or others (chmod 0600)", path,

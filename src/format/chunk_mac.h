@@ -28,8 +28,9 @@ class ChunkMacKey {
   static constexpr size_t kMinKeyFileBytes = 32;
   static constexpr size_t kMaxKeyFileBytes = 4096;
 
-  // Loads the key file at `path`: a regular file (not a symlink, never opened blocking) that no
-  // group or other user may read or write (mode & 077 == 0), holding 32 to 4096 bytes of key
+  // Loads the key file at `path`: an absolute path without a symlink in any component, to a
+  // regular file (never opened blocking) owned by this process's uid or root that no group or
+  // other user may read or write (mode & 077 == 0), holding 32 to 4096 bytes of key
   // material, taken exactly as they are (raw bytes; a trailing newline is part of the key, so
   // every node needs the identical file: e.g. `head -c 32 /dev/urandom > key; chmod 0600 key`).
   // The MAC and segment keys are derived from those bytes (above). InvalidArgument / PermissionDenied / NotFound,

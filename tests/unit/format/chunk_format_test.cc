@@ -402,6 +402,32 @@ TEST_CASE("a key file is a private regular file of 32 bytes or more") {
   CHECK(!ChunkMacKey::FromBytes("short", 5).ok());
 }
 
+TEST_CASE("a key file is owned by the daemon's uid or root and reached without a symlink on the way") {
+  TempDir dir;
+  const std::string real = dir.sub("keys"), path = real + "/cluster.key";
+  std::filesystem::create_directory(real);
+  std::ofstream(path) << std::string(32, 'k');
+  chmod(path.c_str(), 0600);
+  REQUIRE(ChunkMacKey::Load(path).ok());
+  // A directory on the way that is a symlink (whoever can change it picks the key).
+  const std::string linked = dir.sub("linked");
+  std::filesystem::create_directory_symlink(real, linked);
+  auto through_link = ChunkMacKey::Load(linked + "/cluster.key");
+  CHECK(absl::IsInvalidArgument(through_link.status()));
+  CHECK(through_link.status().message().find("symbolic link") != std::string::npos);
+  CHECK(absl::IsInvalidArgument(ChunkMacKey::Load("keys/cluster.key").status()));  // relative: refused
+  if (geteuid() != 0) {
+    WARN("the owner cases need root (to give the file away)");
+    return;
+  }
+  REQUIRE(chown(path.c_str(), 65534, 65534) == 0);  // another user's key
+  auto others = ChunkMacKey::Load(path);
+  CHECK(absl::IsPermissionDenied(others.status()));
+  CHECK(others.status().message().find("owned by uid 65534") != std::string::npos);
+  REQUIRE(chown(path.c_str(), 0, 0) == 0);  // root's: the daemon's own uid here
+  CHECK(ChunkMacKey::Load(path).ok());
+}
+
 // The MAC's cost per chunk: a 16 MiB chunk in 1 MiB blocks (16 segments), and in 64 KiB blocks
 // (256): microseconds per MAC (computed and verified), said when it fails (only if absurdly slow).
 TEST_CASE("the MAC of a 16 MiB chunk's header costs microseconds") {
