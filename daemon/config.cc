@@ -153,16 +153,24 @@ T Policy(const YAML::Node& node, const std::string& key, absl::StatusOr<T> (*par
   return *v;
 }
 
-// Under isolation uid: every uid a tenant of every tier. The settings are errors, never ignored,
-// under none.
+// Under isolation uid: every uid a tenant of every tier, and a shared tier only where the operator
+// says uids are the same accounts on every node. The settings are errors, never ignored, under none.
 void ApplyIsolation(const YAML::Node& sessions, DaemonConfig* c) {
   if (c->isolation != DaemonConfig::Isolation::kUid) {
-    for (const char* key : {"tier_share_per_uid", "locked_bytes_per_uid"}) {
+    for (const char* key : {"tier_share_per_uid", "locked_bytes_per_uid", "uids_same_on_all_nodes"}) {
       if (sessions && sessions[key]) {
         throw ConfigError{Where(sessions[key], std::string("sessions.") + key) + " applies to sessions.isolation uid only"};
       }
     }
     return;
+  }
+  for (size_t i = 0; i < c->store.tiers.size(); ++i) {
+    if (c->store.tiers[i].shared && !c->uids_same_on_all_nodes) {
+      throw ConfigError{"sessions.isolation uid with the shared tier tiers[" + std::to_string(i) +
+                        "]: a uid's keys there are that uid's on every node (uid N here reads and overwrites uid N's "
+                        "keys of every other node); set sessions.uids_same_on_all_nodes: true if every node's uids are "
+                        "the same accounts (one directory service), else keep isolation uid off shared tiers"};
+    }
   }
   c->store.tenant_tier_share = c->tier_share_per_uid;
   if (c->locked_bytes_per_uid && c->tier_share_per_uid == 0) {
@@ -198,7 +206,7 @@ DaemonConfig Parse(const YAML::Node& root) {
   if (const auto s = root["sessions"]) {
     RequireMap(s, "sessions", {"max_arena", "arena_budget", "max_sessions", "isolation", "admin_group",
                                "max_sessions_per_uid", "arena_budget_per_uid", "max_lookup_keys", "tier_share_per_uid",
-                               "locked_bytes_per_uid"});
+                               "locked_bytes_per_uid", "uids_same_on_all_nodes"});
     if (s["isolation"]) {
       const std::string isolation = Str(s["isolation"], "sessions.isolation");
       if (isolation == "none") {
@@ -228,6 +236,7 @@ DaemonConfig Parse(const YAML::Node& root) {
       c.locked_bytes_per_uid = Bytes(locked, "sessions.locked_bytes_per_uid");
       if (*c.locked_bytes_per_uid < 4096) throw ConfigError{Where(locked, "sessions.locked_bytes_per_uid") + " must be at least 4KiB"};
     }
+    if (s["uids_same_on_all_nodes"]) c.uids_same_on_all_nodes = Bool(s["uids_same_on_all_nodes"], "sessions.uids_same_on_all_nodes");
     if (s["max_sessions"]) c.max_sessions = Uint(s["max_sessions"], "sessions.max_sessions");
     if (c.max_sessions == 0) throw ConfigError{Where(s["max_sessions"], "sessions.max_sessions") + " must be at least 1"};
     if (s["max_arena"]) c.max_arena_bytes = Bytes(s["max_arena"], "sessions.max_arena");

@@ -49,6 +49,9 @@ struct DaemonConfig {
   // another uid from its share). 0: no tenants.
   double tier_share_per_uid = 0.25;
   std::optional<uint64_t> locked_bytes_per_uid;
+  // Under isolation uid with a shared tier: uid N is the same principal on every node sharing it
+  // (accounts from one directory service). Without it such a config is refused (docs/security.md).
+  bool uids_same_on_all_nodes = false;
   std::string log_level = "info";   // trace | debug | info | warn | error
   std::string metrics_listen;       // HOST:PORT of HTTP /metrics and /health; empty = off
   StoreConfig store;                // tiers, block size, staging, policies (validated)

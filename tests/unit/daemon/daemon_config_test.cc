@@ -204,6 +204,17 @@ TEST_CASE("under isolation uid each uid is a tenant of every tier by default; un
             .find("needs tenants") != std::string::npos);
 }
 
+TEST_CASE("isolation uid with a shared tier is refused unless uids are said to be the same on every node") {
+  const std::string tiers = "tiers:\n  - {name: pfs, path: /mnt/pfs, capacity: 1TiB, shared: true}\n";
+  CHECK(ErrorOf("node: n1\nsessions: {isolation: uid}\n" + tiers).find("sessions.uids_same_on_all_nodes") !=
+        std::string::npos);
+  auto said = ParseDaemonConfig("node: n1\nsessions: {isolation: uid, uids_same_on_all_nodes: true}\n" + tiers, "test.yaml");
+  CHECK(said.ok());
+  CHECK(ParseDaemonConfig("node: n1\n" + tiers, "test.yaml").ok());  // isolation none: one tenant anyway
+  CHECK(ErrorOf("node: n1\nsessions: {uids_same_on_all_nodes: true}\n" + tiers).find("isolation uid only") !=
+        std::string::npos);
+}
+
 TEST_CASE("a key given twice and an arena limit of zero are refused") {
   CHECK(ErrorOf(std::string(kMinimal) + "block_size: 1MiB\nblock_size: 4MiB\n").find("'block_size' (line 5) appears twice") !=
         std::string::npos);
