@@ -1,7 +1,10 @@
 #include "memory/memory_regions.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <algorithm>
 
 #include <cerrno>
 #include <cstring>
@@ -37,6 +40,8 @@ absl::Status MemoryRegions::Add(uint8_t* base, size_t size, int fd, uint64_t fd_
   region.size = size;
   region.fd = fd;
   region.fd_offset = fd_offset;
+  struct stat st;
+  if (fd >= 0 && fstat(fd, &st) == 0 && st.st_blksize > 0) region.page = static_cast<size_t>(st.st_blksize);
   bool any = false;
   for (size_t offset = 0; offset < size; offset += kPieceBytes) {
     Piece piece{base + offset, std::min(kPieceBytes, size - offset), {}};
@@ -66,8 +71,12 @@ bool MemoryRegions::TakeBack(int tier, int region_id, uint8_t* p, size_t length)
   --it;
   const uint8_t* base = it->first;
   Region& region = it->second;
-  const long page = sysconf(_SC_PAGESIZE);
-  if (region.fd < 0 || p + length > base + region.size || (p - base) % page != 0 || length % page != 0) return false;
+  const size_t page = std::max(region.page, static_cast<size_t>(sysconf(_SC_PAGESIZE)));
+  const uint64_t in_file = region.fd_offset + static_cast<uint64_t>(p - base);
+  if (region.fd < 0 || p + length > base + region.size || (p - base) % page != 0 || in_file % page != 0 ||
+      length % page != 0) {
+    return false;
+  }
   Piece& piece = region.pieces[(p - base) / kPieceBytes];
   if (piece.ids[tier] != region_id || p + length > piece.base + piece.size) return false;
   const off_t offset = static_cast<off_t>(region.fd_offset + (p - base));

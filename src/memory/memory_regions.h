@@ -36,7 +36,8 @@ class MemoryRegions {
 
   // True when a late read into [p, p + length) that used the registered buffer `region_id` of
   // `tier` can no longer be seen by the region's users: the range is punched and its piece
-  // registered again. False when that is impossible (no fd, not page-aligned, not registered).
+  // registered again. False when that is impossible (no fd, not whole pages of the file, not
+  // registered).
   bool TakeBack(int tier, int region_id, uint8_t* p, size_t length);
   // Registers the pieces covering [p, p + length) again, over the pages their file has now: a
   // client that truncated its memory and grew it back has new pages under the old addresses,
@@ -53,6 +54,9 @@ class MemoryRegions {
     size_t size = 0;
     int fd = -1;
     uint64_t fd_offset = 0;
+    // The file's page (st_blksize: a huge page on hugetlbfs, where a punch inside one zeroes it
+    // in place instead of replacing it): only whole ones are taken back.
+    size_t page = 0;
     std::vector<Piece> pieces;
   };
   void Register(Piece* piece);

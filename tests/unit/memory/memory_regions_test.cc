@@ -7,6 +7,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -124,6 +126,28 @@ TEST_CASE("TakeBack refuses, touching nothing, what it cannot take back") {
   regions.Remove(m);
   CHECK_FALSE(regions.TakeBack(0, 0, m, 4096));  // removed
   CHECK(m[0] == 0x5a);
+}
+
+TEST_CASE("TakeBack takes back only whole pages of the region's file: huge pages on hugetlbfs") {
+  // A punch inside a huge page zeroes it in place, so a late read into it would still be seen.
+  const int huge = memfd_create("kvstream-test-huge", MFD_CLOEXEC | MFD_HUGETLB);
+  struct stat st;
+  if (huge < 0 || fstat(huge, &st) != 0 || st.st_blksize <= 4096) {
+    if (huge >= 0) close(huge);
+    WARN("skipped: the kernel has no huge pages for memfds");
+    return;
+  }
+  const size_t page = static_cast<size_t>(st.st_blksize);
+  REQUIRE(ftruncate(huge, static_cast<off_t>(2 * page)) == 0);  // no huge page used until touched
+  Rig rig(1);
+  std::vector<uint8_t> memory(2 * page);  // the addresses the region would map (not touched here)
+  MemoryRegions regions(rig.tiers);
+  REQUIRE(regions.Add(memory.data(), memory.size(), huge, 0).ok());
+  CHECK_FALSE(regions.TakeBack(0, 0, memory.data(), 4096));
+  CHECK_FALSE(regions.TakeBack(0, 0, memory.data() + 4096, page));
+  CHECK(regions.TakeBack(0, 0, memory.data(), page));
+  regions.Remove(memory.data());
+  close(huge);
 }
 
 TEST_CASE("Refresh registers again the pieces covering a range of file-backed memory, and only those") {
