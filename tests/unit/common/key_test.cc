@@ -27,7 +27,7 @@ TEST_CASE("empty, too long, NUL and malformed UTF-8 keys are refused with the re
   }
 }
 
-TEST_CASE("a namespaced key names its namespace; any other key is in the namespace \"\"") {
+TEST_CASE("a namespaced key names its namespace, any other key is in the namespace \"\"") {
   const std::string key = NamespacedKey("u1000", "model@tp0@0123");
   CHECK(key == "\x1du1000\x1dmodel@tp0@0123");
   CHECK(KeyNamespace(key) == "u1000");

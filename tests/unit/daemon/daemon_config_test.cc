@@ -178,7 +178,7 @@ TEST_CASE("socket access settings parse, default to no isolation, and bad ones a
         std::string::npos);
 }
 
-TEST_CASE("under isolation uid each uid is a tenant of every tier by default; under none the settings are refused") {
+TEST_CASE("under isolation uid each uid is a tenant of every tier by default, under none the settings are refused") {
   const std::string tiers = "tiers:\n  - {name: a, path: /x, capacity: 8GiB}\n  - {name: b, drives: [/d0, /d1], capacity: 2GiB}\n";
   auto none = ParseDaemonConfig(tiers, "test.yaml");
   REQUIRE(none.ok());

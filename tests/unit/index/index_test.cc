@@ -227,7 +227,7 @@ TEST_CASE("chunks locked or read by a tenant over its share make another's write
   CHECK(t.Held("ub") == 4);
 }
 
-TEST_CASE("a lock past a tenant's locked bytes is not granted; unlocks, ended leases and evictions give them back") {
+TEST_CASE("a lock past a tenant's locked bytes is not granted, and unlocks, ended leases and evictions give them back") {
   Index idx({16 * kFile}, UINT64_MAX, {0.25, 4 * kFile});
   for (int i = 0; i < 8; ++i) idx.AddReplica(0, Meta(Tenants::K("ua", i), 8192));
   idx.AddReplica(0, Meta(Tenants::K("ub", 0), 8192));
