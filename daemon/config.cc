@@ -159,7 +159,8 @@ void ApplyIsolation(const YAML::Node& sessions, DaemonConfig* c) {
   if (c->isolation != DaemonConfig::Isolation::kUid) {
     for (const char* key : {"tier_share_per_uid", "locked_bytes_per_uid", "uids_same_on_all_nodes"}) {
       if (sessions && sessions[key]) {
-        throw ConfigError{Where(sessions[key], std::string("sessions.") + key) + " applies to sessions.isolation uid only"};
+        const std::string name = std::string("sessions.") + key;
+        throw ConfigError{Where(sessions[key], name) + " applies to sessions.isolation uid only"};
       }
     }
     return;
@@ -234,9 +235,13 @@ DaemonConfig Parse(const YAML::Node& root) {
     }
     if (const YAML::Node locked = s["locked_bytes_per_uid"]) {
       c.locked_bytes_per_uid = Bytes(locked, "sessions.locked_bytes_per_uid");
-      if (*c.locked_bytes_per_uid < 4096) throw ConfigError{Where(locked, "sessions.locked_bytes_per_uid") + " must be at least 4KiB"};
+      if (*c.locked_bytes_per_uid < 4096) {
+        throw ConfigError{Where(locked, "sessions.locked_bytes_per_uid") + " must be at least 4KiB"};
+      }
     }
-    if (s["uids_same_on_all_nodes"]) c.uids_same_on_all_nodes = Bool(s["uids_same_on_all_nodes"], "sessions.uids_same_on_all_nodes");
+    if (const YAML::Node same = s["uids_same_on_all_nodes"]) {
+      c.uids_same_on_all_nodes = Bool(same, "sessions.uids_same_on_all_nodes");
+    }
     if (s["max_sessions"]) c.max_sessions = Uint(s["max_sessions"], "sessions.max_sessions");
     if (c.max_sessions == 0) throw ConfigError{Where(s["max_sessions"], "sessions.max_sessions") + " must be at least 1"};
     if (s["max_arena"]) c.max_arena_bytes = Bytes(s["max_arena"], "sessions.max_arena");

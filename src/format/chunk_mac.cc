@@ -91,7 +91,7 @@ absl::StatusOr<std::shared_ptr<const ChunkMacKey>> ChunkMacKey::Load(const std::
   absl::StatusOr<int> opened = root < 0 ? ErrnoStatus(errno, "open /") : OpenFileBeneath(root, path.substr(1), O_RDONLY);
   if (root >= 0) close(root);
   if (IsRefused(opened.status())) {
-    return Fail(path, absl::StrCat(opened.status().message(), " (name the key file itself, by a path without symlinks)"));
+    return Fail(path, absl::StrCat(opened.status().message(), " (name the key file by a path without symlinks)"));
   }
   if (!opened.ok()) {
     return absl::Status(opened.status().code(), absl::StrCat("shared_key_file ", path, ": ", opened.status().message()));

@@ -14,6 +14,7 @@ namespace kvstream {
 namespace {
 
 constexpr char kMagic[8] = {'K', 'V', 'S', 'I', 'N', 'D', 'E', 'X'};
+constexpr char kTemp[] = ".kvstream.index.tmp";  // kCheckpointName while it is being written
 constexpr size_t kPreambleBytes = sizeof(kMagic) + 4 + 8;  // magic, version, count
 constexpr size_t kTrailerBytes = 8;                        // the checksum
 // The fewest bytes an entry takes: a 1-byte key, one segment (and, from version 2, its flags).
@@ -154,14 +155,14 @@ absl::StatusOr<std::vector<ChunkMeta>> DecodeCheckpoint(std::string_view bytes) 
   if (in.left() != 0) return Damaged("trailing bytes");
   return chunks;
 }
+
 absl::Status WriteCheckpoint(int dir_fd, const std::string& dir, const std::vector<ChunkMeta>& chunks) {
-  static const std::string kTemp = absl::StrCat(kCheckpointName, ".tmp");
   const std::string path = absl::StrCat(dir, "/", kCheckpointName), temp = absl::StrCat(dir, "/", kTemp);
   const std::string bytes = EncodeCheckpoint(chunks);
   // Whatever is under the temporary's name goes first (a symlink planted there would otherwise
   // have the write land on its target); the new file is created, never opened through a link.
-  unlinkat(dir_fd, kTemp.c_str(), 0);
-  const int fd = openat(dir_fd, kTemp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0640);
+  unlinkat(dir_fd, kTemp, 0);
+  const int fd = openat(dir_fd, kTemp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0640);
   if (fd < 0) return ErrnoStatus(errno, "create " + temp);
   size_t done = 0;
   while (done < bytes.size()) {
@@ -169,7 +170,7 @@ absl::Status WriteCheckpoint(int dir_fd, const std::string& dir, const std::vect
     if (n <= 0) {
       const int err = errno;
       close(fd);
-      unlinkat(dir_fd, kTemp.c_str(), 0);
+      unlinkat(dir_fd, kTemp, 0);
       return ErrnoStatus(err, "write " + temp);
     }
     done += static_cast<size_t>(n);
@@ -177,9 +178,9 @@ absl::Status WriteCheckpoint(int dir_fd, const std::string& dir, const std::vect
   const bool synced = fdatasync(fd) == 0;
   close(fd);
   // renameat replaces whatever has the name (a planted symlink itself, never its target).
-  if (!synced || renameat(dir_fd, kTemp.c_str(), dir_fd, kCheckpointName) != 0) {
+  if (!synced || renameat(dir_fd, kTemp, dir_fd, kCheckpointName) != 0) {
     const int err = errno;
-    unlinkat(dir_fd, kTemp.c_str(), 0);
+    unlinkat(dir_fd, kTemp, 0);
     return ErrnoStatus(err, "commit " + path);
   }
   fsync(dir_fd);
@@ -187,11 +188,10 @@ absl::Status WriteCheckpoint(int dir_fd, const std::string& dir, const std::vect
 }
 
 absl::StatusOr<std::vector<ChunkMeta>> TakeCheckpoint(int dir_fd, const std::string& dir) {
-  static const std::string kTemp = absl::StrCat(kCheckpointName, ".tmp");
   const std::string path = absl::StrCat(dir, "/", kCheckpointName);
   struct stat st;
-  if (fstatat(dir_fd, kTemp.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) {
-    unlinkat(dir_fd, kTemp.c_str(), 0);  // a write that did not finish
+  if (fstatat(dir_fd, kTemp, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) {
+    unlinkat(dir_fd, kTemp, 0);  // a write that did not finish
   }
   // Never follows a symlink, never blocks (a FIFO), never reads a device: only a regular file.
   const int fd = openat(dir_fd, kCheckpointName, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);

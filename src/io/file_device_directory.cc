@@ -31,13 +31,15 @@ constexpr char kNodesDir[] = ".nodes";  // shared tiers: each node's own directo
 absl::StatusOr<int> MakeOwnDirectory(int parent, const std::string& root, const std::string& rel) {
   const std::string name = rel.substr(rel.rfind('/') + 1);
   if (mkdirat(parent, name.c_str(), 0750) != 0 && errno != EEXIST) {
-    return ErrnoAt("shared tier directory is not writable: cannot make", absl::StrCat(root, "/", rel));
+    const int err = errno;
+    return ErrnoAt("shared tier directory is not writable: cannot make", absl::StrCat(root, "/", rel), err);
   }
   absl::StatusOr<int> opened = OpenDirectoryBeneath(parent, name);
   if (IsRefused(opened.status())) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "shared tier directory ", root, ": ", rel, " is not a directory (found: ", std::string(ToString(EntryKindAt(parent, name.c_str()))),
-        "): refused, never followed (another writer of the shared directory may have put it there)"));
+    const std::string found(ToString(EntryKindAt(parent, name.c_str())));
+    return absl::FailedPreconditionError(
+        absl::StrCat("shared tier directory ", root, ": ", rel, " is not a directory (found: ", found,
+                     "): refused, never followed (another writer of the shared directory may have put it there)"));
   }
   if (!opened.ok()) return InTier(root, opened.status());
   return opened;

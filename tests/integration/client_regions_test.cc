@@ -301,10 +301,13 @@ class HugePagePool {
     overcommit_ = ReadKnob(kOvercommit);
     if (overcommit_ != 0) WriteKnob(kOvercommit, 0);
     if (now.free < wanted && !WriteKnob(kPool, now.total + wanted - now.free)) {
-      skip_reason_ = "fewer than " + std::to_string(wanted) + " free huge pages, and cannot raise vm.nr_hugepages (needs root)";
+      skip_reason_ =
+          "fewer than " + std::to_string(wanted) + " free huge pages, and cannot raise vm.nr_hugepages (needs root)";
       return;
     }
-    if (ReadHugePages().free < wanted) skip_reason_ = "the kernel could not allocate " + std::to_string(wanted) + " huge pages";
+    if (ReadHugePages().free < wanted) {
+      skip_reason_ = "the kernel could not allocate " + std::to_string(wanted) + " huge pages";
+    }
   }
   ~HugePagePool() {
     if (original_ >= 0) WriteKnob(kPool, static_cast<uint64_t>(original_));

@@ -179,7 +179,8 @@ TEST_CASE("socket access settings parse, default to no isolation, and bad ones a
 }
 
 TEST_CASE("under isolation uid each uid is a tenant of every tier by default, under none the settings are refused") {
-  const std::string tiers = "tiers:\n  - {name: a, path: /x, capacity: 8GiB}\n  - {name: b, drives: [/d0, /d1], capacity: 2GiB}\n";
+  const std::string tiers =
+      "tiers:\n  - {name: a, path: /x, capacity: 8GiB}\n  - {name: b, drives: [/d0, /d1], capacity: 2GiB}\n";
   auto none = ParseDaemonConfig(tiers, "test.yaml");
   REQUIRE(none.ok());
   CHECK(none->store.tenant_tier_share == 0);  // one tenant: every key in one LRU
@@ -188,8 +189,8 @@ TEST_CASE("under isolation uid each uid is a tenant of every tier by default, un
   REQUIRE(uid.ok());
   CHECK(uid->store.tenant_tier_share == Approx(0.25));
   CHECK(uid->store.tenant_locked_bytes == 256ull << 20);  // a quarter of the smallest: one 1 GiB drive
-  auto set = ParseDaemonConfig("sessions: {isolation: uid, tier_share_per_uid: 0.5, locked_bytes_per_uid: 64MiB}\n" + tiers,
-                               "test.yaml");
+  auto set = ParseDaemonConfig(
+      "sessions: {isolation: uid, tier_share_per_uid: 0.5, locked_bytes_per_uid: 64MiB}\n" + tiers, "test.yaml");
   REQUIRE(set.ok());
   CHECK(set->store.tenant_tier_share == Approx(0.5));
   CHECK(set->store.tenant_locked_bytes == 64ull << 20);
@@ -208,7 +209,8 @@ TEST_CASE("isolation uid with a shared tier is refused unless uids are said to b
   const std::string tiers = "tiers:\n  - {name: pfs, path: /mnt/pfs, capacity: 1TiB, shared: true}\n";
   CHECK(ErrorOf("node: n1\nsessions: {isolation: uid}\n" + tiers).find("sessions.uids_same_on_all_nodes") !=
         std::string::npos);
-  auto said = ParseDaemonConfig("node: n1\nsessions: {isolation: uid, uids_same_on_all_nodes: true}\n" + tiers, "test.yaml");
+  auto said =
+      ParseDaemonConfig("node: n1\nsessions: {isolation: uid, uids_same_on_all_nodes: true}\n" + tiers, "test.yaml");
   CHECK(said.ok());
   CHECK(ParseDaemonConfig("node: n1\n" + tiers, "test.yaml").ok());  // isolation none: one tenant anyway
   CHECK(ErrorOf("node: n1\nsessions: {uids_same_on_all_nodes: true}\n" + tiers).find("isolation uid only") !=

@@ -216,7 +216,7 @@ TEST_CASE("a tenant with nothing yet takes room from the tenant furthest over it
   CHECK(t.Held("ub") == 6);
 }
 
-TEST_CASE("chunks locked or read by a tenant over its share make another's write fail, not take from a third within its share") {
+TEST_CASE("locked chunks of a tenant over its share fail another's write rather than take from one within its share") {
   Tenants t;
   for (int i = 0; i < 12; ++i) REQUIRE(t.Write("ua", i));
   for (int i = 0; i < 4; ++i) REQUIRE(t.Write("ub", i));
