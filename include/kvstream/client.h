@@ -51,7 +51,8 @@ class Client {
 
   // Presence of each key and the number of leading keys present. With `lock_seconds` > 0 (at
   // most 3600), each key present is also locked against capacity eviction until Unlock or for
-  // that long (Store::LookupAndLock).
+  // that long (Store::LookupAndLock), unless that would take the caller's tenant past its locked
+  // bytes (sessions.locked_bytes_per_uid): LookupEntry::locked says which keys were locked.
   absl::StatusOr<std::vector<LookupEntry>> Lookup(const std::vector<std::string>& keys, size_t* prefix_hits = nullptr,
                                                    double lock_seconds = 0);
   // Releases one lock of each key; returns how many held one.

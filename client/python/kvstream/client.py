@@ -287,7 +287,9 @@ class Client:
         """Presence of each key (request order) and the prefix hit count (leading keys present).
 
         With `lock_seconds` > 0 (at most 3600), each key present is also locked against capacity
-        eviction until `unlock` or for that long, whichever ends first; locks count."""
+        eviction until `unlock` or for that long, whichever ends first; locks count. A lock that
+        would take the caller's uid past sessions.locked_bytes_per_uid is not taken:
+        `LookupEntry.locked` says which keys were locked."""
         request = pb.LookupRequest(keys=[_convert.key_bytes(k) for k in keys], lock_seconds=lock_seconds)
         reply = self._unary(self._stub.Lookup, request, "lookup")
         entries = [LookupEntry(e.present, e.size, e.tier_mask, e.locked) for e in reply.entries]
