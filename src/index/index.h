@@ -116,9 +116,9 @@ class Index {
 
   // Evicts replicas on `tier` that are neither pinned nor locked at `now_ns` until used +
   // reserved + `bytes` fits the capacity: least recently used first from the tenant furthest over
-  // its share, never from another tenant within its share than the writer's (the tenant of
-  // `for_key`, whose load counts `bytes`; "" with no bytes: nobody writes, every tenant may give
-  // way). Returns false (evicting nothing) if it cannot fit.
+  // its share, and never from a tenant within its share other than the writer (the tenant of
+  // `for_key`, whose load counts `bytes`; with neither key nor bytes nobody writes and every
+  // tenant may give way). Returns false (evicting nothing) if it cannot fit.
   bool MakeRoom(int tier, uint64_t bytes, int64_t now_ns, std::vector<Victim>* victims, std::string_view for_key = {});
   // Evicts replicas on `tier`, in the order MakeRoom would, until `bytes` were freed (all when
   // bytes is UINT64_MAX). Pinned and locked entries are evicted too: their in-flight reads fail
