@@ -4,14 +4,10 @@
 // under isolation none two uids share keys as before. Needs root (to switch uids).
 #include <catch2/catch.hpp>
 
-#include <grp.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,6 +17,7 @@
 #include "daemon_process.h"
 #include "kvstream.grpc.pb.h"
 #include "kvstream/client.h"
+#include "tenants.h"
 #include "test_util.h"
 
 namespace kvstream::testing {
@@ -32,45 +29,6 @@ Policies StaticHalf() {
   p.routing = {RoutingKind::kStatic, 0.5};
   return p;
 }
-
-constexpr uid_t kAlice = 60101, kBob = 60102, kCarol = 60103;  // Carol is in the admin group
-constexpr gid_t kUsers = 60100, kAdmins = 60199;
-
-// Runs `body` in a child process as `uid` (group kUsers, plus `extra_groups`); the child's
-// gRPC state is its own. Returns what `body` returned (0: every expectation held), or -1 if the
-// child died.
-int RunAs(uid_t uid, const std::function<int()>& body, std::vector<gid_t> extra_groups = {}) {
-  std::fflush(nullptr);
-  const pid_t pid = fork();
-  if (pid == 0) {
-    if (setgroups(extra_groups.size(), extra_groups.data()) != 0 || setgid(kUsers) != 0 || setuid(uid) != 0) _exit(100);
-    _exit(body());
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-// In a child: reports a failed expectation on stderr and returns its number.
-#define EXPECT_OR_RETURN(n, cond)                                              \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      std::fprintf(stderr, "expectation %d failed: %s\n", n, #cond);          \
-      return n;                                                                \
-    }                                                                          \
-  } while (0)
-
-bool Skip() {
-  if (geteuid() == 0) return false;
-  WARN("skipped: switching uids needs root");
-  return true;
-}
-
-// A directory every test uid can reach (the sockets live there).
-struct SharedDir {
-  SharedDir() : dir("/tmp") { chmod(dir.path().c_str(), 0755); }
-  TempDir dir;
-};
 
 std::unique_ptr<Client> AttachAs(const DaemonProcess& d, uint64_t arena = 8 << 20) {
   auto c = Client::Attach(d.socket(), {"m", 0, 1, arena});
@@ -100,7 +58,7 @@ std::string Isolated(const std::string& extra = "") {
 }
 
 TEST_CASE("under isolation uid one uid cannot read, overwrite, look up or unlock another's keys") {
-  if (Skip()) return;
+  if (SkipWithoutRoot()) return;
   SharedDir shared;
   DaemonProcess d(shared.dir, "", "", Isolated(), "0666");
   REQUIRE(d.Start());
@@ -139,7 +97,7 @@ TEST_CASE("under isolation uid one uid cannot read, overwrite, look up or unlock
 }
 
 TEST_CASE("under isolation uid evict and policies are for administrators only") {
-  if (Skip()) return;
+  if (SkipWithoutRoot()) return;
   SharedDir shared;
   DaemonProcess d(shared.dir, "", "", Isolated(), "0666");
   REQUIRE(d.Start());
@@ -173,7 +131,7 @@ TEST_CASE("under isolation uid evict and policies are for administrators only") 
 }
 
 TEST_CASE("under isolation uid a call without a caller token touches no key") {
-  if (Skip()) return;
+  if (SkipWithoutRoot()) return;
   SharedDir shared;
   DaemonProcess d(shared.dir, "", "", Isolated(), "0666");
   REQUIRE(d.Start());
@@ -194,7 +152,7 @@ TEST_CASE("under isolation uid a call without a caller token touches no key") {
 }
 
 TEST_CASE("per-uid limits on sessions and arena bytes hold, and a lookup's keys are capped") {
-  if (Skip()) return;
+  if (SkipWithoutRoot()) return;
   SharedDir shared;
   DaemonProcess d(shared.dir, "", "",
                   Isolated(", max_sessions_per_uid: 2, arena_budget_per_uid: 24MiB, max_lookup_keys: 100"), "0666");
@@ -226,7 +184,7 @@ TEST_CASE("per-uid limits on sessions and arena bytes hold, and a lookup's keys 
 }
 
 TEST_CASE("with isolation none two uids share keys and may administer, as before") {
-  if (Skip()) return;
+  if (SkipWithoutRoot()) return;
   SharedDir shared;
   DaemonProcess d(shared.dir, "", "", "{max_arena: 64MiB}", "0666");
   REQUIRE(d.Start());

@@ -4,7 +4,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -44,10 +46,20 @@ class DaemonProcess {
   }
   ~DaemonProcess() { Stop(); }
 
+  // Before Start: the daemon runs with this RLIMIT_NOFILE (as a unit's LimitNOFILE=soft:hard).
+  void set_descriptor_limit(rlim_t soft, rlim_t hard) { descriptors_ = {soft, hard}; }
+  // Before Start: the daemon's log (its stderr) goes to `path` instead of the test's stderr.
+  void set_log(const std::string& path) { log_ = path; }
+
   // Starts the daemon and waits until its socket accepts connections. False if it exited.
   bool Start() {
     pid_ = fork();
     if (pid_ == 0) {
+      if (descriptors_.rlim_max > 0 && setrlimit(RLIMIT_NOFILE, &descriptors_) != 0) _exit(126);
+      if (!log_.empty()) {
+        const int log = open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (log < 0 || dup2(log, STDERR_FILENO) < 0) _exit(126);
+      }
       execl(KVSTREAMD_PATH, "kvstreamd", "--config", config_.c_str(), static_cast<char*>(nullptr));
       _exit(127);
     }
@@ -105,6 +117,8 @@ class DaemonProcess {
 
  private:
   std::string socket_, config_;
+  rlimit descriptors_{0, 0};
+  std::string log_;
   pid_t pid_ = -1;
   int exit_status_ = 0;
 };
