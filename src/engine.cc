@@ -303,6 +303,9 @@ absl::StatusOr<EvictResult> Engine::Evict(const EvictRequest& request) {
 absl::Status Engine::RegisterMemory(void* base, size_t size, int fd, uint64_t fd_offset) {
   absl::Status status;
   RunOnLoop([&] { status = regions_.Add(static_cast<uint8_t*>(base), size, fd, fd_offset); });
+  // One piece per turn of the loop: another client's attach, and every read, waits for one piece
+  // at most, never for a whole region (a GiB takes about a second to fault in and pin).
+  for (bool more = status.ok(); more;) RunOnLoop([&] { more = regions_.RegisterNextPiece(base); });
   return status;
 }
 

@@ -111,7 +111,9 @@ class Store {
   // until unregistered): the store may then take pages back from a stalled read into it
   // (fallocate PUNCH_HOLE) and serve the step from another tier; reads straight into other memory
   // are waited for when they stall. Unimplemented when no tier can register buffers and there is
-  // no fd (reads into it still work). REQUIRES: no retrieval into it is pending when unregistered.
+  // no fd (reads into it still work). Registered piece by piece, one per turn of the I/O loop, so
+  // a large region delays other calls by a piece at most. REQUIRES: no retrieval into it is
+  // pending when unregistered.
   virtual absl::Status RegisterMemory(void* base, size_t size, int fd = -1, uint64_t fd_offset = 0) = 0;
   virtual void UnregisterMemory(void* base) = 0;
 

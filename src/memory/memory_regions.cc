@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-
 #include <cerrno>
 #include <cstring>
 
@@ -42,19 +41,25 @@ absl::Status MemoryRegions::Add(uint8_t* base, size_t size, int fd, uint64_t fd_
   region.fd_offset = fd_offset;
   struct stat st;
   if (fd >= 0 && fstat(fd, &st) == 0 && st.st_blksize > 0) region.page = static_cast<size_t>(st.st_blksize);
-  bool any = false;
   for (size_t offset = 0; offset < size; offset += kPieceBytes) {
-    Piece piece{base + offset, std::min(kPieceBytes, size - offset), {}};
-    Register(&piece);
-    for (int id : piece.ids) any |= id >= 0;
-    region.pieces.push_back(std::move(piece));
+    region.pieces.push_back({base + offset, std::min(kPieceBytes, size - offset), std::vector<int>(tiers_.size(), -1)});
   }
-  if (!any && fd < 0) {
-    for (Piece& p : region.pieces) Unregister(&p);
+  // The first piece tells whether any tier registers buffers (all pieces are alike).
+  Register(&region.pieces[0]);
+  region.registered = 1;
+  const std::vector<int>& ids = region.pieces[0].ids;
+  if (fd < 0 && std::none_of(ids.begin(), ids.end(), [](int id) { return id >= 0; })) {
     return absl::UnimplementedError("no tier can register buffers");
   }
   regions_[base] = std::move(region);
   return absl::OkStatus();
+}
+
+bool MemoryRegions::RegisterNextPiece(const void* base) {
+  auto it = regions_.find(static_cast<const uint8_t*>(base));
+  if (it == regions_.end() || it->second.registered == it->second.pieces.size()) return false;
+  Register(&it->second.pieces[it->second.registered++]);
+  return true;
 }
 
 void MemoryRegions::Remove(const void* base) {
@@ -99,8 +104,9 @@ void MemoryRegions::Refresh(uint8_t* p, size_t length) {
   Region& region = it->second;
   if (region.fd < 0 || p + length > base + region.size) return;
   const size_t first = (p - base) / kPieceBytes;
-  const size_t last = (p + length - 1 - base) / kPieceBytes;
-  for (size_t i = first; i <= last; ++i) {
+  // Pieces not registered yet will be, over what the file maps then.
+  const size_t last = std::min((p + length - 1 - base) / kPieceBytes + 1, region.registered);
+  for (size_t i = first; i < last; ++i) {
     Unregister(&region.pieces[i]);  // reads in flight keep the old registration until they complete
     Register(&region.pieces[i]);
   }

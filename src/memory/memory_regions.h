@@ -27,10 +27,17 @@ class MemoryRegions {
   explicit MemoryRegions(const Tiers& tiers) : tiers_(tiers) {}
   ~MemoryRegions();
 
-  // Registers [base, base + size). `fd` >= 0: the file that maps it from `fd_offset`, which the
-  // store may punch holes in (the caller keeps it open until Remove). Unimplemented when no tier
-  // can register buffers and there is no fd (nothing to gain: reads into it still work).
+  // Adds [base, base + size) and registers its first piece; RegisterNextPiece registers the
+  // others, one per call, so that the loop serves other work in between (registering pins the
+  // memory, faulting it in first: a large region would hold the loop, and with it every client,
+  // for seconds). Reads into a piece not registered yet are plain reads. `fd` >= 0: the file that
+  // maps it from `fd_offset`, which the store may punch holes in (the caller keeps it open until
+  // Remove). Unimplemented when no tier can register buffers and there is no fd (nothing to gain:
+  // reads into it still work).
   absl::Status Add(uint8_t* base, size_t size, int fd, uint64_t fd_offset);
+  // Registers the next piece of the region at `base` not registered yet; false when none is left
+  // (or there is no such region).
+  bool RegisterNextPiece(const void* base);
   // REQUIRES: no read into the region is in flight, late ones included.
   void Remove(const void* base);
 
@@ -58,6 +65,7 @@ class MemoryRegions {
     // in place instead of replacing it): only whole ones are taken back.
     size_t page = 0;
     std::vector<Piece> pieces;
+    size_t registered = 0;  // pieces [0, registered) have been registered (RegisterNextPiece)
   };
   void Register(Piece* piece);
   void Unregister(Piece* piece);
