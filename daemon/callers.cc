@@ -75,33 +75,24 @@ absl::StatusOr<std::pair<uint64_t, std::string>> CallerRegistry::Add(const PeerC
   if (getrandom(token.data(), token.size(), 0) != static_cast<ssize_t>(token.size())) {
     return absl::InternalError("getrandom failed");
   }
+  absl::StatusOr<UidSlots::Slot> slot = slots_.Take(peer.uid);
+  if (!slot.ok()) return slot.status();
   auto caller = std::make_shared<Caller>();
   caller->uid = peer.uid;
   caller->admin = policy_->IsAdmin(peer);
   absl::MutexLock lock(&mu_);
-  uint32_t& held = per_uid_[peer.uid];
-  if (held >= policy_->options().max_identities_per_uid) {
-    return absl::ResourceExhaustedError(absl::StrCat("uid ", peer.uid, " has ", held,
-                                                     " kvstream clients connected, the most one uid may"));
-  }
-  ++held;
   caller->id = next_id_++;
-  token_of_[caller->id] = token;
+  identities_[caller->id] = Identity{token, *std::move(slot)};
   by_token_[token] = caller;
   return std::make_pair(caller->id, token);
 }
 
 void CallerRegistry::Remove(uint64_t id) {
   absl::MutexLock lock(&mu_);
-  auto it = token_of_.find(id);
-  if (it == token_of_.end()) return;
-  auto caller = by_token_.find(it->second);
-  if (caller != by_token_.end()) {
-    auto held = per_uid_.find(caller->second->uid);
-    if (held != per_uid_.end() && --held->second == 0) per_uid_.erase(held);
-    by_token_.erase(caller);
-  }
-  token_of_.erase(it);
+  auto it = identities_.find(id);
+  if (it == identities_.end()) return;
+  by_token_.erase(it->second.token);
+  identities_.erase(it);
 }
 
 std::shared_ptr<const Caller> CallerRegistry::Find(std::string_view token) const {

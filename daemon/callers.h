@@ -28,6 +28,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "data_socket.h"  // kCallerMetadata
+#include "descriptor_caps.h"
+#include "uid_slots.h"
 
 namespace kvstream {
 
@@ -43,7 +45,6 @@ absl::StatusOr<PeerCredentials> ReadPeerCredentials(int socket);
 struct AccessOptions {
   bool isolate_uids = false;          // sessions.isolation: uid
   std::optional<gid_t> admin_gid;     // sessions.admin_group
-  uint32_t max_identities_per_uid = 1024;  // callers one uid may have at once (each an open connection)
 };
 
 struct Caller {
@@ -76,9 +77,11 @@ class AccessPolicy {
 // Identities proven on the data socket, by token. Thread-safe.
 class CallerRegistry {
  public:
-  explicit CallerRegistry(const AccessPolicy* policy) : policy_(policy) {}
+  // `identities`: how many may live at once, in total and per uid (each holds a connection).
+  explicit CallerRegistry(const AccessPolicy* policy, UidSlots::Limits identities = DescriptorCaps{}.identities)
+      : policy_(policy), slots_("identities (connected clients)", identities) {}
   // A new identity for `peer`: its id (for Remove) and token (32 random bytes). ResourceExhausted
-  // when the uid has AccessOptions::max_identities_per_uid already.
+  // when every identity, or every one the uid may have, is taken.
   absl::StatusOr<std::pair<uint64_t, std::string>> Add(const PeerCredentials& peer) ABSL_LOCKS_EXCLUDED(mu_);
   void Remove(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
   // The caller presenting `token` (raw bytes), or null.
@@ -86,11 +89,15 @@ class CallerRegistry {
   size_t count() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  struct Identity {
+    std::string token;
+    UidSlots::Slot slot;
+  };
   const AccessPolicy* const policy_;
+  UidSlots slots_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<const Caller>> by_token_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<uint64_t, std::string> token_of_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<uid_t, uint32_t> per_uid_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, Identity> identities_ ABSL_GUARDED_BY(mu_);  // by id
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
 };
 

@@ -4,8 +4,6 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -24,9 +22,6 @@
 namespace kvstream {
 namespace {
 
-constexpr size_t kWorkers = 2;
-constexpr size_t kMaxQueued = 256;
-
 int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
@@ -34,29 +29,24 @@ int64_t NowMs() {
 
 }  // namespace
 
-DataServer::DataServer(std::string path, CallerRegistry* callers, Handler handler)
-    : path_(std::move(path)), callers_(callers), handler_(std::move(handler)), workers_("kvs-data-work", kWorkers, kMaxQueued) {}
+DataServer::DataServer(std::string path, CallerRegistry* callers, Handler handler, const DescriptorCaps& caps)
+    : path_(std::move(path)),
+      callers_(callers),
+      handler_(std::move(handler)),
+      pending_("data socket connections still sending their request", caps.pending),
+      hand_over_("kvs-hand-over", "arena hand-overs waiting", 1, caps.queued),
+      regions_("kvs-data-work", "region requests waiting", 2, caps.queued) {}
 
 DataServer::~DataServer() { Stop(); }
 
 absl::Status DataServer::Start(uint32_t mode) {
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (path_.size() >= sizeof(addr.sun_path)) return absl::InvalidArgumentError("data socket path is too long: " + path_);
-  std::strcpy(addr.sun_path, path_.c_str());
-  listen_fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (listen_fd_ < 0) return absl::InternalError(std::string("socket: ") + std::strerror(errno));
-  unlink(path_.c_str());  // the control socket was checked first: no live daemon owns it
-  if (bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || listen(listen_fd_, 128) != 0) {
-    return absl::InternalError("binding " + path_ + ": " + std::strerror(errno));
-  }
-  chmod(path_.c_str(), mode);
   stop_fd_ = eventfd(0, EFD_CLOEXEC);
   epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
   if (stop_fd_ < 0 || epoll_fd_ < 0) return absl::InternalError(std::string("eventfd/epoll: ") + std::strerror(errno));
-  epoll_event listen_event{EPOLLIN, {.fd = listen_fd_}}, stop_event{EPOLLIN, {.fd = stop_fd_}};
-  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &listen_event);
+  epoll_event stop_event{EPOLLIN, {.fd = stop_fd_}};
   epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, stop_fd_, &stop_event);
+  // The control socket was checked first: no live daemon owns the path.
+  if (absl::Status s = listener_.Listen(path_, mode, epoll_fd_); !s.ok()) return s;
   thread_ = std::thread([this] {
     NameThisThread("kvs-data");
     Serve();
@@ -71,10 +61,11 @@ void DataServer::Stop() {
     thread_.join();
   }
   while (!connections_.empty()) Close(connections_.begin()->first);
-  workers_.Stop();  // answers the requests already queued
-  for (int* fd : {&listen_fd_, &stop_fd_, &epoll_fd_}) {
+  hand_over_.pool.Stop();  // each answers the requests already queued
+  regions_.pool.Stop();
+  listener_.Close();
+  for (int* fd : {&stop_fd_, &epoll_fd_}) {
     if (*fd >= 0) close(*fd);
-    if (fd == &listen_fd_ && *fd >= 0) unlink(path_.c_str());
     *fd = -1;
   }
 }
@@ -82,8 +73,9 @@ void DataServer::Stop() {
 void DataServer::Serve() {
   epoll_event events[64];
   while (true) {
-    // Wake for the earliest deadline of a connection still sending its frame.
-    int64_t next = -1;
+    // Wake for the earliest deadline of a connection still sending its frame, and at the end of
+    // an accept pause.
+    int64_t next = listener_.WaitMs(NowMs());
     const int64_t now = NowMs();
     std::vector<int> expired;
     for (const auto& [socket, c] : connections_) {
@@ -100,11 +92,12 @@ void DataServer::Serve() {
       spdlog::error("data socket: epoll_wait: {}", std::strerror(errno));
       return;
     }
+    listener_.ResumeIfDue(NowMs());
     for (int i = 0; i < n; ++i) {
       const int fd = events[i].data.fd;
       if (fd == stop_fd_) return;
-      if (fd == listen_fd_) {
-        Accept();
+      if (fd == listener_.fd()) {
+        Accept(NowMs());
         continue;
       }
       auto it = connections_.find(fd);
@@ -118,23 +111,20 @@ void DataServer::Serve() {
   }
 }
 
-void DataServer::Accept() {
-  while (true) {
-    const int c = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (c < 0) {
-      if (errno == EMFILE || errno == ENFILE) spdlog::warn("data socket: out of descriptors ({})", std::strerror(errno));
-      return;  // EAGAIN: none left to accept
-    }
-    const size_t pending = std::count_if(connections_.begin(), connections_.end(),
-                                         [](const auto& kv) { return kv.second.deadline_ms != 0; });
+void DataServer::Accept(int64_t now) {
+  for (int c; (c = listener_.Accept(now)) >= 0;) {
     absl::StatusOr<PeerCredentials> peer = ReadPeerCredentials(c);
-    if (pending >= kMaxPending || !peer.ok()) {
-      close(c);  // too many peers still sending: the client retries, never waits on this thread
+    absl::StatusOr<UidSlots::Slot> pending = peer.ok() ? pending_.Take(peer->uid) : peer.status();
+    if (!pending.ok()) {
+      // Too many still sending: the client retries, never waits on this thread.
+      refusals_.Warn(now, absl::StrCat("data socket: refused a connection: ", pending.status().message()));
+      close(c);
       continue;
     }
     Connection& conn = connections_[c];
     conn.peer = *std::move(peer);
-    conn.deadline_ms = NowMs() + kFrameTimeoutMs;
+    conn.pending = *std::move(pending);
+    conn.deadline_ms = now + kFrameTimeoutMs;
     epoll_event e{EPOLLIN | EPOLLRDHUP, {.fd = c}};
     epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, c, &e);
   }
@@ -175,31 +165,44 @@ bool DataServer::Receive(int socket, Connection& c) {
     Identify(socket, c);
     return true;
   }
-  // The request goes to the pool with its connection and descriptor: from here on they are the
+  Dispatch(socket, c);
+  return false;
+}
+
+void DataServer::Dispatch(int socket, Connection& c) {
+  // The request goes to its lane with its connection and descriptor: from here on they are the
   // task's (blocking I/O with a send timeout, as the handler expects).
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, socket, nullptr);
+  Lane& lane = ParseDataRequest(c.frame).op == DataOp::kFetchArena ? hand_over_ : regions_;
   const int fd = c.fd;
   PeerCredentials peer = std::move(c.peer);
   auto frame = std::make_shared<std::array<uint8_t, kDataFrameBytes>>();
   std::memcpy(frame->data(), c.frame, kDataFrameBytes);
-  connections_.erase(socket);
+  connections_.erase(socket);  // and with it the pending slot
   fcntl(socket, F_SETFL, fcntl(socket, F_GETFL) & ~O_NONBLOCK);
   timeval send_timeout{1, 0};
   setsockopt(socket, SOL_SOCKET, SO_SNDTIMEO, &send_timeout, sizeof(send_timeout));
-  const bool queued = workers_.Post([this, socket, fd, frame, peer = std::move(peer)] {
-    const uint8_t(&bytes)[kDataFrameBytes] = *reinterpret_cast<const uint8_t(*)[kDataFrameBytes]>(frame->data());
-    handler_(socket, ParseDataRequest(bytes), fd, peer);
-    close(socket);
-  });
-  if (!queued) {
-    SendDataReply(socket, absl::UnavailableError("kvstreamd is busy answering data socket requests; retry"), 0).IgnoreError();
-    if (fd >= 0) close(fd);
-    close(socket);
+  absl::StatusOr<UidSlots::Slot> slot = lane.queued.Take(peer.uid);
+  absl::Status refused = slot.status();
+  if (slot.ok()) {
+    // The task holds the slot until it has answered.
+    auto held = std::make_shared<UidSlots::Slot>(*std::move(slot));
+    const bool queued = lane.pool.Post([this, socket, fd, frame, peer = std::move(peer), held] {
+      const uint8_t(&bytes)[kDataFrameBytes] = *reinterpret_cast<const uint8_t(*)[kDataFrameBytes]>(frame->data());
+      handler_(socket, ParseDataRequest(bytes), fd, peer);
+      close(socket);
+    });
+    if (queued) return;
+    refused = absl::UnavailableError("kvstreamd is stopping");
   }
-  return false;
+  refusals_.Warn(NowMs(), absl::StrCat("data socket: refused a request: ", refused.message()));
+  SendDataReply(socket, refused, 0).IgnoreError();
+  if (fd >= 0) close(fd);
+  close(socket);
 }
 
 void DataServer::Identify(int socket, Connection& c) {
+  c.pending.reset();  // an identity is counted as one (CallerRegistry) from here on
   if (c.fd >= 0) {
     close(c.fd);
     c.fd = -1;

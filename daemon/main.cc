@@ -22,6 +22,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "config.h"
+#include "control_socket.h"
+#include "descriptor_caps.h"
 #include "http_endpoint.h"
 #include "kvstream/store.h"
 #include "service.h"
@@ -106,6 +108,31 @@ bool SocketIsLive(const std::string& path) {
   return live;
 }
 
+// The caps on what clients hold descriptors for (descriptor_caps.h), from what `limit` leaves once
+// the daemon's own are counted: those open now (`store` is open), those the store may still open,
+// one per session's arena, the HTTP endpoint's connections, and a margin for the rest (logs,
+// checkpoints, configuration reads).
+DescriptorCaps SizeCaps(uint64_t limit, const Store& store, const DaemonConfig& config) {
+  constexpr uint64_t kMargin = 256;
+  const uint64_t own = OpenDescriptors() + Store::DescriptorsToGrow(store.config()) + config.max_sessions +
+                       HttpLimits{}.max_connections + kMargin;
+  const uint64_t left = limit > own ? limit - own : 0;
+  const DescriptorCaps caps = SizeDescriptorCaps(left);
+  const uint64_t needed = own + DescriptorsAtCaps(caps);
+  if (needed > limit) {
+    spdlog::warn("the descriptor limit ({}) is too low for the tiers and sessions configured and a useful number of "
+                 "clients: raise it to at least {} (LimitNOFILE=, ulimit -n): until then a busy node may run out",
+                 limit, needed);
+  }
+  spdlog::info("descriptors: limit {}, {} for the daemon's own; for clients (in all/per uid): control connections "
+               "{}/{}, identities {}/{}, data socket requests pending {}/{} and queued on each lane {}/{}, client "
+               "regions {}/{}",
+               limit, own, caps.connections.total, caps.connections.per_uid, caps.identities.total,
+               caps.identities.per_uid, caps.pending.total, caps.pending.per_uid, caps.queued.total,
+               caps.queued.per_uid, caps.regions.total, caps.regions.per_uid);
+  return caps;
+}
+
 int Main(int argc, char** argv) {
   CLI::App app{"kvstreamd: per-node KV-cache storage daemon (tiers, batched retrieval, deferred replicated writes)"};
   std::string config_path;
@@ -151,6 +178,9 @@ int Main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  // Every descriptor the hard limit allows: clients' connections are capped from what is left.
+  const uint64_t descriptor_limit = RaiseDescriptorLimit();
+
   const std::string& socket_path = config->socket_path;
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(socket_path).parent_path(), ec);
@@ -165,23 +195,25 @@ int Main(int argc, char** argv) {
     std::cerr << "kvstreamd: " << store.status().message() << "\n";
     return 1;
   }
+  const DescriptorCaps caps = SizeCaps(descriptor_limit, **store, *config);
   SessionManager sessions(socket_path + ".data", config->max_arena_bytes, config->arena_budget_bytes,
                           config->max_sessions, store->get(), access,
-                          UidLimits{config->max_sessions_per_uid, config->arena_budget_per_uid});
+                          UidLimits{config->max_sessions_per_uid, config->arena_budget_per_uid}, caps);
   if (absl::Status s = sessions.Start(config->socket_mode); !s.ok()) {
     std::cerr << "kvstreamd: " << s.message() << "\n";
     return 1;
   }
   auto service = std::make_unique<Service>(store->get(), &sessions, config->max_lookup_keys);
+  // No listening port: the control socket accepts and hands each connection to the server.
   grpc::ServerBuilder builder;
-  builder.AddListeningPort("unix:" + socket_path, grpc::InsecureServerCredentials());
   builder.RegisterService(service.get());
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server) {
-    std::cerr << "kvstreamd: cannot listen on " << socket_path << "\n";
+  ControlSocket control(socket_path, caps.connections);
+  if (absl::Status s = server ? control.Listen(config->socket_mode) : absl::InternalError("gRPC did not start");
+      !s.ok()) {
+    std::cerr << "kvstreamd: cannot listen on " << socket_path << ": " << s.message() << "\n";
     return 1;
   }
-  chmod(socket_path.c_str(), config->socket_mode);
   if (socket_gid != static_cast<gid_t>(-1)) {
     for (const std::string& path : {socket_path, sessions.data_socket()}) {
       if (chown(path.c_str(), static_cast<uid_t>(-1), socket_gid) != 0) {
@@ -190,6 +222,10 @@ int Main(int argc, char** argv) {
         return 1;
       }
     }
+  }
+  if (absl::Status s = control.Serve(server.get()); !s.ok()) {
+    std::cerr << "kvstreamd: " << s.message() << "\n";
+    return 1;
   }
   spdlog::info("kvstreamd {} serving on {} with {} tiers; isolation {}{}", KVSTREAM_VERSION, socket_path,
                config->store.tiers.size(), access.isolate_uids ? "uid" : "none",
@@ -213,6 +249,7 @@ int Main(int argc, char** argv) {
   Notify("STOPPING=1");
   watchdog.Stop();
   http.Stop();
+  control.Stop();
   // In-flight calls get a short grace period; then the rest (open session streams, idle client
   // connections) are cancelled. Staged writes are drained after that, however long it takes.
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
@@ -220,7 +257,6 @@ int Main(int argc, char** argv) {
   service.reset();  // before the store: its staging worker may be waiting inside the store
   sessions.Stop();
   store->reset();  // writes every staged chunk, then closes the tiers
-  unlink(socket_path.c_str());
   spdlog::info("stopped");
   return 0;
 }

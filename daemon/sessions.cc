@@ -53,17 +53,20 @@ uint64_t ArenaBudget::used() const {
 }
 
 SessionManager::SessionManager(std::string data_socket, uint64_t max_arena_bytes, uint64_t arena_budget_bytes,
-                               uint32_t max_sessions, Store* store, AccessOptions access, UidLimits uid_limits)
+                               uint32_t max_sessions, Store* store, AccessOptions access, UidLimits uid_limits,
+                               const DescriptorCaps& caps)
     : max_arena_bytes_(max_arena_bytes),
       max_sessions_(max_sessions),
       budget_(std::make_shared<ArenaBudget>(arena_budget_bytes)),
       store_(store),
       access_(std::move(access)),
       uid_limits_(uid_limits),
-      data_server_(std::move(data_socket), &callers_,
-                   [this](int c, const DataRequest& request, int fd, const PeerCredentials& peer) {
-                     HandOver(c, request, fd, peer);
-                   }) {}
+      callers_(&access_, caps.identities),
+      regions_("client regions", caps.regions),
+      data_server_(
+          std::move(data_socket), &callers_,
+          [this](int c, const DataRequest& request, int fd, const PeerCredentials& peer) { HandOver(c, request, fd, peer); },
+          caps) {}
 
 SessionManager::~SessionManager() { Stop(); }
 
@@ -169,9 +172,15 @@ absl::StatusOr<uint32_t> SessionManager::AddRegion(Session& session, int fd, uin
           absl::StrCat("session ", session.id, " has ", Session::kMaxRegions, " client regions, the most it may"));
     }
   }
+  absl::StatusOr<UidSlots::Slot> slot = regions_.Take(session.uid);
+  if (!slot.ok()) {
+    close(fd);
+    return slot.status();
+  }
   absl::StatusOr<std::unique_ptr<ClientRegion>> memory = ClientRegion::Adopt(fd, size);
   if (!memory.ok()) return memory.status();
   auto region = std::make_shared<SessionRegion>();
+  region->slot = *std::move(slot);
   if (absl::Status s = Lease(session.uid, size, &region->lease); !s.ok()) return s;
   region->memory = *std::move(memory);
   region->device_pinned = device_pinned;

@@ -19,7 +19,9 @@
 #include "callers.h"
 #include "client_region.h"
 #include "data_server.h"
+#include "descriptor_caps.h"
 #include "task_pool.h"
+#include "uid_slots.h"
 #include "kvstream/store.h"
 
 namespace kvstream {
@@ -64,6 +66,7 @@ struct BudgetLease {
 
 // A client region as its session holds it, with its lease on the arena budget.
 struct SessionRegion {
+  UidSlots::Slot slot;  // of DescriptorCaps::regions: the region holds a descriptor
   uint32_t id = 0;
   bool device_pinned = false;  // a device reads it too: never registered with the store (no take-back)
   std::unique_ptr<ClientRegion> memory;
@@ -110,9 +113,11 @@ class SessionManager {
   // `max_sessions` the sessions attached at once (each holds an fd, a mapping and registered
   // buffers on every tier). `store` (optional) registers client regions for fixed-buffer reads.
   // `access` and `uid_limits`: who may do what (callers.h) and how much one uid may hold.
+  // `caps`: the data socket's connections and requests, identities and client regions, in total
+  // and per uid.
   SessionManager(std::string data_socket, uint64_t max_arena_bytes, uint64_t arena_budget_bytes,
                  uint32_t max_sessions = kDefaultMaxSessions, Store* store = nullptr, AccessOptions access = {},
-                 UidLimits uid_limits = {});
+                 UidLimits uid_limits = {}, const DescriptorCaps& caps = {});
   ~SessionManager();
 
   // Binds and listens on the data socket (mode like the control socket) and starts serving it.
@@ -131,7 +136,8 @@ class SessionManager {
   void Remove(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
   // Adopts `fd` (owned from here on) as a new client region of `session` of `size` bytes and
   // returns its id. Refused with a clear error when the descriptor is unfit (ClientRegion::Adopt),
-  // the session has Session::kMaxRegions, or the arena budget cannot cover it. `device_pinned`:
+  // the session has Session::kMaxRegions, the node or the uid has all the regions it may
+  // (DescriptorCaps::regions), or the arena budget cannot cover it. `device_pinned`:
   // a device reads the region too (cudaHostRegister), so the store never replaces its pages; reads
   // into it go through bounce buffers (ChunkRead::bounce).
   absl::StatusOr<uint32_t> AddRegion(Session& session, int fd, uint64_t size, bool device_pinned = false);
@@ -160,7 +166,8 @@ class SessionManager {
   Store* const store_;
   const AccessPolicy access_;
   const UidLimits uid_limits_;
-  CallerRegistry callers_{&access_};
+  CallerRegistry callers_;
+  UidSlots regions_;  // every session's client regions
   mutable absl::Mutex mu_;
   std::map<uint64_t, std::shared_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
   std::map<uid_t, std::shared_ptr<ArenaBudget>> uid_budgets_ ABSL_GUARDED_BY(mu_);

@@ -72,6 +72,16 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StoreConfig& raw) {
   return std::unique_ptr<Store>(*std::move(engine));
 }
 
+uint64_t Store::DescriptorsToGrow(const StoreConfig& config) {
+  uint64_t descriptors = 0;
+  for (const TierConfig& t : config.tiers) {
+    // Cached read handles, those dropped while reads of them are in flight, one file per write
+    // in flight and its fsync.
+    descriptors += FileDeviceOptions{}.max_cached_files + t.queue_depth_max + t.write_queue_depth + 1;
+  }
+  return descriptors;
+}
+
 StepRecord Store::Retrieve(std::vector<ChunkRead> step, std::vector<ChunkResult>* results, ChunkCallback on_chunk) {
   if (results) results->assign(step.size(), ChunkResult{});
   std::promise<StepRecord> done;

@@ -63,6 +63,9 @@ class Store {
   // Opens (creating if needed) every tier directory, takes an exclusive lock on it, probes O_DIRECT,
   // removes temporaries and invalid chunk files, rebuilds the index and starts the I/O loop.
   static absl::StatusOr<std::unique_ptr<Store>> Open(const StoreConfig& config);
+  // The most descriptors a store opened with `config` (as validated) opens beyond those it holds
+  // once open: the chunk files each tier keeps open for reads and those of its writes in flight.
+  static uint64_t DescriptorsToGrow(const StoreConfig& config);
 
   // Stops accepting work, writes every staged chunk, waits for in-flight I/O and closes the tiers.
   virtual ~Store() = default;

@@ -1,0 +1,28 @@
+// ThrottledWarning: a warning that something a client can cause at will (a refused connection,
+// an accept that found no descriptor) is logged at most once per interval, with how many times it
+// happened since the last line, so no client can flood the log. Not thread-safe: one per thread
+// that logs it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace kvstream {
+
+class ThrottledWarning {
+ public:
+  static constexpr int64_t kDefaultIntervalMs = 10'000;
+
+  explicit ThrottledWarning(int64_t interval_ms = kDefaultIntervalMs) : interval_ms_(interval_ms) {}
+  // Counts one occurrence at `now_ms` (steady clock) and logs `message` unless a line went out
+  // less than an interval ago.
+  void Warn(int64_t now_ms, const std::string& message);
+
+ private:
+  const int64_t interval_ms_;
+  int64_t logged_ms_ = 0;
+  bool logged_ = false;
+  uint64_t held_back_ = 0;  // occurrences since the last line
+};
+
+}  // namespace kvstream
