@@ -1,5 +1,6 @@
 #include "admission.h"
 
+#include "absl/strings/str_cat.h"
 #include "kvstream/key.h"
 
 namespace kvstream {
@@ -9,7 +10,8 @@ absl::StatusOr<Admitted> CheckChunks(std::shared_ptr<Session> session,
                                      size_t max_chunks, const AccessPolicy* access) {
   if (chunks.empty()) return absl::InvalidArgumentError("no chunks in the request");
   if (static_cast<size_t>(chunks.size()) > max_chunks) {
-    return absl::InvalidArgumentError("more than " + std::to_string(max_chunks) + " chunks in one request");
+    return absl::InvalidArgumentError(absl::StrCat(chunks.size(), " chunks in one request; the limit is ", max_chunks,
+                                                   " (sessions.max_chunks_per_call)"));
   }
   Admitted admitted;
   admitted.targets.reserve(chunks.size());
@@ -61,10 +63,13 @@ absl::StatusOr<Admitted> CheckChunks(std::shared_ptr<Session> session,
 }
 
 absl::StatusOr<Admitted> Admit(const SessionManager& sessions, uint64_t session_id, const std::string& token,
-                               const google::protobuf::RepeatedPtrField<v1::ChunkRange>& chunks) {
+                               const google::protobuf::RepeatedPtrField<v1::ChunkRange>& chunks, const Caller* caller,
+                               size_t max_chunks) {
+  if (absl::Status s = sessions.access().MayUse(caller); !s.ok()) return s;
   std::shared_ptr<Session> session = sessions.Authorize(session_id, token);
   if (!session) return absl::NotFoundError("no session " + std::to_string(session_id) + " with this token");
-  return CheckChunks(std::move(session), chunks, kMaxChunksPerRequest, &sessions.access());
+  if (absl::Status s = sessions.access().MayUseSession(caller, session->id, session->uid); !s.ok()) return s;
+  return CheckChunks(std::move(session), chunks, max_chunks, &sessions.access());
 }
 
 grpc::Status ToGrpc(const absl::Status& s) {

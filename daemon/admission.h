@@ -19,7 +19,7 @@
 
 namespace kvstream {
 
-inline constexpr size_t kMaxChunksPerRequest = 65536;
+inline constexpr size_t kDefaultMaxChunksPerCall = 16384;  // sessions.max_chunks_per_call
 
 // Where one chunk of an admitted request lives: daemon-mapped memory at `data`, which may shrink
 // under the daemon when `fd` >= 0 (an unsealed client region: `data` maps `fd` at `fd_offset`,
@@ -46,18 +46,21 @@ struct Admitted {
 // by `access` (none: as given).
 absl::StatusOr<Admitted> CheckChunks(std::shared_ptr<Session> session,
                                      const google::protobuf::RepeatedPtrField<v1::ChunkRange>& chunks,
-                                     size_t max_chunks = kMaxChunksPerRequest, const AccessPolicy* access = nullptr);
+                                     size_t max_chunks = kDefaultMaxChunksPerCall, const AccessPolicy* access = nullptr);
 
-// The session the request may use: NotFound unless `token` is session `session_id`'s token,
-// else as CheckChunks.
-absl::StatusOr<Admitted> Admit(const SessionManager& sessions, uint64_t session_id,
-                                               const std::string& token,
-                                               const google::protobuf::RepeatedPtrField<v1::ChunkRange>& chunks);
+// The session the request may use, for `caller` (null: a call without a caller token): under
+// isolation, Unauthenticated without a caller; NotFound unless `token` is session `session_id`'s
+// token; under isolation, PermissionDenied unless the caller is of the session's uid (a leaked
+// token is not enough); else as CheckChunks with `max_chunks`.
+absl::StatusOr<Admitted> Admit(const SessionManager& sessions, uint64_t session_id, const std::string& token,
+                               const google::protobuf::RepeatedPtrField<v1::ChunkRange>& chunks, const Caller* caller,
+                               size_t max_chunks);
 
 // For RetrieveRequest and PersistRequest, which share these fields.
 template <typename Request>
-absl::StatusOr<Admitted> Admit(const SessionManager& sessions, const Request& req) {
-  return Admit(sessions, req.session_id(), req.token(), req.chunks());
+absl::StatusOr<Admitted> Admit(const SessionManager& sessions, const Request& req, const Caller* caller = nullptr,
+                               size_t max_chunks = kDefaultMaxChunksPerCall) {
+  return Admit(sessions, req.session_id(), req.token(), req.chunks(), caller, max_chunks);
 }
 
 // absl::Status -> grpc::Status with the same code and message.

@@ -49,6 +49,14 @@ absl::Status AccessPolicy::MayUse(const Caller* caller) const {
       "sessions.isolation is uid: identify on the data socket and send the caller token (a kvstream client does)");
 }
 
+absl::Status AccessPolicy::MayUseSession(const Caller* caller, uint64_t session, uid_t owner) const {
+  if (!options_.isolate_uids) return absl::OkStatus();
+  if (caller == nullptr) return MayUse(caller);
+  if (caller->uid == owner) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat("session ", session, " belongs to another uid: uid ", caller->uid,
+                                                  " may not use it, whatever token it presents"));
+}
+
 absl::Status AccessPolicy::MayAdminister(const Caller* caller) const {
   if (!options_.isolate_uids || (caller != nullptr && caller->admin)) return absl::OkStatus();
   if (caller == nullptr) return MayUse(caller);

@@ -62,6 +62,9 @@ class AccessPolicy {
   bool IsAdmin(const PeerCredentials& peer) const;
   // Calls that touch keys or sessions: under isolation, only identified callers.
   absl::Status MayUse(const Caller* caller) const;
+  // Calls that name session `session` of uid `owner` (Retrieve, Persist): under isolation, only
+  // callers of that uid (PermissionDenied), whatever token they present.
+  absl::Status MayUseSession(const Caller* caller, uint64_t session, uid_t owner) const;
   // Evict and SetPolicies: under isolation, administrators only (PermissionDenied).
   absl::Status MayAdminister(const Caller* caller) const;
   // The key as the store knows it: under isolation, `key` inside the namespace of `uid` (a prefix

@@ -98,6 +98,8 @@ void RequireMap(const YAML::Node& node, const std::string& key, const std::set<s
   }
 }
 
+bool IsAuto(const YAML::Node& node) { return node.IsScalar() && node.Scalar() == "auto"; }
+
 std::string Str(const YAML::Node& node, const std::string& key) {
   if (!node.IsScalar()) throw ConfigError{Where(node, key) + " must be a string"};
   return node.as<std::string>();
@@ -207,7 +209,7 @@ DaemonConfig Parse(const YAML::Node& root) {
   if (const auto s = root["sessions"]) {
     RequireMap(s, "sessions", {"max_arena", "arena_budget", "max_sessions", "isolation", "admin_group",
                                "max_sessions_per_uid", "arena_budget_per_uid", "max_lookup_keys", "tier_share_per_uid",
-                               "locked_bytes_per_uid", "uids_same_on_all_nodes"});
+                               "locked_bytes_per_uid", "uids_same_on_all_nodes", "max_chunks_per_call"});
     if (s["isolation"]) {
       const std::string isolation = Str(s["isolation"], "sessions.isolation");
       if (isolation == "none") {
@@ -219,8 +221,6 @@ DaemonConfig Parse(const YAML::Node& root) {
       }
     }
     if (s["admin_group"]) c.admin_group = Str(s["admin_group"], "sessions.admin_group");
-    if (s["max_sessions_per_uid"]) c.max_sessions_per_uid = Uint(s["max_sessions_per_uid"], "sessions.max_sessions_per_uid");
-    if (s["arena_budget_per_uid"]) c.arena_budget_per_uid = Bytes(s["arena_budget_per_uid"], "sessions.arena_budget_per_uid");
     if (s["max_lookup_keys"]) {
       c.max_lookup_keys = Uint(s["max_lookup_keys"], "sessions.max_lookup_keys");
       if (c.max_lookup_keys == 0 || c.max_lookup_keys > (1u << 20)) {
@@ -242,16 +242,24 @@ DaemonConfig Parse(const YAML::Node& root) {
     if (const YAML::Node same = s["uids_same_on_all_nodes"]) {
       c.uids_same_on_all_nodes = Bool(same, "sessions.uids_same_on_all_nodes");
     }
+    if (s["max_chunks_per_call"]) {
+      c.max_chunks_per_call = Uint(s["max_chunks_per_call"], "sessions.max_chunks_per_call");
+      if (c.max_chunks_per_call == 0 || c.max_chunks_per_call > 65536) {
+        throw ConfigError{Where(s["max_chunks_per_call"], "sessions.max_chunks_per_call") + " must be 1 to 65536"};
+      }
+    }
     if (s["max_sessions"]) c.max_sessions = Uint(s["max_sessions"], "sessions.max_sessions");
     if (c.max_sessions == 0) throw ConfigError{Where(s["max_sessions"], "sessions.max_sessions") + " must be at least 1"};
     if (s["max_arena"]) c.max_arena_bytes = Bytes(s["max_arena"], "sessions.max_arena");
     if (c.max_arena_bytes < 4096) throw ConfigError{Where(s["max_arena"], "sessions.max_arena") + " must be at least 4KiB"};
-    if (s["arena_budget"] && !(s["arena_budget"].IsScalar() && s["arena_budget"].Scalar() == "auto")) {
+    if (s["arena_budget"] && !IsAuto(s["arena_budget"])) {
       c.arena_budget_bytes = Bytes(s["arena_budget"], "sessions.arena_budget");
     }
     if (c.arena_budget_bytes < 4096) {
       throw ConfigError{Where(s["arena_budget"], "sessions.arena_budget") + " must be at least 4KiB"};
     }
+    if (s["max_sessions_per_uid"]) c.max_sessions_per_uid = Uint(s["max_sessions_per_uid"], "sessions.max_sessions_per_uid");
+    if (s["arena_budget_per_uid"]) c.arena_budget_per_uid = Bytes(s["arena_budget_per_uid"], "sessions.arena_budget_per_uid");
   }
   if (root["block_size"]) c.store.block_size = static_cast<uint32_t>(std::min<uint64_t>(Bytes(root["block_size"], "block_size"), UINT32_MAX));
   if (const auto s = root["staging"]) {

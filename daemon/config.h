@@ -52,6 +52,7 @@ struct DaemonConfig {
   // Under isolation uid with a shared tier: uid N is the same principal on every node sharing it
   // (accounts from one directory service). Without it such a config is refused (docs/security.md).
   bool uids_same_on_all_nodes = false;
+  uint32_t max_chunks_per_call = 16384;  // chunks in one Retrieve or Persist
   std::string log_level = "info";   // trace | debug | info | warn | error
   std::string metrics_listen;       // HOST:PORT of HTTP /metrics and /health; empty = off
   StoreConfig store;                // tiers, block size, staging, policies (validated)

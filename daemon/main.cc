@@ -203,7 +203,7 @@ int Main(int argc, char** argv) {
     std::cerr << "kvstreamd: " << s.message() << "\n";
     return 1;
   }
-  auto service = std::make_unique<Service>(store->get(), &sessions, config->max_lookup_keys);
+  auto service = std::make_unique<Service>(store->get(), &sessions, config->max_lookup_keys, config->max_chunks_per_call);
   // No listening port: the control socket accepts and hands each connection to the server.
   grpc::ServerBuilder builder;
   builder.RegisterService(service.get());

@@ -69,16 +69,23 @@ grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionEvent>* Service::Session(
   return new SessionCall(store_, sessions_, std::move(owner));
 }
 
-grpc::ServerWriteReactor<v1::RetrieveEvent>* Service::Retrieve(grpc::CallbackServerContext*,
+template <typename Request>
+absl::StatusOr<Admitted> Service::AdmitCall(const grpc::CallbackServerContext* ctx, const Request& req) const {
+  auto caller = CallerOf(ctx);
+  if (!caller.ok()) return caller.status();
+  return Admit(*sessions_, req, caller->get(), max_chunks_per_call_);
+}
+
+grpc::ServerWriteReactor<v1::RetrieveEvent>* Service::Retrieve(grpc::CallbackServerContext* ctx,
                                                                const v1::RetrieveRequest* req) {
-  auto admitted = Admit(*sessions_, *req);
+  auto admitted = AdmitCall(ctx, *req);
   if (!admitted.ok()) return EventStream<v1::RetrieveEvent>::Refused(ToGrpc(admitted.status()));
   return RetrieveCall::Start(store_, *std::move(admitted), *req);
 }
 
-grpc::ServerWriteReactor<v1::PersistEvent>* Service::Persist(grpc::CallbackServerContext*,
+grpc::ServerWriteReactor<v1::PersistEvent>* Service::Persist(grpc::CallbackServerContext* ctx,
                                                              const v1::PersistRequest* req) {
-  auto admitted = Admit(*sessions_, *req);
+  auto admitted = AdmitCall(ctx, *req);
   if (!admitted.ok()) return EventStream<v1::PersistEvent>::Refused(ToGrpc(admitted.status()));
   return PersistCall::Start(store_, *std::move(admitted), *req, &staging_);
 }

@@ -16,6 +16,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "admission.h"
 #include "kvstream.grpc.pb.h"
 #include "kvstream/store.h"
 #include "sessions.h"
@@ -26,9 +27,11 @@ namespace kvstream {
 class Service final : public v1::KVStream::CallbackService {
  public:
   static constexpr uint32_t kDefaultMaxLookupKeys = 16384;
-  // `max_lookup_keys`: keys one Lookup or Unlock may name (sessions.max_lookup_keys).
-  Service(Store* store, SessionManager* sessions, uint32_t max_lookup_keys = kDefaultMaxLookupKeys)
-      : store_(store), sessions_(sessions), max_lookup_keys_(max_lookup_keys) {}
+  // `max_lookup_keys`: keys one Lookup or Unlock may name (sessions.max_lookup_keys);
+  // `max_chunks_per_call`: chunks one Retrieve or Persist may name (sessions.max_chunks_per_call).
+  Service(Store* store, SessionManager* sessions, uint32_t max_lookup_keys = kDefaultMaxLookupKeys,
+          uint32_t max_chunks_per_call = kDefaultMaxChunksPerCall)
+      : store_(store), sessions_(sessions), max_lookup_keys_(max_lookup_keys), max_chunks_per_call_(max_chunks_per_call) {}
 
   grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionEvent>* Session(grpc::CallbackServerContext* ctx) override;
   grpc::ServerUnaryReactor* Lookup(grpc::CallbackServerContext* ctx, const v1::LookupRequest* req,
@@ -54,6 +57,9 @@ class Service final : public v1::KVStream::CallbackService {
   // Who is calling (callers.h): null for a call without a caller token (or, without isolation,
   // with one the daemon no longer knows); Unauthenticated under isolation for an unknown token.
   absl::StatusOr<std::shared_ptr<const Caller>> CallerOf(const grpc::CallbackServerContext* ctx) const;
+  // A Retrieve or Persist admitted for its caller (admission.h), or why it is refused.
+  template <typename Request>
+  absl::StatusOr<Admitted> AdmitCall(const grpc::CallbackServerContext* ctx, const Request& req) const;
   // The keys of a Lookup or Unlock as the store knows them (the caller's namespace under
   // isolation), or why the call is refused: anonymous under isolation, too many keys, a bad key.
   absl::StatusOr<std::vector<std::string>> StoreKeys(const grpc::CallbackServerContext* ctx,
@@ -62,6 +68,7 @@ class Service final : public v1::KVStream::CallbackService {
   Store* const store_;
   SessionManager* const sessions_;
   const uint32_t max_lookup_keys_;
+  const uint32_t max_chunks_per_call_;
   StagingWorker staging_;  // persists that found staging full wait for space here
 };
 

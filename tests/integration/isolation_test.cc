@@ -1,9 +1,11 @@
 // Who may do what on the socket, against a real kvstreamd: clients of two uids (forked children
 // that drop root) under sessions.isolation uid never read, overwrite, look up or unlock each
-// other's keys; non-administrators' evict and policy calls are refused; per-uid limits hold; and
-// under isolation none two uids share keys as before. Needs root (to switch uids).
+// other's keys, not even with a leaked session token; non-administrators' evict and policy calls
+// are refused; per-uid limits hold; a call's keys are capped; and under
+// isolation none two uids share keys as before. Needs root (to switch uids).
 #include <catch2/catch.hpp>
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -15,6 +17,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "daemon_process.h"
+#include "data_socket.h"
 #include "kvstream.grpc.pb.h"
 #include "kvstream/client.h"
 #include "tenants.h"
@@ -51,6 +54,38 @@ std::vector<uint8_t> Get(Client& c, const std::string& key, size_t size) {
   std::vector<ChunkResult> results;
   if (!c.Retrieve({{key, 0, size}}, &results).ok() || results.size() != 1 || !results[0].status.ok()) return {};
   return std::vector<uint8_t>(c.arena(), c.arena() + results[0].size);
+}
+
+// A Retrieve (or, with `persist`, a Persist) of `key` into (or from) offset `offset` of session
+// `session_id`'s arena with `token`, as any client of the socket can send it, with the caller
+// token `caller` (none when empty); the call's final code.
+grpc::StatusCode DataCall(const DaemonProcess& d, bool persist, uint64_t session_id, const std::string& token,
+                          const std::string& caller, const std::string& key, uint64_t offset) {
+  auto stub = v1::KVStream::NewStub(grpc::CreateChannel("unix:" + d.socket(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  if (!caller.empty()) ctx.AddMetadata("kvstream-caller", caller);
+  v1::ChunkRange chunk;
+  chunk.set_key(key);
+  chunk.set_offset(offset);
+  chunk.set_length(1 << 20);
+  if (persist) {
+    v1::PersistRequest req;
+    req.set_session_id(session_id);
+    req.set_token(token);
+    *req.add_chunks() = chunk;
+    auto reader = stub->Persist(&ctx, req);
+    for (v1::PersistEvent e; reader->Read(&e);) {
+    }
+    return reader->Finish().error_code();
+  }
+  v1::RetrieveRequest req;
+  req.set_session_id(session_id);
+  req.set_token(token);
+  *req.add_chunks() = chunk;
+  auto reader = stub->Retrieve(&ctx, req);
+  for (v1::RetrieveEvent e; reader->Read(&e);) {
+  }
+  return reader->Finish().error_code();
 }
 
 std::string Isolated(const std::string& extra = "") {
@@ -178,6 +213,96 @@ TEST_CASE("per-uid limits on sessions and arena bytes hold, and a lookup's keys 
           auto a = AttachAs(d, 16 << 20);
           auto b = AttachAs(d);
           EXPECT_OR_RETURN(1, a != nullptr && b != nullptr);
+          return 0;
+        }) == 0);
+  CHECK(d.Stop() == 0);
+}
+
+TEST_CASE("under isolation uid a leaked session token is refused to another uid, with or without its caller token") {
+  if (SkipWithoutRoot()) return;
+  SharedDir shared;
+  DaemonProcess d(shared.dir, "", "", Isolated(), "0666");
+  REQUIRE(d.Start());
+  const auto alice_bytes = Payload(1 << 20, 1);
+  CHECK(RunAs(kAlice, [&] {
+          auto c = AttachAs(d);
+          EXPECT_OR_RETURN(1, c != nullptr && Put(*c, "prefix-0", alice_bytes));
+          return 0;
+        }) == 0);
+  // Alice's session, its id and token leaked to Bob (shared memory stands in for the leak).
+  struct Leak {
+    uint64_t session_id;
+    char token[kSessionTokenBytes];
+  };
+  void* shared_page = mmap(nullptr, sizeof(Leak), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(shared_page != MAP_FAILED);
+  auto* leak = static_cast<Leak*>(shared_page);
+  Tenant alice(kAlice, [&](Tenant::Control& control) {
+    absl::StatusOr<CallerIdentity> id = IdentifyCaller(d.socket() + ".data", 5);
+    EXPECT_OR_RETURN(1, id.ok());
+    auto stub = v1::KVStream::NewStub(grpc::CreateChannel("unix:" + d.socket(), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("kvstream-caller", id->token);
+    auto session = stub->Session(&ctx);
+    v1::SessionRequest attach;
+    attach.mutable_attach()->set_model("m");
+    attach.mutable_attach()->set_world_size(1);
+    attach.mutable_attach()->set_arena_bytes(8 << 20);
+    v1::SessionEvent attached;
+    EXPECT_OR_RETURN(2, session->Write(attach) && session->Read(&attached) && attached.has_attached());
+    EXPECT_OR_RETURN(3, attached.attached().token().size() == kSessionTokenBytes);
+    leak->session_id = attached.attached().session_id();
+    std::memcpy(leak->token, attached.attached().token().data(), kSessionTokenBytes);
+    control.Ready();
+    while (!control.Stopping(1000)) {
+    }
+    session->WritesDone();
+    session->Finish();
+    return 0;
+  });
+  REQUIRE(alice.WaitReady());
+  CHECK(RunAs(kBob, [&] {
+          const std::string token(leak->token, kSessionTokenBytes);
+          absl::StatusOr<CallerIdentity> bob = IdentifyCaller(d.socket() + ".data", 5);
+          EXPECT_OR_RETURN(1, bob.ok());
+          // Read Alice's key, overwrite it from the arena's second MiB (zeros): each refused.
+          for (const bool persist : {false, true}) {
+            EXPECT_OR_RETURN(2, DataCall(d, persist, leak->session_id, token, bob->token, "prefix-0", persist ? 1 << 20 : 0) ==
+                                    grpc::StatusCode::PERMISSION_DENIED);
+            EXPECT_OR_RETURN(3, DataCall(d, persist, leak->session_id, token, "", "prefix-0", persist ? 1 << 20 : 0) ==
+                                    grpc::StatusCode::UNAUTHENTICATED);
+          }
+          return 0;
+        }) == 0);
+  CHECK(alice.Stop() == 0);
+  CHECK(RunAs(kAlice, [&] {
+          auto c = AttachAs(d);
+          EXPECT_OR_RETURN(1, c != nullptr && Get(*c, "prefix-0", 1 << 20) == alice_bytes);  // never overwritten
+          return 0;
+        }) == 0);
+  munmap(shared_page, sizeof(Leak));
+  CHECK(d.Stop() == 0);
+}
+
+TEST_CASE("a retrieve or persist naming more chunks than sessions.max_chunks_per_call is refused, changing nothing") {
+  if (SkipWithoutRoot()) return;
+  SharedDir shared;
+  DaemonProcess d(shared.dir, "", "", Isolated(), "0666");  // the default: 16384
+  REQUIRE(d.Start());
+  CHECK(RunAs(kAlice, [&] {
+          auto c = AttachAs(d);
+          EXPECT_OR_RETURN(1, c != nullptr);
+          std::vector<ChunkRange> chunks;
+          for (int i = 0; i <= 16384; ++i) chunks.push_back({"k" + std::to_string(i), 0, 4096});
+          std::vector<ChunkResult> results;
+          const auto too_many = c->Retrieve(chunks, &results);
+          EXPECT_OR_RETURN(2, absl::IsInvalidArgument(too_many.status()));
+          EXPECT_OR_RETURN(3, too_many.status().message().find("max_chunks_per_call") != std::string::npos);
+          EXPECT_OR_RETURN(4, absl::IsInvalidArgument(c->Persist(chunks)));
+          auto found = c->Lookup({"k0", "k16384"});
+          EXPECT_OR_RETURN(5, found.ok() && !(*found)[0].present && !(*found)[1].present);  // nothing was stored
+          chunks.pop_back();
+          EXPECT_OR_RETURN(6, c->Retrieve(chunks, &results).ok());  // 16384: every one a miss
           return 0;
         }) == 0);
   CHECK(d.Stop() == 0);

@@ -51,6 +51,8 @@ TEST_CASE("the documented default config parses into the documented values") {
   CHECK(c->store.read_give_up_seconds == Approx(10.0));
   CHECK(c->store.verify_threads == -1);  // auto
   CHECK(c->max_sessions == 256);
+  CHECK(c->max_lookup_keys == 16384);
+  CHECK(c->max_chunks_per_call == 16384);
 }
 
 // The commented example between "# --- Example: a GPU node" and "# --- end of example" in the
@@ -215,6 +217,19 @@ TEST_CASE("isolation uid with a shared tier is refused unless uids are said to b
   CHECK(ParseDaemonConfig("node: n1\n" + tiers, "test.yaml").ok());  // isolation none: one tenant anyway
   CHECK(ErrorOf("node: n1\nsessions: {uids_same_on_all_nodes: true}\n" + tiers).find("isolation uid only") !=
         std::string::npos);
+}
+
+TEST_CASE("the chunks of one retrieve or persist are capped, 16384 by default") {
+  auto plain = ParseDaemonConfig(kMinimal, "test.yaml");
+  REQUIRE(plain.ok());
+  CHECK(plain->max_chunks_per_call == 16384);
+  auto set = ParseDaemonConfig(std::string(kMinimal) + "sessions: {max_chunks_per_call: 65536}\n", "test.yaml");
+  REQUIRE(set.ok());
+  CHECK(set->max_chunks_per_call == 65536);
+  for (const char* bad : {"0", "65537", "many"}) {
+    CHECK(ErrorOf(std::string(kMinimal) + "sessions: {max_chunks_per_call: " + bad + "}\n").find("sessions.max_chunks_per_call") !=
+          std::string::npos);
+  }
 }
 
 TEST_CASE("a key given twice and an arena limit of zero are refused") {
