@@ -258,8 +258,18 @@ DaemonConfig Parse(const YAML::Node& root) {
     if (c.arena_budget_bytes < 4096) {
       throw ConfigError{Where(s["arena_budget"], "sessions.arena_budget") + " must be at least 4KiB"};
     }
-    if (s["max_sessions_per_uid"]) c.max_sessions_per_uid = Uint(s["max_sessions_per_uid"], "sessions.max_sessions_per_uid");
-    if (s["arena_budget_per_uid"]) c.arena_budget_per_uid = Bytes(s["arena_budget_per_uid"], "sessions.arena_budget_per_uid");
+    // Per uid: after the node's limits, which `auto` halves.
+    const bool isolated = c.isolation == DaemonConfig::Isolation::kUid;
+    if (const auto v = s["max_sessions_per_uid"]; v && !IsAuto(v)) {
+      c.max_sessions_per_uid = Uint(v, "sessions.max_sessions_per_uid");
+    } else if (isolated) {
+      c.max_sessions_per_uid = std::max<uint32_t>(c.max_sessions / 2, 1);
+    }
+    if (const auto v = s["arena_budget_per_uid"]; v && !IsAuto(v)) {
+      c.arena_budget_per_uid = Bytes(v, "sessions.arena_budget_per_uid");
+    } else if (isolated) {
+      c.arena_budget_per_uid = c.arena_budget_bytes / 2;
+    }
   }
   if (root["block_size"]) c.store.block_size = static_cast<uint32_t>(std::min<uint64_t>(Bytes(root["block_size"], "block_size"), UINT32_MAX));
   if (const auto s = root["staging"]) {

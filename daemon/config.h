@@ -40,8 +40,11 @@ struct DaemonConfig {
   // Members of this group (a name or a numeric gid) may administer (evict, policies, others'
   // locks) besides root and the daemon's own uid; empty = none.
   std::string admin_group;
-  uint32_t max_sessions_per_uid = 0;    // sessions one uid may attach at once; 0 = max_sessions
-  uint64_t arena_budget_per_uid = 0;    // arena and client region bytes of one uid; 0 = arena_budget
+  // Sessions one uid may attach at once, and the arena and client region bytes of one uid; 0: only
+  // the node's limits. `auto` (the default): under isolation uid, half of max_sessions and of
+  // arena_budget, so that one uid never holds what another needs to attach; under none, 0.
+  uint32_t max_sessions_per_uid = 0;
+  uint64_t arena_budget_per_uid = 0;
   uint32_t max_lookup_keys = 16384;     // keys in one Lookup or Unlock
   // Under isolation uid, each uid's keys are one tenant of every tier (StoreConfig::
   // tenant_tier_share, tenant_locked_bytes): guaranteed this share of each tier, and at most

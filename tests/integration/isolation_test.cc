@@ -1,7 +1,7 @@
 // Who may do what on the socket, against a real kvstreamd: clients of two uids (forked children
 // that drop root) under sessions.isolation uid never read, overwrite, look up or unlock each
 // other's keys, not even with a leaked session token; non-administrators' evict and policy calls
-// are refused; per-uid limits hold; a call's keys are capped; and under
+// are refused; per-uid limits hold, and are on by default; a call's keys are capped; and under
 // isolation none two uids share keys as before. Needs root (to switch uids).
 #include <catch2/catch.hpp>
 
@@ -281,6 +281,42 @@ TEST_CASE("under isolation uid a leaked session token is refused to another uid,
           return 0;
         }) == 0);
   munmap(shared_page, sizeof(Leak));
+  CHECK(d.Stop() == 0);
+}
+
+TEST_CASE("under isolation uid one uid holds at most half of the sessions and of the arena budget by default") {
+  if (SkipWithoutRoot()) return;
+  SharedDir shared;
+  DaemonProcess d(shared.dir, "", "", Isolated(", max_sessions: 4, arena_budget: 64MiB"), "0666");
+  REQUIRE(d.Start());
+  Tenant bob(kBob, [&](Tenant::Control& control) {
+    auto big = Client::Attach(d.socket(), {"m", 0, 1, 40 << 20});  // more than half the budget
+    EXPECT_OR_RETURN(1, absl::IsResourceExhausted(big.status()));
+    EXPECT_OR_RETURN(2, big.status().message().find("arena_budget_per_uid") != std::string::npos);
+    std::vector<std::unique_ptr<Client>> held;
+    for (int i = 0; i < 4; ++i) {  // as many as it can get
+      auto c = Client::Attach(d.socket(), {"m", 0, 1, 8 << 20});
+      if (!c.ok()) {
+        EXPECT_OR_RETURN(3, absl::IsResourceExhausted(c.status()));
+        EXPECT_OR_RETURN(4, c.status().message().find("max_sessions_per_uid") != std::string::npos);
+        break;
+      }
+      held.push_back(*std::move(c));
+    }
+    EXPECT_OR_RETURN(5, held.size() == 2);  // half of max_sessions
+    control.Ready();
+    while (!control.Stopping(1000)) {
+    }
+    return 0;
+  });
+  REQUIRE(bob.WaitReady());
+  CHECK(RunAs(kAlice, [&] {  // the other half is there for another uid
+          auto a = AttachAs(d, 16 << 20);
+          auto b = AttachAs(d, 16 << 20);
+          EXPECT_OR_RETURN(1, a != nullptr && b != nullptr);
+          return 0;
+        }) == 0);
+  CHECK(bob.Stop() == 0);
   CHECK(d.Stop() == 0);
 }
 

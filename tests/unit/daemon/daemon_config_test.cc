@@ -51,6 +51,8 @@ TEST_CASE("the documented default config parses into the documented values") {
   CHECK(c->store.read_give_up_seconds == Approx(10.0));
   CHECK(c->store.verify_threads == -1);  // auto
   CHECK(c->max_sessions == 256);
+  CHECK(c->max_sessions_per_uid == 0);  // auto, under isolation none
+  CHECK(c->arena_budget_per_uid == 0);
   CHECK(c->max_lookup_keys == 16384);
   CHECK(c->max_chunks_per_call == 16384);
 }
@@ -217,6 +219,29 @@ TEST_CASE("isolation uid with a shared tier is refused unless uids are said to b
   CHECK(ParseDaemonConfig("node: n1\n" + tiers, "test.yaml").ok());  // isolation none: one tenant anyway
   CHECK(ErrorOf("node: n1\nsessions: {uids_same_on_all_nodes: true}\n" + tiers).find("isolation uid only") !=
         std::string::npos);
+}
+
+TEST_CASE("per-uid limits are half the node's by default under isolation uid, off under none, and may be set") {
+  auto none = ParseDaemonConfig(std::string(kMinimal) + "sessions: {max_sessions: 10, arena_budget: 8GiB}\n", "test.yaml");
+  REQUIRE(none.ok());
+  CHECK(none->max_sessions_per_uid == 0);
+  CHECK(none->arena_budget_per_uid == 0);
+  // Whatever order the keys come in.
+  auto uid = ParseDaemonConfig(
+      std::string(kMinimal) + "sessions: {isolation: uid, arena_budget_per_uid: auto, max_sessions: 10, arena_budget: 8GiB}\n",
+      "test.yaml");
+  REQUIRE(uid.ok());
+  CHECK(uid->max_sessions_per_uid == 5);
+  CHECK(uid->arena_budget_per_uid == 4ull << 30);
+  auto one = ParseDaemonConfig(std::string(kMinimal) + "sessions: {isolation: uid, max_sessions: 1}\n", "test.yaml");
+  REQUIRE(one.ok());
+  CHECK(one->max_sessions_per_uid == 1);  // never 0, which would mean no limit
+  CHECK(one->arena_budget_per_uid == DefaultArenaBudget() / 2);
+  auto off = ParseDaemonConfig(
+      std::string(kMinimal) + "sessions: {isolation: uid, max_sessions_per_uid: 0, arena_budget_per_uid: 0}\n", "test.yaml");
+  REQUIRE(off.ok());
+  CHECK(off->max_sessions_per_uid == 0);  // explicitly off
+  CHECK(off->arena_budget_per_uid == 0);
 }
 
 TEST_CASE("the chunks of one retrieve or persist are capped, 16384 by default") {
