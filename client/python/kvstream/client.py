@@ -28,6 +28,9 @@ T = TypeVar("T")
 CONNECT_TIMEOUT_S = 2.0  # how long connect/attach wait for the daemon to answer
 RPC_TIMEOUT_S = 30.0  # deadline of the unary calls (lookup, stats, ...)
 CLOSE_TIMEOUT_S = 2.0  # how long close() waits for the daemon to end the session stream
+# The keys one lookup or unlock, and the chunks one retrieve or persist, may name by default
+# (sessions.max_lookup_keys, max_chunks_per_call); a daemon refuses more with INVALID_ARGUMENT.
+MAX_KEYS_PER_CALL = 16384
 
 
 class RetrieveResult(NamedTuple):

@@ -70,7 +70,7 @@ from vllm.v1.kv_offload.tiering.base import JobResult, SecondaryTierManager, Tra
 
 from . import engine_versions
 from .arena_alloc import ArenaAllocator
-from .client import Client
+from .client import MAX_KEYS_PER_CALL, Client
 from .daemon_link import DaemonLink, Session
 from .errors import Code, KVStreamError
 from .shared_region import SharedRegion, gpu_present
@@ -396,13 +396,16 @@ class KVStreamTier(SecondaryTierManager):
                 raise ValueError(f"vLLM chunk id {row} is outside the primary tier's {self._rows} rows")
 
     def _load(self, session: Session, batch: _Batch) -> List[bool]:
-        """One retrieve of the step's chunks, straight into the primary rows (or through the arena)."""
+        """One retrieve of the step's chunks (of at most MAX_KEYS_PER_CALL each), straight into the
+        primary rows (or through the arena)."""
         self._check_rows(batch)
         names = [self._name(k) for k in batch.keys]
         if self._region is not None:
-            self._count("retrieves", 1)
             chunks = [(name, self._region_offset(row), self._row, session.region) for name, row in zip(names, batch.rows)]
-            results, _ = session.client.retrieve(chunks)
+            results = []
+            for first in range(0, len(chunks), MAX_KEYS_PER_CALL):
+                self._count("retrieves", 1)
+                results += session.client.retrieve(chunks[first:first + MAX_KEYS_PER_CALL]).results
             ok = [self._whole(r) for r in results]
             self._count("loaded_bytes", sum(ok) * self._row)
             _log_failures(results)
@@ -469,7 +472,7 @@ class KVStreamTier(SecondaryTierManager):
         allocator = session.allocator
         if allocator is None:
             raise KVStreamError(Code.FAILED_PRECONDITION, "the session has no arena")
-        per_round = max(1, allocator.capacity // allocator.rounded(self._row))
+        per_round = max(1, min(allocator.capacity // allocator.rounded(self._row), MAX_KEYS_PER_CALL))
         ok: List[bool] = []
         for first in range(0, len(names), per_round):
             part = range(first, min(first + per_round, len(names)))
