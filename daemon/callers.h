@@ -8,10 +8,11 @@
 // takes its token with it.
 //
 // Access: with isolation `uid`, every key a client names lives in a namespace of the client's
-// uid (tenants never read, overwrite, probe or unlock each other's keys), anonymous calls that
-// touch keys are refused, and administration (evict, policies) is for root, the daemon's own uid
-// and the admin group only. With isolation `none`, every member of the socket group is trusted
-// with everything, as one tenant.
+// uid (tenants never read, overwrite, probe or unlock each other's keys), a call that names a
+// session is for the session's uid only, anonymous calls that touch keys are refused, and
+// administration (evict, policies) is for root, the daemon's own uid and the admin group only.
+// With isolation `none`, every member of the socket group is trusted with everything, as one
+// tenant.
 #pragma once
 
 #include <sys/types.h>

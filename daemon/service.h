@@ -7,8 +7,9 @@
 // gRPC server (shut it down first).
 //
 // Access (callers.h): calls that touch keys or sessions carry the caller's token; under
-// sessions.isolation uid their keys live in the caller's namespace, and Evict and SetPolicies are
-// for administrators. Stats, Steps and Health are open to every member of the socket group. Destroying the Service stops its staging worker (see
+// sessions.isolation uid their keys live in the caller's namespace, Retrieve and Persist are for
+// the session's uid only (its token is not enough), and Evict and SetPolicies are for
+// administrators. Stats, Steps and Health are open to every member of the socket group. Destroying the Service stops its staging worker (see
 // staging_worker.h): the chunks of persists still queued for staging space are answered
 // UNAVAILABLE, unstaged. Chunks already staged stay the store's, and the store's last durable
 // callbacks delete their calls.
