@@ -1,6 +1,7 @@
 #include "data_server.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -188,6 +189,14 @@ void DataServer::Dispatch(int socket, Connection& c) {
     // The task holds the slot until it has answered.
     auto held = std::make_shared<UidSlots::Slot>(*std::move(slot));
     const bool queued = lane.pool.Post([this, socket, fd, frame, peer = std::move(peer), held] {
+      // A client that gave up waiting and closed its end is owed nothing: a region it will never
+      // learn the id of is not worth registering.
+      pollfd gone{socket, POLLRDHUP, 0};
+      if (poll(&gone, 1, 0) == 1 && (gone.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) {
+        if (fd >= 0) close(fd);
+        close(socket);
+        return;
+      }
       const uint8_t(&bytes)[kDataFrameBytes] = *reinterpret_cast<const uint8_t(*)[kDataFrameBytes]>(frame->data());
       handler_(socket, ParseDataRequest(bytes), fd, peer);
       close(socket);

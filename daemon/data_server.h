@@ -6,8 +6,9 @@
 // (TaskPool) with its queue bounded in total and per uid (DescriptorCaps::queued): arena
 // hand-overs, which only send a descriptor, on their own thread; region requests, which may wait
 // for the store (registering a large region takes a while), on another two. So no region request
-// ever holds up a hand-over. Every descriptor that arrives is either handed to the handler or
-// closed, on every path. Refusals are logged throttled (throttled_warning.h); out of descriptors,
+// ever holds up a hand-over; a request whose client closed its end before a worker took it up is
+// dropped unanswered. Every descriptor that arrives is either handed to the handler or closed, on
+// every path. Refusals are logged throttled (throttled_warning.h); out of descriptors,
 // accepting pauses (unix_listener.h).
 //
 // DataOp::kIdentify is answered here: the peer's credentials become a caller (callers.h) whose
