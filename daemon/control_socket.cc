@@ -3,27 +3,16 @@
 #include <fcntl.h>
 #include <grpcpp/server_posix.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <chrono>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "callers.h"
 #include "spdlog/spdlog.h"
-#include "thread_name.h"
 
 namespace kvstream {
-namespace {
-
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-}  // namespace
 
 ControlSocket::ControlSocket(std::string path, UidSlots::Limits limits)
     : path_(std::move(path)), slots_("control socket connections", limits) {}
@@ -31,64 +20,49 @@ ControlSocket::ControlSocket(std::string path, UidSlots::Limits limits)
 ControlSocket::~ControlSocket() { Stop(); }
 
 absl::Status ControlSocket::Listen(uint32_t mode) {
-  stop_fd_ = eventfd(0, EFD_CLOEXEC);
-  epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
-  if (stop_fd_ < 0 || epoll_fd_ < 0) return absl::InternalError(absl::StrCat("eventfd/epoll: ", std::strerror(errno)));
-  epoll_event stop_event{EPOLLIN, {.fd = stop_fd_}};
-  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, stop_fd_, &stop_event);
-  return listener_.Listen(path_, mode, epoll_fd_);
+  if (absl::Status s = epoll_.Create(); !s.ok()) return s;
+  return listener_.Listen(path_, mode, epoll_.epoll_fd());
 }
 
 absl::Status ControlSocket::Serve(grpc::Server* server) {
   if (listener_.fd() < 0) return absl::FailedPreconditionError("the control socket is not listening");
   server_ = server;
-  thread_ = std::thread([this] {
-    NameThisThread("kvs-control");
-    Run();
-  });
+  epoll_.Start("kvs-control", [this] { Run(); });
   return absl::OkStatus();
 }
 
 void ControlSocket::Stop() {
-  if (thread_.joinable()) {
-    const uint64_t one = 1;
-    [[maybe_unused]] ssize_t n = write(stop_fd_, &one, sizeof(one));
-    thread_.join();
-  }
+  epoll_.Join();
   listener_.Close();
   for (auto& [watch_fd, slot] : watched_) close(watch_fd);
   watched_.clear();
-  for (int* fd : {&stop_fd_, &epoll_fd_}) {
-    if (*fd >= 0) close(*fd);
-    *fd = -1;
-  }
+  epoll_.Close();
 }
 
 void ControlSocket::Run() {
   epoll_event events[64];
   while (true) {
-    const int n = epoll_wait(epoll_fd_, events, 64, static_cast<int>(listener_.WaitMs(NowMs())));
+    const int n = epoll_wait(epoll_.epoll_fd(), events, 64, static_cast<int>(listener_.WaitMs(SteadyNowMs())));
     if (n < 0 && errno != EINTR) {
       spdlog::error("control socket: epoll_wait: {}", std::strerror(errno));
       return;
     }
-    const int64_t now = NowMs();
+    const int64_t now = SteadyNowMs();
     listener_.ResumeIfDue(now);
     for (int i = 0; i < n; ++i) {
       const int fd = events[i].data.fd;
-      if (fd == stop_fd_) return;
+      if (epoll_.IsStop(fd)) return;
       if (fd == listener_.fd()) {
         Accept(now);
         continue;
       }
       // A connection hung up (its peer closed it, or gRPC shut it down): its slot is free.
-      epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+      epoll_ctl(epoll_.epoll_fd(), EPOLL_CTL_DEL, fd, nullptr);
       close(fd);
       watched_.erase(fd);
     }
   }
 }
-
 void ControlSocket::Accept(int64_t now) {
   for (int c; (c = listener_.Accept(now)) >= 0;) {
     absl::StatusOr<PeerCredentials> peer = ReadPeerCredentials(c);
@@ -102,7 +76,7 @@ void ControlSocket::Accept(int64_t now) {
       continue;
     }
     epoll_event hang_up{EPOLLRDHUP, {.fd = watch_fd}};  // EPOLLHUP and EPOLLERR are always reported
-    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, watch_fd, &hang_up);
+    epoll_ctl(epoll_.epoll_fd(), EPOLL_CTL_ADD, watch_fd, &hang_up);
     watched_.emplace(watch_fd, *std::move(slot));
     grpc::AddInsecureChannelFromFd(server_, c);  // the descriptor is gRPC's from here on
   }

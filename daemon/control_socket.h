@@ -15,9 +15,9 @@
 #include <cstdint>
 #include <map>
 #include <string>
-#include <thread>
 
 #include "absl/status/status.h"
+#include "epoll_thread.h"
 #include "throttled_warning.h"
 #include "uid_slots.h"
 #include "unix_listener.h"
@@ -52,14 +52,12 @@ class ControlSocket {
   const std::string path_;
   UidSlots slots_;
   grpc::Server* server_ = nullptr;
-  int stop_fd_ = -1;
-  int epoll_fd_ = -1;
+  EpollThread epoll_;
   UnixListener listener_{"control socket"};
   ThrottledWarning refusals_;
   // The connections handed to gRPC: a duplicate of each one's descriptor, watched for hang-up, and
   // its slot. The serving thread's only.
   std::map<int, UidSlots::Slot> watched_;
-  std::thread thread_;
 };
 
 }  // namespace kvstream

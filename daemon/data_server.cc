@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -11,24 +10,14 @@
 #include <array>
 #include <memory>
 #include <cerrno>
-#include <chrono>
 #include <cstring>
 #include <vector>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
-#include "thread_name.h"
 
 namespace kvstream {
-namespace {
-
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-}  // namespace
 
 DataServer::DataServer(std::string path, CallerRegistry* callers, Handler handler, const DescriptorCaps& caps)
     : path_(std::move(path)),
@@ -41,34 +30,20 @@ DataServer::DataServer(std::string path, CallerRegistry* callers, Handler handle
 DataServer::~DataServer() { Stop(); }
 
 absl::Status DataServer::Start(uint32_t mode) {
-  stop_fd_ = eventfd(0, EFD_CLOEXEC);
-  epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
-  if (stop_fd_ < 0 || epoll_fd_ < 0) return absl::InternalError(std::string("eventfd/epoll: ") + std::strerror(errno));
-  epoll_event stop_event{EPOLLIN, {.fd = stop_fd_}};
-  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, stop_fd_, &stop_event);
+  if (absl::Status s = epoll_.Create(); !s.ok()) return s;
   // The control socket was checked first: no live daemon owns the path.
-  if (absl::Status s = listener_.Listen(path_, mode, epoll_fd_); !s.ok()) return s;
-  thread_ = std::thread([this] {
-    NameThisThread("kvs-data");
-    Serve();
-  });
+  if (absl::Status s = listener_.Listen(path_, mode, epoll_.epoll_fd()); !s.ok()) return s;
+  epoll_.Start("kvs-data", [this] { Serve(); });
   return absl::OkStatus();
 }
 
 void DataServer::Stop() {
-  if (thread_.joinable()) {
-    const uint64_t one = 1;
-    [[maybe_unused]] ssize_t n = write(stop_fd_, &one, sizeof(one));
-    thread_.join();
-  }
+  epoll_.Join();
   while (!connections_.empty()) Close(connections_.begin()->first);
   hand_over_.pool.Stop();  // each answers the requests already queued
   regions_.pool.Stop();
   listener_.Close();
-  for (int* fd : {&stop_fd_, &epoll_fd_}) {
-    if (*fd >= 0) close(*fd);
-    *fd = -1;
-  }
+  epoll_.Close();
 }
 
 void DataServer::Serve() {
@@ -76,8 +51,8 @@ void DataServer::Serve() {
   while (true) {
     // Wake for the earliest deadline of a connection still sending its frame, and at the end of
     // an accept pause.
-    int64_t next = listener_.WaitMs(NowMs());
-    const int64_t now = NowMs();
+    int64_t next = listener_.WaitMs(SteadyNowMs());
+    const int64_t now = SteadyNowMs();
     std::vector<int> expired;
     for (const auto& [socket, c] : connections_) {
       if (c.deadline_ms == 0) continue;
@@ -88,17 +63,17 @@ void DataServer::Serve() {
       }
     }
     for (int socket : expired) Close(socket);
-    const int n = epoll_wait(epoll_fd_, events, 64, static_cast<int>(next));
+    const int n = epoll_wait(epoll_.epoll_fd(), events, 64, static_cast<int>(next));
     if (n < 0 && errno != EINTR) {
       spdlog::error("data socket: epoll_wait: {}", std::strerror(errno));
       return;
     }
-    listener_.ResumeIfDue(NowMs());
+    listener_.ResumeIfDue(SteadyNowMs());
     for (int i = 0; i < n; ++i) {
       const int fd = events[i].data.fd;
-      if (fd == stop_fd_) return;
+      if (epoll_.IsStop(fd)) return;
       if (fd == listener_.fd()) {
-        Accept(NowMs());
+        Accept(SteadyNowMs());
         continue;
       }
       auto it = connections_.find(fd);
@@ -127,7 +102,7 @@ void DataServer::Accept(int64_t now) {
     conn.pending = *std::move(pending);
     conn.deadline_ms = now + kFrameTimeoutMs;
     epoll_event e{EPOLLIN | EPOLLRDHUP, {.fd = c}};
-    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, c, &e);
+    epoll_ctl(epoll_.epoll_fd(), EPOLL_CTL_ADD, c, &e);
   }
 }
 
@@ -173,7 +148,7 @@ bool DataServer::Receive(int socket, Connection& c) {
 void DataServer::Dispatch(int socket, Connection& c) {
   // The request goes to its lane with its connection and descriptor: from here on they are the
   // task's (blocking I/O with a send timeout, as the handler expects).
-  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, socket, nullptr);
+  epoll_ctl(epoll_.epoll_fd(), EPOLL_CTL_DEL, socket, nullptr);
   Lane& lane = ParseDataRequest(c.frame).op == DataOp::kFetchArena ? hand_over_ : regions_;
   const int fd = c.fd;
   PeerCredentials peer = std::move(c.peer);
@@ -204,7 +179,7 @@ void DataServer::Dispatch(int socket, Connection& c) {
     if (queued) return;
     refused = absl::UnavailableError("kvstreamd is stopping");
   }
-  refusals_.Warn(NowMs(), absl::StrCat("data socket: refused a request: ", refused.message()));
+  refusals_.Warn(SteadyNowMs(), absl::StrCat("data socket: refused a request: ", refused.message()));
   SendDataReply(socket, refused, 0).IgnoreError();
   if (fd >= 0) close(fd);
   close(socket);
@@ -235,7 +210,7 @@ void DataServer::Close(int socket) {
   if (it == connections_.end()) return;
   if (it->second.fd >= 0) close(it->second.fd);
   if (it->second.caller != 0) callers_->Remove(it->second.caller);
-  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, socket, nullptr);
+  epoll_ctl(epoll_.epoll_fd(), EPOLL_CTL_DEL, socket, nullptr);
   close(socket);
   connections_.erase(it);
 }

@@ -25,6 +25,7 @@
 #include "callers.h"
 #include "data_socket.h"
 #include "descriptor_caps.h"
+#include "epoll_thread.h"
 #include "task_pool.h"
 #include "throttled_warning.h"
 #include "uid_slots.h"
@@ -80,14 +81,12 @@ class DataServer {
   const std::string path_;
   CallerRegistry* const callers_;
   const Handler handler_;
-  int stop_fd_ = -1;
-  int epoll_fd_ = -1;
+  EpollThread epoll_;
   UnixListener listener_{"data socket"};
   UidSlots pending_;
   ThrottledWarning refusals_;
   std::map<int, Connection> connections_;  // by socket; touched by the serving thread only
   Lane hand_over_, regions_;
-  std::thread thread_;
 };
 
 }  // namespace kvstream
