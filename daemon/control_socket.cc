@@ -63,6 +63,7 @@ void ControlSocket::Run() {
     }
   }
 }
+
 void ControlSocket::Accept(int64_t now) {
   for (int c; (c = listener_.Accept(now)) >= 0;) {
     absl::StatusOr<PeerCredentials> peer = ReadPeerCredentials(c);

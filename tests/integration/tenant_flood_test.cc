@@ -172,6 +172,7 @@ TEST_CASE("a tenant registering 1 GiB client regions in a loop leaves another's 
   if (SkipWithoutRoot()) return;
   SharedDir shared;
   DaemonProcess d(shared.dir, "", "", Isolated(), "0666");
+  d.set_log(shared.dir.sub("kvstreamd.log"));
   REQUIRE(d.Start());
   constexpr uint64_t kRegion = 1ull << 30;
   Tenant bob(kBob, [&](Tenant::Control& control) {
@@ -222,6 +223,7 @@ TEST_CASE("a tenant registering 1 GiB client regions in a loop leaves another's 
   CHECK(RunAs(kAlice, [&] { return ServedPromptly(d); }) == 0);
   CHECK(bob.Stop() == 0);
   CHECK(d.Stop() == 0);
+  CHECK(LogLines(shared.dir.sub("kvstreamd.log")) < 50);
 }
 
 }  // namespace
