@@ -118,11 +118,13 @@ DescriptorCaps SizeCaps(uint64_t limit, const Store& store, const DaemonConfig& 
                        HttpLimits{}.max_connections + kMargin;
   const uint64_t left = limit > own ? limit - own : 0;
   const DescriptorCaps caps = SizeDescriptorCaps(left);
-  const uint64_t needed = own + DescriptorsAtCaps(caps);
-  if (needed > limit) {
-    spdlog::warn("the descriptor limit ({}) is too low for the tiers and sessions configured and a useful number of "
-                 "clients: raise it to at least {} (LimitNOFILE=, ulimit -n): until then a busy node may run out",
-                 limit, needed);
+  // Each client process holds a control connection and an identity: one uid should be able to
+  // identify as many as it may attach sessions.
+  const uint32_t sessions_per_uid = config.max_sessions_per_uid > 0 ? config.max_sessions_per_uid : config.max_sessions;
+  if (own + DescriptorsAtCaps(caps) > limit || caps.identities.per_uid < sessions_per_uid) {
+    spdlog::warn("the descriptor limit ({}) is too low for the tiers and sessions configured: one uid may connect {} "
+                 "clients, for {} sessions; raise it (LimitNOFILE=, ulimit -n)",
+                 limit, caps.identities.per_uid, sessions_per_uid);
   }
   spdlog::info("descriptors: limit {}, {} for the daemon's own; for clients (in all/per uid): control connections "
                "{}/{}, identities {}/{}, data socket requests pending {}/{} and queued on each lane {}/{}, client "
