@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <stdexcept>
 #include <string>
 
@@ -61,5 +62,16 @@ class MappedSharedMemory {
   int fd_ = -1;
   uint8_t* data_ = nullptr;
 };
+
+// Descriptors of this process that are the memfd named `name` (a probe a test hands over, to see
+// that the other side closed its copy).
+inline int OpenMemfds(const std::string& name) {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    n += std::filesystem::read_symlink(e.path(), ec).string().find("memfd:" + name) == 0;
+  }
+  return n;
+}
 
 }  // namespace kvstream::testing

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "data_socket.h"
+#include "eventually.h"
 #include "sessions.h"
 #include "spdlog/sinks/ostream_sink.h"
 #include "spdlog/spdlog.h"
@@ -50,12 +51,6 @@ int Connect(const std::string& path, int fd = -1) {
 bool ClosedByServer(int socket, int wait_ms) {
   pollfd p{socket, POLLRDHUP, 0};
   return poll(&p, 1, wait_ms) == 1 && (p.revents & (POLLRDHUP | POLLHUP)) != 0;
-}
-
-// True once `done()` is, polling for up to 10 s.
-bool Eventually(const std::function<bool()>& done) {
-  for (int i = 0; i < 1000 && !done(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  return done();
 }
 
 // A gRPC server with no listening port behind a ControlSocket, as kvstreamd runs them.

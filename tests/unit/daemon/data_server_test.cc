@@ -9,13 +9,14 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
 #include "data_socket.h"
+#include "eventually.h"
+#include "shared_memory.h"
 #include "test_util.h"
 
 namespace kvstream::testing {
@@ -73,21 +74,6 @@ struct Rig {
   GatedHandler handler;
   DataServer server;
 };
-
-// True once `done()` is, polling for up to 10 s.
-bool Eventually(const std::function<bool()>& done) {
-  for (int i = 0; i < 1000 && !done(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  return done();
-}
-
-int OpenMemfds(const std::string& name) {
-  int n = 0;
-  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
-    std::error_code ec;
-    n += std::filesystem::read_symlink(e.path(), ec).string().find("memfd:" + name) == 0;
-  }
-  return n;
-}
 
 TEST_CASE("an arena hand-over is answered while region requests hold every region worker") {
   Rig rig;

@@ -11,6 +11,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "eventually.h"
 #include "kvstream.grpc.pb.h"
 #include "kvstream/store.h"
 #include "retrieve_call.h"
@@ -194,15 +195,6 @@ struct InProcessDaemon {
   std::unique_ptr<grpc::Server> server;
   std::unique_ptr<v1::KVStream::Stub> stub;
 };
-
-// True once `done()` is, polling for up to 10 s.
-bool Eventually(const std::function<bool()>& done) {
-  for (int i = 0; i < 1000; ++i) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return done();
-}
 
 // A session attached over the Session stream, as a client does; detached when destroyed.
 struct AttachedSession {

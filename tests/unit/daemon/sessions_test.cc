@@ -114,16 +114,6 @@ bool StillOpen(int socket) {
   return poll(&p, 1, 0) == 0;
 }
 
-// Descriptors of this process that are the memfd named `name`.
-int OpenMemfds(const std::string& name) {
-  int n = 0;
-  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
-    std::error_code ec;
-    n += std::filesystem::read_symlink(e.path(), ec).string().find("memfd:" + name) == 0;
-  }
-  return n;
-}
-
 TEST_CASE("silent data socket connections never hold up another client's request") {
   TempDir dir;
   SessionManager sessions(dir.sub("data.sock"), 1 << 20, 8 << 20);
