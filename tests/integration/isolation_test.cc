@@ -368,7 +368,7 @@ TEST_CASE("with isolation none two uids share keys and may administer, as before
 TEST_CASE("under isolation uid one uid filling a tier and locking it for an hour leaves another uid its share") {
   // Tiers of 16 chunks (512 KiB files); each uid is guaranteed a quarter of a tier (4 chunks) and
   // may hold as much locked (the defaults under isolation uid).
-  if (Skip()) return;
+  if (SkipWithoutRoot()) return;
   SharedDir shared;
   DaemonProcess d(shared.dir, "", "", Isolated(), "0666", "8MiB");
   REQUIRE(d.Start());
