@@ -219,14 +219,17 @@ void StepPool::DropTier(int tier, Step* step, std::vector<std::pair<Step*, uint3
 }
 
 void StepPool::Fail(BlockRef ref, int tier) {
+  Retry(ref);
+  DropHolder(ref.step, ref.step->blocks[ref.block].chunk, tier);
+}
+
+void StepPool::Retry(BlockRef ref) {
   StepBlock& blk = ref.step->blocks[ref.block];
-  StepChunk& c = ref.step->chunks[blk.chunk];
   blk.state = BlockState::kUnclaimed;
   blk.pinned = -1;
-  --c.in_flight;
+  --ref.step->chunks[blk.chunk].in_flight;
   ++ref.step->unclaimed;
   ref.step->retry.push_back(ref.block);
-  DropHolder(ref.step, blk.chunk, tier);
 }
 
 void StepPool::Finish(Step* s, uint32_t chunk) {

@@ -84,6 +84,9 @@ class StepPool {
   // The block failed on `tier` (read error or checksum): the tier stops serving the chunk and
   // the block goes back to the pool for another holder.
   void Fail(BlockRef ref, int tier);
+  // The block's read landed but says nothing of its tier (it hashed wrong in memory its owner may
+  // change under it): back in the pool, claimable at once by any holder, every holder kept.
+  void Retry(BlockRef ref);
   // Removes `tier` as a holder of the chunk (its replica is gone); blocks pinned to it may go to
   // any remaining holder.
   void DropHolder(Step* step, uint32_t chunk, int tier);

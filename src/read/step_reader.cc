@@ -175,12 +175,12 @@ void StepReader::Issue(int t, BlockRef ref) {
   absl::StatusOr<FileHandle> file = tier.device->OpenChunk(step->state[blk.chunk].stem);
   if (!file.ok()) {
     // A missing file is a lost replica; other errors (EMFILE, ENOMEM...) only fail over.
-    ReadFailed(t, step, ref, std::string(file.status().message()), IoStatusOf(file.status()), false, true,
+    ReadFailed(t, step, ref, std::string(file.status().message()), IoStatusOf(file.status()), false,
                /*absent=*/absl::IsNotFound(file.status()));
     return;
   }
   if (!tier.device->HoldsVersion(*file, meta)) {  // another node replaced the file under its name
-    ReadFailed(t, step, ref, "the file holds another version now", IoStatus::kGone, false, true, /*absent=*/true);
+    ReadFailed(t, step, ref, "the file holds another version now", IoStatus::kGone, false, /*absent=*/true);
     return;
   }
   TierReads& ts = slots_[t];
@@ -196,7 +196,7 @@ void StepReader::Issue(int t, BlockRef ref) {
   const uint32_t length = static_cast<uint32_t>(AlignUp(slot.payload, props.offset_alignment));
   // Through a bounce buffer also on the thread engine: pages a thread is reading into cannot be
   // taken back, so only a bounced read can be abandoned and hedged there.
-  const bool via_bounce = read.bounce || props.threads_engine ||
+  const bool via_bounce = read.bounce || step->state[blk.chunk].bounce || props.threads_engine ||
                           reinterpret_cast<uintptr_t>(slot.dst) % props.mem_alignment != 0 ||
                           start + length > read.dst_capacity;
   slot.oversized.reset();
@@ -254,7 +254,7 @@ void StepReader::Complete(int t, const IoCompletion& c) {
       return;
     }
     ReadFailed(t, step, ref, absl::StrCat("read error on tier ", tier.name, ": ", std::strerror(c.error)), c.status,
-               false, true, /*absent=*/c.error == ENOENT || c.error == ESTALE);
+               false, /*absent=*/c.error == ENOENT || c.error == ESTALE);
     return;
   }
   if (!config_.verify_checksums) {
@@ -316,13 +316,15 @@ void StepReader::Verified(const VerifyJob& job) {
                                          "' is no longer in the client's memory (truncated while being read into)")));
     return;
   }
+  if (!job.ok && job.guarded) {  // hashed where its owner may have changed it: no verdict on the tier
+    ReadAgainBounced(job.tier, step, ref);
+    return;
+  }
   if (!job.ok) {
-    // Hashed in client memory that may shrink, a mismatch may be the client truncating or writing
-    // into its destination: the read fails over, but the replica is not dropped on that evidence.
     ReadFailed(job.tier, step, ref,
                absl::StrCat(job.key != nullptr ? "segment tag mismatch (not the bytes a key holder wrote)" : "checksum mismatch",
                             " on tier ", tiers_[job.tier]->name, " (block ", blk.segment, ")"),
-               IoStatus::kMediaError, true, /*may_drop=*/!job.guarded);
+               IoStatus::kMediaError, true);
     return;
   }
   Accept(job.tier, ref, job.length);
@@ -342,7 +344,7 @@ void StepReader::Accept(int t, BlockRef ref, uint32_t payload) {
 }
 
 void StepReader::ReadFailed(int t, ReadStep* step, BlockRef ref, std::string why, IoStatus kind, bool checksum,
-                            bool may_drop, bool absent) {
+                            bool absent) {
   const uint32_t chunk = step->blocks[ref.block].chunk;
   if (PlaceAgainIfRewritten(step, chunk)) return;  // not the tier's fault
   Tier& tier = *tiers_[t];
@@ -352,8 +354,8 @@ void StepReader::ReadFailed(int t, ReadStep* step, BlockRef ref, std::string why
   (foreign_missing ? step->state[chunk].foreign_missing : step->state[chunk].real_failure) = true;
   if (!foreign_missing || checksum) ++(checksum ? tier.counters.checksum_failures : tier.counters.read_errors);
   tier.counters.CountError(kind);
-  const bool bad_copy = may_drop && (checksum || IsBadCopy(kind));
-  if (foreign && checksum && may_drop && on_foreign_bad_) on_foreign_bad_(t, *step->state[chunk].meta);
+  const bool bad_copy = checksum || IsBadCopy(kind);
+  if (foreign && checksum && on_foreign_bad_) on_foreign_bad_(t, *step->state[chunk].meta);
   uint64_t left_out;
   if (foreign_missing && !checksum) {
     spdlog::debug("tier {}: '{}': another node's file: {}", tier.name, step->reads[chunk].key, why);

@@ -20,7 +20,10 @@
 // memory the store took back (memory/memory_regions.h). A read straight into other memory is never
 // hedged: it is waited for. A destination in client memory that may shrink (ChunkRead::dst_fd)
 // is copied into (bounced blocks) and hashed only under a SIGBUS guard (memory/client_memory.h); a
-// destination that vanished fails only its chunk. Loop thread only.
+// destination that vanished fails only its chunk. A block that hashes wrong there says nothing of
+// its tier (the client may have truncated its memory and grown it back under the read, or written
+// into it): it is read again through a bounce buffer and judged in the store's own memory, the
+// only verdict that counts against a tier. Loop thread only.
 #pragma once
 
 #include <cstdint>
@@ -63,6 +66,8 @@ struct ChunkState {
   // have landed (a late one would overwrite newer bytes, or memory the caller reused).
   uint32_t held = 0;
   bool place_when_landed = false;  // the chunk was rewritten: placed again once they land
+  // A block of it hashed wrong in client memory: its reads go through bounce buffers from then on.
+  bool bounce = false;
 };
 
 // A step as the reader runs it: the pool's Step plus what its caller asked and gets back.
@@ -213,12 +218,15 @@ class StepReader {
   // If the key was rewritten since placement, the chunk is read again as the current version and
   // nothing counts against the tier; otherwise the tier stops serving the chunk, the failure is
   // counted, and a replica that is really bad (a checksum mismatch, IsBadCopy) is dropped.
-  // `may_drop` false: the evidence cannot tell a bad copy from a client writing into its own
-  // destination (a block hashed back from client memory), so the replica stays. `absent`: the
-  // file is not there (ENOENT, ESTALE) or holds another version; for another node's file that is
-  // its owner's doing, not a fault of the tier.
+  // `absent`: the file is not there (ENOENT, ESTALE) or holds another version; for another node's
+  // file that is its owner's doing, not a fault of the tier. Never on a block hashed in client
+  // memory (its owner may have changed it): that one is read again (ReadAgainBounced).
   void ReadFailed(int tier, ReadStep* step, BlockRef ref, std::string why, IoStatus kind, bool checksum,
-                  bool may_drop = true, bool absent = false);
+                  bool absent = false);
+  // A block read straight into client memory that may change under the store hashed wrong there:
+  // it is read again, by any holder, through a bounce buffer (as is the rest of its chunk), and
+  // nothing counts against `tier`.
+  void ReadAgainBounced(int tier, ReadStep* step, BlockRef ref);
   // Copies a bounced block into its destination (guarded for client memory that may shrink).
   // False when the destination is gone: the chunk has failed (DestinationGone).
   bool CopyIn(ReadStep* step, uint32_t chunk, const ReadSlot& slot);

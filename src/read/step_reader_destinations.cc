@@ -1,8 +1,9 @@
 // StepReader (step_reader.h): what becomes of a chunk's destination while it is read. Bounced
-// blocks are copied into client memory that may shrink under a SIGBUS guard, and a destination
-// that vanished fails only its chunk; a chunk rewritten meanwhile is placed again as the new
-// version, but only once every read abandoned straight into its destination (in memory the store
-// could not take back) has landed.
+// blocks are copied into client memory that may shrink under a SIGBUS guard, a destination that
+// vanished fails only its chunk, and a block that hashed wrong there is read again into the
+// store's own memory before any tier is judged; a chunk rewritten meanwhile is placed again as
+// the new version, but only once every read abandoned straight into its destination (in memory
+// the store could not take back) has landed.
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -29,6 +30,16 @@ void StepReader::DestinationGone(ReadStep* step, uint32_t chunk, absl::Status wh
   pool_->ReplaceChunk(step, chunk, 0, 0);  // abandons its other blocks in flight
   Deliver(step, chunk, std::move(why));
   if (step->unfinished == 0) Finish(step);
+}
+
+void StepReader::ReadAgainBounced(int t, ReadStep* step, BlockRef ref) {
+  const uint32_t chunk = step->blocks[ref.block].chunk;
+  spdlog::debug("tier {}: '{}': block {} hashed wrong in the client's memory (changed under the read?): "
+                "read again through a bounce buffer",
+                tiers_[t]->name, step->reads[chunk].key, step->blocks[ref.block].segment);
+  step->state[chunk].bounce = true;
+  pool_->Retry(ref);
+  Settle(step, chunk);  // its other blocks may have failed meanwhile, waiting for this one
 }
 
 bool StepReader::PlaceAgainIfRewritten(ReadStep* step, uint32_t chunk) {

@@ -1,5 +1,6 @@
 // Where reads land: unaligned destinations and tails go through bounce buffers, memory registered
-// with the store is read into with fixed buffers, and both deliver the same bytes.
+// with the store is read into with fixed buffers, and both deliver the same bytes; client memory
+// truncated and grown back under its registration is read again, and no tier is blamed.
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
@@ -8,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "shared_memory.h"
 #include "store_test_util.h"
 
 namespace kvstream::testing {
@@ -61,6 +63,46 @@ TEST_CASE("reads into registered memory use fixed buffers and stay correct") {
   std::memset(arena.get(), 0, 4 * slot);
   read_into_arena();
   CHECK(fixed() - after < 4);  // now plain buffers (only bounced tails may still be fixed)
+}
+
+TEST_CASE("a read into client memory truncated and grown back under its registration is not blamed on the tier") {
+  // The client truncates its registered memory and grows it back: the file has fresh pages, while
+  // the registration still pins the old ones, so a fixed-buffer read lands where the client no
+  // longer looks and its block hashes wrong in the client's memory. That is the client's doing:
+  // the block is read again into the store's own memory, verified there and copied in. With one
+  // tier there is no other holder to hide a wrong verdict behind.
+  TempDir dir;
+  StoreConfig config;
+  config.block_size = 256 << 10;
+  config.tiers.push_back({"only", dir.sub("t0"), 1ull << 30});
+  auto store = OpenStoreOrSkip(config);
+  const auto data = Payload(1 << 20, 17);
+  REQUIRE(store->Persist("k", data.data(), data.size()).ok());
+  store->Flush();
+  MappedSharedMemory memory(4 << 20);
+  REQUIRE(store->RegisterMemory(memory.data(), memory.size(), memory.fd(), 0).ok());
+  REQUIRE(ftruncate(memory.fd(), 0) == 0);
+  REQUIRE(ftruncate(memory.fd(), static_cast<off_t>(memory.size())) == 0);
+  const TierStats before = store->Stats().tiers[0];
+  std::vector<ChunkResult> results;
+  store->Retrieve({{"k", memory.data(), memory.size(), memory.fd(), 0}}, &results);
+  const TierStats after = store->Stats().tiers[0];
+  const char* engine = std::getenv("KVSTREAM_IO_ENGINE");
+  const bool threads = engine != nullptr && std::string(engine) == "threads";  // bounces every block
+  if (!threads && after.fixed_ops == before.fixed_ops) {
+    std::cerr << "SKIPPED: the tier could not register the memory for fixed-buffer reads\n";
+    std::exit(kSkipExitCode);
+  }
+  INFO(results[0].status.ToString());
+  REQUIRE(results[0].status.ok());
+  CHECK(std::memcmp(memory.data(), data.data(), data.size()) == 0);
+  // Each block landed in the pages the registration pinned, hashed wrong in the client's memory,
+  // and was read again through a bounce buffer; nothing counts against the tier or its replica.
+  if (!threads) CHECK(after.bounce_reads - before.bounce_reads >= 4);
+  CHECK(after.checksum_failures == 0);
+  CHECK(after.read_errors == 0);
+  CHECK(store->Lookup({"k"})[0].tier_mask == 1u);
+  store->UnregisterMemory(memory.data());
 }
 
 }  // namespace

@@ -34,6 +34,24 @@ TEST_CASE("a failed block goes to another holder and the chunk fails when none r
   CHECK(StepPool::ChunkOutcome(b, 0) == StepPool::Outcome::kFailed);
 }
 
+TEST_CASE("a block retried goes back to the pool and every holder keeps the chunk") {
+  StepPool r(2, {RoutingKind::kFastest, 0}, BatchingPolicy::kStep);
+  Step b = MakeStep({{3, 1}});
+  r.Add(&b);
+  BlockRef a;
+  REQUIRE(r.Claim(0, &a));
+  r.Retry(a);  // its bytes said nothing of tier 0
+  CHECK(b.chunks[0].holders == 3u);
+  CHECK(StepPool::ChunkOutcome(b, 0) == StepPool::Outcome::kPending);
+  BlockRef again;
+  REQUIRE(r.Claim(0, &again));  // tier 0 may read it again
+  CHECK(again.block == a.block);
+  r.Retry(again);
+  REQUIRE(r.Claim(1, &again));  // and so may tier 1: no longer pinned
+  r.Done(again);
+  CHECK(StepPool::ChunkOutcome(b, 0) == StepPool::Outcome::kComplete);
+}
+
 TEST_CASE("blocks pinned to a stalled tier go to the other holders, those only it holds stay") {
   StepPool r(2, {RoutingKind::kFastest, 0}, BatchingPolicy::kStep);
   Step b = MakeStep({{3, 3}, {1, 1}});  // chunk 0 on both tiers, chunk 1 on tier 0 only
