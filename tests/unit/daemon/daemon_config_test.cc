@@ -396,7 +396,7 @@ TEST_CASE("the Kubernetes DaemonSet's config parses with the node name from the 
 namespace kvstream {
 namespace {
 
-TEST_CASE("${NAME} in an anchored value is substituted once; an empty NAME is empty, its default used") {
+TEST_CASE("${NAME} in an anchored value is substituted once, and an empty NAME is empty but takes a :- default") {
   setenv("KVS_TEST_DOLLAR", "$${not-again}", 1);
   setenv("KVS_TEST_EMPTY", "", 1);
   auto c = ParseDaemonConfig("node: &n \"n${KVS_TEST_EMPTY}1\"\n"

@@ -280,7 +280,7 @@ TEST_CASE("a signed header is version 2: nonce, key, checksums, tags and MAC, al
   CHECK(absl::IsDataLoss(PeekChunkVersion(image.data(), 64).status()));  // the nonce is not there
 }
 
-TEST_CASE("two writers' authenticated copies of the same bytes are two versions; plain copies one") {
+TEST_CASE("two writers' authenticated copies of the same bytes are two versions, plain copies one") {
   const auto key = Key(1);
   const auto payload = Payload(70000, 4);
   ChunkMeta plain = DescribeChunk("k", payload.data(), payload.size(), 65536, 1);

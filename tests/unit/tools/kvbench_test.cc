@@ -335,7 +335,7 @@ TEST_CASE("without an alone run per tier there is no bound, and fio is compared 
   CHECK(v.message == "kvbench: --check needs the completion policy and the tiers' alone runs");
 }
 
-TEST_CASE("a chunk drain per tier is printed and written to the JSON; none is neither") {
+TEST_CASE("a chunk drain per tier is printed and written to the JSON, and no drain is neither") {
   BenchResults results = HandMadeResults();
   const std::string line = "chunk drain (serial batching's idle time per chunk boundary): t0 1.50 ms t1 2.25 ms\n";
   CHECK(Printed([&](std::FILE* out) { PrintReport(out, results, Analyze(results)); }).find("chunk drain") ==

@@ -41,7 +41,7 @@ TEST_CASE("bad chunks are refused without taking staging space") {
   CHECK(reactor.wakes == 0);
 }
 
-TEST_CASE("a copy of bytes already verified keeps their checksums; another segment size or key is hashed") {
+TEST_CASE("a copy of bytes already verified keeps their checksums, another segment size or key is hashed") {
   CountingReactor reactor;
   WriteStager stager(16 * kBlock, 0.75, kBlock, &reactor);
   auto data = Payload(3 * kBlock + 100, 7);
