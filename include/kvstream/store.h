@@ -35,7 +35,9 @@ namespace kvstream {
 // under a SIGBUS guard that turns a vanished page into an error (copying a bounced block in,
 // hashing a block to verify it); reads land there by O_DIRECT, where a vanished page fails that
 // read. A destination that shrank fails its chunk with FailedPrecondition and counts against no
-// tier; a block that hashes wrong there is read again through a bounce buffer and judged there.
+// tier. Any destination may be written by its owner while a read lands: a block that hashes
+// wrong where it landed is read again through a bounce buffer, and only a mismatch there counts
+// against its tier.
 //
 // With `bounce`, every block goes through a bounce buffer and is copied in once verified: for
 // memory a device has pinned (cudaHostRegister), whose pages the store must never replace under

@@ -316,7 +316,9 @@ void StepReader::Verified(const VerifyJob& job) {
                                          "' is no longer in the client's memory (truncated while being read into)")));
     return;
   }
-  if (!job.ok && job.guarded) {  // hashed where its owner may have changed it: no verdict on the tier
+  // Hashed in its destination, which its owner can write into (an arena, a client region) while
+  // the read lands: no verdict on the tier, which is judged only on bytes in the store's memory.
+  if (!job.ok && job.slot == kNoSlot) {
     ReadAgainBounced(job.tier, step, ref);
     return;
   }

@@ -219,13 +219,13 @@ class StepReader {
   // nothing counts against the tier; otherwise the tier stops serving the chunk, the failure is
   // counted, and a replica that is really bad (a checksum mismatch, IsBadCopy) is dropped.
   // `absent`: the file is not there (ENOENT, ESTALE) or holds another version; for another node's
-  // file that is its owner's doing, not a fault of the tier. Never on a block hashed in client
-  // memory (its owner may have changed it): that one is read again (ReadAgainBounced).
+  // file that is its owner's doing, not a fault of the tier. Never on a block hashed in its
+  // destination (its owner may have written into it): that one is read again (ReadAgainBounced).
   void ReadFailed(int tier, ReadStep* step, BlockRef ref, std::string why, IoStatus kind, bool checksum,
                   bool absent = false);
-  // A block read straight into client memory that may change under the store hashed wrong there:
-  // it is read again, by any holder, through a bounce buffer (as is the rest of its chunk), and
-  // nothing counts against `tier`.
+  // A block read straight into its destination (memory its owner can change under the store: an
+  // arena, a client region) hashed wrong there: it is read again, by any holder, through a bounce
+  // buffer (as is the rest of its chunk), and nothing counts against `tier`.
   void ReadAgainBounced(int tier, ReadStep* step, BlockRef ref);
   // Copies a bounced block into its destination (guarded for client memory that may shrink).
   // False when the destination is gone: the chunk has failed (DestinationGone).

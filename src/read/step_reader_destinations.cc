@@ -34,6 +34,7 @@ void StepReader::DestinationGone(ReadStep* step, uint32_t chunk, absl::Status wh
 
 void StepReader::ReadAgainBounced(int t, ReadStep* step, BlockRef ref) {
   const uint32_t chunk = step->blocks[ref.block].chunk;
+  if (PlaceAgainIfRewritten(step, chunk)) return;  // the bytes were another version's
   spdlog::debug("tier {}: '{}': block {} hashed wrong in the client's memory (changed under the read?): "
                 "read again through a bounce buffer",
                 tiers_[t]->name, step->reads[chunk].key, step->blocks[ref.block].segment);

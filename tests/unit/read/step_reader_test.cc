@@ -89,25 +89,28 @@ TEST_CASE("a tier failing mid-step still yields a complete and correct step from
   CHECK(rig.devices[1]->files().size() < 16);
 }
 
-TEST_CASE("a block that hashes wrong in client memory is read again and judged in the store's memory") {
-  // Client memory may change under a read (truncated and grown back, or written into), so a block
-  // that hashes wrong where it landed there says nothing of its tier: it is read again through a
-  // bounce buffer, and only a mismatch there counts against the tier and drops its replica. One
-  // tier, so no other holder can hide a wrong verdict.
+TEST_CASE("a block that hashes wrong in its destination is read again and judged in the store's memory") {
+  // A destination is the client's memory (a session's arena, a region sealed or not), which its
+  // owner may change under a read (written into, truncated and grown back), so a block that hashes
+  // wrong where it landed there says nothing of its tier: it is read again through a bounce
+  // buffer, and only a mismatch there counts against the tier and drops its replica. One tier, so
+  // no other holder can hide a wrong verdict.
   const bool tier_bad = GENERATE(false, true);
+  const bool through_fd = GENERATE(false, true);  // an unsealed region (dst_fd), or mapped memory
   INFO((tier_bad ? "the tier returns bad bytes" : "the bytes were wrong only where they first landed"));
+  INFO((through_fd ? "an unsealed region, reached through its descriptor" : "memory the store maps (an arena)"));
   StoreConfig config;
   config.tiers = SimConfig(1).tiers;
   SimRig rig({300 * MBps}, config);
   const size_t size = 3 * kBlock + 100;  // an unaligned tail: bounced, then copied in under the guard
   auto data = rig.Populate("k", 4, size);
-  // Client memory the store must not trust: an unsealed memfd, mapped.
   const size_t stride = 4 * kBlock;
   MappedSharedMemory memory(4 * stride);
   uint8_t* base = memory.data();
   std::vector<ChunkRead> reads;
   for (int i = 0; i < 4; ++i) {
-    reads.push_back({"k" + std::to_string(i), base + i * stride, size, memory.fd(), i * stride});
+    reads.push_back({"k" + std::to_string(i), base + i * stride, size, through_fd ? memory.fd() : -1,
+                     through_fd ? i * stride : 0});
   }
   // Whole blocks land straight in client memory: the first one read of each chunk comes back bad
   // (or every one does).
