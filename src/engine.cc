@@ -35,7 +35,7 @@ Engine::Engine(StoreConfig config, Tiers tiers, std::shared_ptr<Reactor> reactor
       stager_(config_.staging_limit_bytes, config_.staging_high_water, config_.block_size, reactor_.get()),
       regions_(tiers_),
       pool_(static_cast<int>(tiers_.size()), config_.routing, config_.batching),
-      reader_(config_, tiers_, &index_, &pool_, &regions_, reactor_.get(), &counters_,
+      reader_(config_, tiers_, &index_, &stager_, &pool_, &regions_, reactor_.get(), &counters_,
               [this](StepRecord* record) { StepFinished(record); }),
       replicator_(config_, tiers_, &index_, &stager_, reactor_.get(), &counters_),
       shared_lookup_(config_, tiers_, &index_, reactor_.get()),
@@ -195,13 +195,24 @@ absl::Status Engine::PersistFromFile(std::string_view key, const FileRange& sour
 
 void Engine::Flush() { stager_.Flush(); }
 
+// Lookups see the index and the write stager under the index's lock: a replica is indexed
+// (under that lock, exclusively) before its chunk leaves staging, so a chunk on its way from one
+// to the other is always found in one of them.
+LookupEntry Engine::Present(std::string_view key) const {
+  const IndexEntry* e = index_.get_shared().FindLive(key);
+  std::shared_ptr<const ChunkMeta> staged = stager_.StagedVersion(key);
+  if (staged != nullptr && (e == nullptr || staged->created_unix_ns >= e->meta->created_unix_ns)) {
+    return {true, staged->payload_size, e != nullptr && e->meta == staged ? e->tiers : 0u};
+  }
+  if (e == nullptr) return {};
+  return {true, e->meta->payload_size, e->tiers};
+}
+
 std::vector<LookupEntry> Engine::Lookup(const std::vector<std::string>& keys) const {
   shared_lookup_.Discover(keys);
   std::vector<LookupEntry> out(keys.size());
   absl::ReaderMutexLock lock(&index_.mu());
-  for (size_t i = 0; i < keys.size(); ++i) {
-    if (const IndexEntry* e = index_.get_shared().FindLive(keys[i])) out[i] = {true, e->meta->payload_size, e->tiers};
-  }
+  for (size_t i = 0; i < keys.size(); ++i) out[i] = Present(keys[i]);
   return out;
 }
 
@@ -213,9 +224,15 @@ std::vector<LookupEntry> Engine::LookupAndLock(const std::vector<std::string>& k
   absl::MutexLock lock(&index_.mu());
   Index& index = index_.get();
   for (size_t i = 0; i < keys.size(); ++i) {
-    IndexEntry* e = index.Find(keys[i]);
-    if (e == nullptr || e->tiers == 0) continue;
-    out[i] = {true, e->meta->payload_size, e->tiers, index.Lock(e, until, now)};  // false: past the tenant's limit
+    out[i] = Present(keys[i]);
+    if (!out[i].present) continue;
+    // On its index entry (false past the tenant's locked bytes); a key only staged is locked
+    // there until its replica is indexed.
+    if (IndexEntry* e = index.Find(keys[i]); e != nullptr && e->tiers != 0) {
+      out[i].locked = index.Lock(e, until, now);
+    } else {
+      out[i].locked = stager_.LockStaged(keys[i], until) != nullptr;
+    }
   }
   return out;
 }
@@ -223,7 +240,7 @@ std::vector<LookupEntry> Engine::LookupAndLock(const std::vector<std::string>& k
 size_t Engine::Unlock(const std::vector<std::string>& keys) {
   absl::MutexLock lock(&index_.mu());
   size_t n = 0;
-  for (const std::string& key : keys) n += index_.get().Unlock(key);
+  for (const std::string& key : keys) n += index_.get().Unlock(key) || stager_.UnlockStaged(key);
   return n;
 }
 
@@ -231,7 +248,7 @@ size_t Engine::PrefixHits(const std::vector<std::string>& keys) const {
   shared_lookup_.Discover(keys, /*prefix_only=*/true);
   absl::ReaderMutexLock lock(&index_.mu());
   size_t n = 0;
-  while (n < keys.size() && index_.get_shared().FindLive(keys[n]) != nullptr) ++n;
+  while (n < keys.size() && Present(keys[n]).present) ++n;
   return n;
 }
 

@@ -84,6 +84,8 @@ class Engine final : public Store {
   // Loop: stages a chunk just read from another node's file on a shared tier for this node's own
   // tiers (cross-node reuse), unless staging is full.
   void StageForeignRead(const ChunkRead& read, const ChunkMeta& meta);
+  // Whether `key` is in the index or in staging, and its newest version's size and durable tiers.
+  LookupEntry Present(std::string_view key) const ABSL_SHARED_LOCKS_REQUIRED(index_.mu());
   // Loop: whether everything taken in is done (no step, no write, nothing staged).
   bool Idle() const;
   // Loop, about once a second: each tier's Condition; a tier whose directory was deleted is made

@@ -20,7 +20,7 @@ struct ChunkResult {
   size_t index = 0;        // position in the batch
   absl::Status status;     // OK, NotFound (miss), OutOfRange (dst too small), DataLoss/Unavailable
   uint64_t size = 0;       // payload bytes written to dst when OK
-  uint32_t tier_mask = 0;  // tiers that served at least one block
+  uint32_t tier_mask = 0;  // tiers that served at least one block (0 when OK: served from staging)
 };
 
 // Called once per chunk, on the store's I/O thread, as soon as that chunk is complete.
@@ -53,9 +53,9 @@ struct StepRecord {
   uint32_t hits = 0;
   uint32_t misses = 0;
   uint32_t failed = 0;
-  uint64_t bytes = 0;             // D: payload bytes served
+  uint64_t bytes = 0;             // payload bytes served (by the tiers, or from staging)
   double wall_seconds = 0;        // first placement to last chunk
-  double bound_seconds = 0;       // D / sum of eligible tiers' bandwidths
+  double bound_seconds = 0;       // D / sum of eligible tiers' bandwidths, D the bytes tiers served
   double gap = 0;                 // wall / bound - 1
   std::string routing;            // the policy that ran it
   std::string batching;
@@ -72,6 +72,8 @@ struct PersistResult {
 };
 using PersistCallback = std::function<void(const std::string& key, const PersistResult&)>;
 
+// A key is present from the moment its persist is staged (then, until a replica is durable, with
+// tier_mask 0: a retrieve copies it from staging).
 struct LookupEntry {
   bool present = false;
   uint64_t size = 0;

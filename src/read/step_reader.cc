@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "memory/client_memory.h"
 #include "spdlog/spdlog.h"
 
 namespace kvstream {
@@ -17,12 +19,13 @@ int64_t UnixNowNs() {
 
 }  // namespace
 
-StepReader::StepReader(const StoreConfig& config, const Tiers& tiers, GuardedIndex* index, StepPool* pool,
-                       MemoryRegions* regions, Reactor* reactor, StoreCounters* counters,
-                       StepFinished on_step_finished)
+StepReader::StepReader(const StoreConfig& config, const Tiers& tiers, GuardedIndex* index,
+                       const WriteStager* staging, StepPool* pool, MemoryRegions* regions, Reactor* reactor,
+                       StoreCounters* counters, StepFinished on_step_finished)
     : config_(config),
       tiers_(tiers),
       index_(index),
+      staging_(staging),
       pool_(pool),
       regions_(regions),
       reactor_(reactor),
@@ -67,6 +70,8 @@ void StepReader::Place(std::unique_ptr<ReadStep> owned, const Policies& policies
   step->state.assign(n, ChunkState{});
   step->use.resize(tiers_.size());
   std::vector<uint32_t> finished;  // delivered after the index lock is released
+  // Served from staging (copied once the index lock is released; only this thread frees them).
+  std::vector<std::pair<uint32_t, const StagedChunk*>> staged;
   {
     absl::MutexLock lock(&index_->mu());
     Index& index = index_->get();
@@ -77,6 +82,14 @@ void StepReader::Place(std::unique_ptr<ReadStep> owned, const Policies& policies
       IndexEntry* e = nullptr;
       if (absl::Status s = ValidateKey(read.key); !s.ok()) {
         result.status = s;
+      } else if (const StagedChunk* from = NewerInStaging(index.Find(read.key), read.key)) {
+        const uint64_t size = from->meta->payload_size;
+        if (read.dst == nullptr || read.dst_capacity < size) {
+          result.status = absl::OutOfRangeError(
+              absl::StrCat("destination of ", read.dst_capacity, " bytes is smaller than the chunk's ", size));
+        } else {
+          staged.emplace_back(static_cast<uint32_t>(i), from);
+        }
       } else if (e = index.Find(read.key); e == nullptr || e->tiers == 0) {
         result.status = absl::NotFoundError(absl::StrCat("no tier holds '", read.key, "'"));
         e = nullptr;
@@ -107,12 +120,28 @@ void StepReader::Place(std::unique_ptr<ReadStep> owned, const Policies& policies
   for (size_t t = 0; t < tiers_.size(); ++t) {
     if (slots_[t].late > 0) pool_->ReleasePins(step, static_cast<int>(t));  // placed while t is stalled
   }
+  for (const auto& [chunk, from] : staged) step->results[chunk].status = CopyStaged(step, chunk, *from);
   for (uint32_t chunk : finished) Deliver(step, chunk, step->results[chunk].status);
   if (step->unfinished == 0) {
     Finish(step);
     return;
   }
   DropGivenUpTiers(step);  // may finish it
+}
+
+const StagedChunk* StepReader::NewerInStaging(const IndexEntry* indexed, std::string_view key) const {
+  const StagedChunk* newest = staging_->NewestStaged(key);
+  if (newest == nullptr || indexed == nullptr || indexed->tiers == 0) return newest;
+  return newest->meta->created_unix_ns >= indexed->meta->created_unix_ns ? newest : nullptr;
+}
+
+absl::Status StepReader::CopyStaged(ReadStep* step, uint32_t chunk, const StagedChunk& staged) {
+  const ChunkRead& read = step->reads[chunk];
+  const uint64_t size = staged.meta->payload_size;
+  step->results[chunk].size = size;
+  if (read.dst_fd >= 0) return GuardedCopy(static_cast<uint8_t*>(read.dst), staged.payload(), size);
+  std::memcpy(read.dst, staged.payload(), size);
+  return absl::OkStatus();
 }
 
 int64_t StepReader::Schedule(int t) {

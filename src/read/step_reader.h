@@ -23,7 +23,9 @@
 // destination that vanished fails only its chunk. A block that hashes wrong there says nothing of
 // its tier (the client may have truncated its memory and grown it back under the read, or written
 // into it): it is read again through a bounce buffer and judged in the store's own memory, the
-// only verdict that counts against a tier. Loop thread only.
+// only verdict that counts against a tier. A chunk whose newest version is still in staging
+// (persisted, not yet written: write/write_stager.h) is copied from there at placement and
+// delivered at once, served by no tier. Loop thread only.
 #pragma once
 
 #include <cstdint>
@@ -44,6 +46,7 @@
 #include "read/step_pool.h"
 #include "read/step_record.h"
 #include "tier.h"
+#include "write/write_stager.h"
 
 namespace kvstream {
 
@@ -94,15 +97,16 @@ class StepReader {
 
   static constexpr int64_t kNoDeadline = INT64_MAX;
 
-  StepReader(const StoreConfig& config, const Tiers& tiers, GuardedIndex* index, StepPool* pool,
-             MemoryRegions* regions, Reactor* reactor, StoreCounters* counters, StepFinished on_step_finished);
+  StepReader(const StoreConfig& config, const Tiers& tiers, GuardedIndex* index, const WriteStager* staging,
+             StepPool* pool, MemoryRegions* regions, Reactor* reactor, StoreCounters* counters,
+             StepFinished on_step_finished);
 
   // Allocates the bounce buffers (registered for fixed-buffer reads where the device can) and
   // starts the verify threads.
   absl::Status Init();
 
-  // Places a step: finishes misses, bad keys and too small destinations at once, pins the
-  // versions found against eviction and queues the rest in the pool.
+  // Places a step: finishes misses, bad keys, too small destinations and chunks served from
+  // staging at once, pins the versions found against eviction and queues the rest in the pool.
   void Place(std::unique_ptr<ReadStep> step, const Policies& policies);
   // Claims and issues reads while `tier` has free read slots (none while it is stalled); when it
   // still has room, takes over the stragglers of slower tiers. Returns when to call it again if
@@ -166,6 +170,12 @@ class StepReader {
 
   static constexpr uint32_t kNoSlot = UINT32_MAX;
 
+  // The newest staged version of `key` when it is at least as new as the `indexed` one (or
+  // nothing live is indexed), else null. REQUIRES: the index's lock.
+  const StagedChunk* NewerInStaging(const IndexEntry* indexed, std::string_view key) const;
+  // Copies the staged chunk's payload into the chunk's destination (guarded for client memory
+  // that may shrink): its result, OK or why the destination is gone.
+  absl::Status CopyStaged(ReadStep* step, uint32_t chunk, const StagedChunk& staged);
   void Issue(int tier, BlockRef ref);
   // A read of `bytes` landed on `tier`: its depth measured, perhaps changed (and logged).
   void TuneDepth(int tier, uint32_t bytes, int64_t now);
@@ -250,6 +260,7 @@ class StepReader {
   const StoreConfig& config_;
   const Tiers& tiers_;
   GuardedIndex* index_;
+  const WriteStager* staging_;
   StepPool* pool_;
   MemoryRegions* regions_;
   Reactor* reactor_;

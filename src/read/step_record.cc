@@ -7,10 +7,12 @@ namespace kvstream {
 StepRecord MakeStepRecord(const StepRecordInput& in, std::vector<double>* reference_bps) {
   StepRecord rec;
   rec.chunks = static_cast<uint32_t>(in.results->size());
+  uint64_t tier_bytes = 0;  // the bound's: a chunk served from staging took no tier's time
   for (const ChunkResult& r : *in.results) {
     if (r.status.ok()) {
       ++rec.hits;
       rec.bytes += r.size;
+      if (r.tier_mask != 0) tier_bytes += r.size;
     } else if (absl::IsNotFound(r.status)) {
       ++rec.misses;
     } else {
@@ -40,8 +42,8 @@ StepRecord MakeStepRecord(const StepRecordInput& in, std::vector<double>* refere
     if (ts.eligible) sum_bps += ts.bandwidth_bps;
     rec.tiers.push_back(std::move(ts));
   }
-  if (sum_bps > 0 && rec.bytes > 0) {
-    rec.bound_seconds = rec.bytes / sum_bps;
+  if (sum_bps > 0 && tier_bytes > 0) {
+    rec.bound_seconds = tier_bytes / sum_bps;
     rec.gap = rec.wall_seconds / rec.bound_seconds - 1;
   }
   return rec;

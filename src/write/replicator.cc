@@ -250,7 +250,10 @@ void Replicator::Commit(Job* job, int t) {
   {
     absl::MutexLock lock(&index_->mu());
     index_->get().Release(t, chunk.image_size);
-    if (committed.ok()) stale = index_->get().AddReplica(t, chunk.meta);
+    if (committed.ok()) {
+      stale = index_->get().AddReplica(t, chunk.meta);
+      MoveStagedLocks(chunk.meta->key);
+    }
   }
   RemoveReplicaFiles(tiers_, stale);
   if (committed.ok()) {
@@ -272,7 +275,10 @@ void Replicator::PublishedElsewhere(Job* job, int t) {
   {
     absl::MutexLock lock(&index_->mu());
     index_->get().Release(t, chunk.image_size);
-    if (same) stale = index_->get().AddReplica(t, chunk.meta, /*foreign=*/true);
+    if (same) {
+      stale = index_->get().AddReplica(t, chunk.meta, /*foreign=*/true);
+      MoveStagedLocks(chunk.meta->key);
+    }
   }
   RemoveReplicaFiles(tiers_, stale);
   // The same bytes: the tier holds the chunk (another node's file). Another version: the key is
@@ -334,7 +340,22 @@ void Replicator::MaybeFinish(Job* job) {
   auto it = std::find_if(jobs_.begin(), jobs_.end(), [job](const auto& j) { return j.get() == job; });
   std::unique_ptr<Job> owned = std::move(*it);
   jobs_.erase(it);
+  {
+    absl::MutexLock lock(&index_->mu());  // locks taken since its commit, or on another version's
+    MoveStagedLocks(owned->chunk->meta->key);
+  }
   stager_->Release(std::move(owned->chunk));
+}
+
+void Replicator::MoveStagedLocks(const std::string& key) {
+  IndexEntry* e = index_->get().Find(key);
+  if (e == nullptr || e->tiers == 0) return;  // nowhere to move them: they end with the staging
+  const StagedLocks locks = stager_->TakeLocks(key);
+  // One Lock each, as if taken on the entry: past the tenant's locked bytes, the rest end here
+  // (the chunk stays, evictable like any unlocked one).
+  const int64_t now = reactor_->NowNs();
+  for (uint32_t i = 0; i < locks.count && index_->get().Lock(e, locks.until_ns, now); ++i) {
+  }
 }
 
 }  // namespace kvstream

@@ -92,6 +92,8 @@ class Replicator {
   void MaybeFinish(Job* job);
   // Staging is under pressure: secondaries of answered jobs with no write in flight are dropped.
   void DropSecondaries();
+  // Locks lookups took on `key` while only staging held it move onto its index entry, if live.
+  void MoveStagedLocks(const std::string& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(index_->mu());
   // Gives up the job's secondaries with no write in flight (a started one gives back its
   // temporary and its reserved room); counted as dropped. True if any was.
   bool AbandonSecondaries(Job* job);

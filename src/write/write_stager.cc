@@ -1,7 +1,9 @@
 #include "write/write_stager.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "format/chunk_mac.h"
@@ -9,6 +11,9 @@
 
 namespace kvstream {
 namespace {
+
+// absl's own string_view, which its hash maps look keys up by.
+absl::string_view Key(std::string_view s) { return {s.data(), s.size()}; }
 
 int64_t UnixNowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
@@ -76,6 +81,7 @@ absl::Status WriteStager::StageWith(std::string_view key, size_t size, absl::Fun
     Unreserve(*chunk);
     return absl::ResourceExhaustedError("cannot allocate staging memory");
   }
+  chunk->payload_offset = header_size;
   uint8_t* payload = chunk->image.get() + header_size;
   if (absl::Status filled = fill(payload); !filled.ok()) {
     Unreserve(*chunk);
@@ -108,6 +114,13 @@ absl::Status WriteStager::StageWith(std::string_view key, size_t size, absl::Fun
   chunk->callback = std::move(on_durable);
   {
     absl::MutexLock lock(&mu_);
+    // In version order (creation time, then staging order): producers of one key may finish
+    // their copies in either order.
+    std::vector<const StagedChunk*>& versions = staged_[std::string(key)].versions;
+    auto newer = [&chunk](const StagedChunk* v) {
+      return std::pair(v->meta->created_unix_ns, v->seq) > std::pair(chunk->meta->created_unix_ns, chunk->seq);
+    };
+    versions.insert(std::find_if(versions.begin(), versions.end(), newer), chunk.get());
     new_.push_back(std::move(chunk));
   }
   reactor_->Wake();
@@ -148,11 +161,58 @@ void WriteStager::Acknowledge(StagedChunk* chunk, const PersistResult& result) {
 }
 
 void WriteStager::Release(std::unique_ptr<StagedChunk> chunk) {
+  {
+    absl::MutexLock lock(&mu_);  // out of sight before its memory goes
+    auto it = staged_.find(Key(chunk->meta->key));
+    std::erase(it->second.versions, chunk.get());
+    if (it->second.versions.empty()) staged_.erase(it);
+  }
   chunk->image.Reset();  // back in the pool before a producer waiting for the space takes memory
   absl::MutexLock lock(&mu_);
   staged_bytes_ -= chunk->image_size;
   --staged_chunks_;
   changed_.SignalAll();  // staging space for blocked producers
+}
+
+const StagedChunk* WriteStager::Newest(std::string_view key) const {
+  auto it = staged_.find(Key(key));
+  return it == staged_.end() ? nullptr : it->second.versions.back();
+}
+
+std::shared_ptr<const ChunkMeta> WriteStager::StagedVersion(std::string_view key) const {
+  absl::MutexLock lock(&mu_);
+  const StagedChunk* newest = Newest(key);
+  return newest != nullptr ? newest->meta : nullptr;
+}
+
+std::shared_ptr<const ChunkMeta> WriteStager::LockStaged(std::string_view key, int64_t until_ns) {
+  absl::MutexLock lock(&mu_);
+  auto it = staged_.find(Key(key));
+  if (it == staged_.end()) return nullptr;
+  StagedLocks& locks = it->second.locks;
+  ++locks.count;
+  locks.until_ns = std::max(locks.until_ns, until_ns);
+  return it->second.versions.back()->meta;
+}
+
+bool WriteStager::UnlockStaged(std::string_view key) {
+  absl::MutexLock lock(&mu_);
+  auto it = staged_.find(Key(key));
+  if (it == staged_.end() || it->second.locks.count == 0) return false;
+  --it->second.locks.count;
+  return true;
+}
+
+StagedLocks WriteStager::TakeLocks(std::string_view key) {
+  absl::MutexLock lock(&mu_);
+  auto it = staged_.find(Key(key));
+  if (it == staged_.end()) return {};
+  return std::exchange(it->second.locks, StagedLocks{});
+}
+
+const StagedChunk* WriteStager::NewestStaged(std::string_view key) const {
+  absl::MutexLock lock(&mu_);
+  return Newest(key);
 }
 
 bool WriteStager::pressure() const { return Above(high_water_); }

@@ -3,6 +3,11 @@
 // deferred write policy, writes run only while no read is pending (during the forward pass), or
 // under pressure: staging above its high-water mark, a producer waiting for space, or a drain at
 // shutdown. Thread-safe: producers stage from any thread, the loop takes and finishes chunks.
+//
+// A persist is answered "staged" as soon as its copy is here, so a staged chunk is already the
+// store's: lookups find it (StagedVersion, LockStaged) and steps read it from staging memory
+// (NewestStaged) from the moment it is staged until it is released, by which time its replicas
+// are in the index (or failed). Lock order: the index's lock, then this one.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +18,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
@@ -34,7 +40,17 @@ struct StagedChunk {
   std::string stem;
   StagingMemory::Buffer image;  // image_size bytes used
   uint64_t image_size = 0;
+  uint32_t payload_offset = 0;  // where the payload starts in the image (after the header)
   PersistCallback callback;
+
+  const uint8_t* payload() const { return image.get() + payload_offset; }
+};
+
+// Lookup-and-lock's locks on a key taken while only staging held it (Index::Lock's count and
+// lease), moved onto its index entry once a replica is indexed.
+struct StagedLocks {
+  uint32_t count = 0;
+  int64_t until_ns = 0;
 };
 
 class WriteStager {
@@ -68,8 +84,21 @@ class WriteStager {
   // while more copies may still be written from its image: counts it, runs its callback, and lets
   // Flush see it as done. Its staging stays taken until Release.
   void Acknowledge(StagedChunk* chunk, const PersistResult& result);
-  // Loop: frees the staging of an acknowledged chunk.
+  // Loop: frees the staging of an acknowledged chunk; lookups and steps no longer find it here
+  // (its locks still held here are dropped: TakeLocks first).
   void Release(std::unique_ptr<StagedChunk> chunk);
+
+  // The newest version of `key` staged and not yet released, or null. Any thread.
+  std::shared_ptr<const ChunkMeta> StagedVersion(std::string_view key) const;
+  // As StagedVersion, and locks the key until `until_ns` (store clock) or UnlockStaged; the lock
+  // moves to the index with TakeLocks. Null, and nothing locked, when the key is not staged.
+  std::shared_ptr<const ChunkMeta> LockStaged(std::string_view key, int64_t until_ns);
+  // Releases one lock LockStaged took on `key` and still holds here; false if none.
+  bool UnlockStaged(std::string_view key);
+  // The locks held here on `key`, handed over (forgotten here).
+  StagedLocks TakeLocks(std::string_view key);
+  // Loop: the newest staged version of `key`, or null; valid until the loop releases it.
+  const StagedChunk* NewestStaged(std::string_view key) const;
   // Producers wait for space, staging is above its high-water mark, or the stager is stopping.
   bool pressure() const;
   // As pressure, at half the high-water mark: copies that are only nice to have (adaptive
@@ -105,6 +134,12 @@ class WriteStager {
   bool Above(double fraction) const ABSL_LOCKS_EXCLUDED(mu_);
   // Gives back a reservation whose chunk was never staged.
   void Unreserve(StagedChunk& chunk) ABSL_LOCKS_EXCLUDED(mu_);
+  // The versions of a key staged and not yet released, oldest first, and its staged locks.
+  struct StagedKey {
+    std::vector<const StagedChunk*> versions;
+    StagedLocks locks;
+  };
+  const StagedChunk* Newest(std::string_view key) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const uint64_t limit_bytes_;
   const double high_water_;
@@ -122,6 +157,7 @@ class WriteStager {
   uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
   std::set<uint64_t> unfinished_ ABSL_GUARDED_BY(mu_);  // seqs staged and not yet finished
   std::vector<std::unique_ptr<StagedChunk>> new_ ABSL_GUARDED_BY(mu_);  // not yet taken by the loop
+  absl::flat_hash_map<std::string, StagedKey> staged_ ABSL_GUARDED_BY(mu_);  // by key, until released
   uint64_t persists_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t persist_failures_ ABSL_GUARDED_BY(mu_) = 0;
   double stall_seconds_ ABSL_GUARDED_BY(mu_) = 0;

@@ -39,6 +39,21 @@ def test_persist_then_retrieve_round_trip(daemon):
         assert step.chunks == 4 and step.hits == 3 and step.misses == 1
 
 
+def test_a_chunk_is_found_and_read_back_as_soon_as_its_persist_is_staged(daemon):
+    """persist_async returns once the chunks are STAGED (the clients report a store done then): from
+    that moment a lookup finds them and a retrieve returns their bytes, written to a tier or not."""
+    with kvstream.Client.attach(daemon.socket, arena_bytes=4 << 20) as c:
+        for i in range(20):
+            written = fill(c, 0, 256 << 10, i)
+            durable = c.persist_async([(f"staged{i}", 0, 256 << 10)])
+            entries, _ = c.lookup([f"staged{i}"], lock_seconds=60)
+            assert entries[0].present and entries[0].size == 256 << 10 and entries[0].locked, (i, entries[0])
+            results, _ = c.retrieve([(f"staged{i}", 1 << 20, 256 << 10)])
+            assert results[0].code == Code.OK and bytes(c.arena[1 << 20:(1 << 20) + (256 << 10)]) == written, i
+            durable.result()
+            assert c.unlock([f"staged{i}"]) == 1  # the lookup's lock, held by the chunk on its tiers now
+
+
 def test_client_region_round_trip_and_truncation(daemon):
     """Shared memory of the client's own (an unsealed /dev/shm file, as SGLang's host pool) as a
     region: persist from it, retrieve into it; truncated under a retrieve, only its chunks fail."""

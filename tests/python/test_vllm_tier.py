@@ -150,8 +150,8 @@ def keys_and_payloads(n: int, tag: int) -> tuple:
 
 
 def wait_durable(daemon, tier: KVStreamTier, keys: List[bytes], timeout: float = 20) -> None:
-    """Until every key is on a tier (a store job is done once the daemon has staged it; a lookup
-    or a load sees it once it is durable)."""
+    """Until every key is on a tier (a store job is done once the daemon has staged it, and a
+    lookup or a load sees it from then on, served from staging until it is durable)."""
     names = [f"{tier.status()['namespace']}/{k.hex()}" for k in keys]
     deadline = time.monotonic() + timeout
     with kvstream.Client.connect(daemon.socket) as c:

@@ -29,8 +29,8 @@ or out of its rows (vLLM reuses the rows of a finished job): retrieves and persi
 client deadline, since the daemon bounds a hung tier itself (reads.give_up) and a hung daemon is
 restarted by its watchdog, which ends the calls. Lookups use a connection of their own, so a slow
 lookup never touches the session the data moves on. A stored chunk counts once the daemon has
-staged it (copied out of the primary row); lookups see it once it is durable on a tier, and a
-store skips chunks the daemon already holds.
+staged it (copied out of the primary row); from then on lookups see it (the daemon serves it
+from staging until it is on a tier), and a store skips chunks the daemon already holds.
 
 When a GPU is present vLLM's workers pin the primary region (cudaHostRegister), so it goes to the
 daemon as device-pinned memory: reads land through the daemon's bounce buffers (one copy in the

@@ -58,6 +58,23 @@ TEST_CASE("an eligible tier that read nothing counts with its reference bandwidt
   CHECK(alone.bound_seconds == Approx(1.0));
 }
 
+TEST_CASE("a chunk served from staging is a hit but no tier's bytes in the bound") {
+  const std::vector<ChunkResult> results = {{0, absl::OkStatus(), 100'000'000, 1},
+                                            {1, absl::OkStatus(), 50'000'000, 0}};  // served by no tier
+  const std::vector<TierUse> use = {Use(100'000'000, 1.0)};
+  const std::vector<std::string> names = {"t0"};
+  std::vector<double> reference = {0};
+  StepRecord rec = MakeStepRecord(Input(results, use, names, 1, 1.0), &reference);
+  CHECK(rec.hits == 2);
+  CHECK(rec.bytes == 150'000'000);
+  CHECK(rec.bound_seconds == Approx(1.0));  // 100 MB over 100 MB/s
+
+  const std::vector<ChunkResult> only_staged = {{0, absl::OkStatus(), 50'000'000, 0}};
+  StepRecord none = MakeStepRecord(Input(only_staged, {TierUse{}}, names, 0, 0.001), &reference);
+  CHECK(none.bound_seconds == 0);
+  CHECK(none.gap == 0);
+}
+
 TEST_CASE("a step that served nothing has no bound and no gap") {
   const std::vector<ChunkResult> results = {{0, absl::NotFoundError("x"), 0, 0}};
   const std::vector<TierUse> use = {TierUse{}};
