@@ -39,7 +39,10 @@ Engine::Engine(StoreConfig config, Tiers tiers, std::shared_ptr<Reactor> reactor
               [this](StepRecord* record) { StepFinished(record); }),
       replicator_(config_, tiers_, &index_, &stager_, reactor_.get(), &counters_),
       shared_lookup_(config_, tiers_, &index_, reactor_.get()),
-      policies_(PoliciesOf(config_)) {
+      policies_(PoliciesOf(config_)),
+      faulter_([this](const uint8_t* base, uint64_t generation, size_t piece) {
+        Post([this, base, generation, piece] { regions_.RegisterPiece(base, generation, piece); });
+      }) {
   reader_.set_on_foreign_read(
       [this](const ChunkRead& read, const ChunkMeta& meta) { StageForeignRead(read, meta); });
   reader_.set_on_foreign_bad([this](int tier, const ChunkMeta& meta) { shared_lookup_.MarkBad(tier, meta); });
@@ -137,6 +140,7 @@ void Engine::Shutdown() {
     stopping_ = true;
   }
   reconcile_stop_ = true;
+  faulter_.Stop();
   stager_.Stop();  // blocked producers give up; what is staged is written, also during reads
   reactor_->Wake();
   absl::MutexLock join(&join_mu_);
@@ -278,6 +282,15 @@ void Engine::RunOnLoop(const std::function<void()>& fn) {
   finished.wait();
 }
 
+void Engine::Post(std::function<void()> fn) {
+  {
+    absl::MutexLock lock(&inbox_mu_);
+    if (loop_exited_) return;
+    inbox_commands_.push_back(std::move(fn));
+  }
+  reactor_->Wake();
+}
+
 absl::StatusOr<EvictResult> Engine::Evict(const EvictRequest& request) {
   uint32_t only = 0;  // bit k: evict on tier k (0: on every tier)
   if (!request.tier.empty()) {
@@ -318,15 +331,21 @@ absl::StatusOr<EvictResult> Engine::Evict(const EvictRequest& request) {
 }
 
 absl::Status Engine::RegisterMemory(void* base, size_t size, int fd, uint64_t fd_offset) {
-  absl::Status status;
-  RunOnLoop([&] { status = regions_.Add(static_cast<uint8_t*>(base), size, fd, fd_offset); });
-  // One piece per turn of the loop: another client's attach, and every read, waits for one piece
-  // at most, never for a whole region (a GiB takes about a second to fault in and pin).
-  for (bool more = status.ok(); more;) RunOnLoop([&] { more = regions_.RegisterNextPiece(base); });
-  return status;
+  absl::StatusOr<uint64_t> generation;
+  RunOnLoop([&] { generation = regions_.Add(static_cast<uint8_t*>(base), size, fd, fd_offset); });
+  if (!generation.ok()) return generation.status();
+  faulter_.Add(static_cast<uint8_t*>(base), size, MemoryRegions::kPieceBytes, *generation);
+  return absl::OkStatus();
+}
+
+bool Engine::MemoryRegistered(const void* base) {
+  bool registered = false;
+  RunOnLoop([&] { registered = regions_.Registered(base); });
+  return registered;
 }
 
 void Engine::UnregisterMemory(void* base) {
+  faulter_.Forget(static_cast<const uint8_t*>(base));  // before the caller may free it
   RunOnLoop([&] { regions_.Remove(base); });
 }
 

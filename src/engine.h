@@ -26,6 +26,7 @@
 #include "kvstream/config.h"
 #include "kvstream/store.h"
 #include "memory/memory_regions.h"
+#include "memory/page_faulter.h"
 #include "read/step_pool.h"
 #include "read/step_reader.h"
 #include "read/step_record.h"
@@ -70,6 +71,9 @@ class Engine final : public Store {
 
   // Stops taking work, finishes pending steps and staged writes, and joins the loop.
   void Shutdown();
+  // Whether every piece of the memory registered at `base` is registered by now (RegisterMemory
+  // returns before): for tests and tools that need its fixed buffers in place.
+  bool MemoryRegistered(const void* base);
 
  private:
   Engine(StoreConfig config, Tiers tiers, std::shared_ptr<Reactor> reactor);
@@ -78,6 +82,8 @@ class Engine final : public Store {
   bool TakeInbox();
   // Runs `fn` on the loop thread and waits for it (on the caller's thread once the loop exited).
   void RunOnLoop(const std::function<void()>& fn);
+  // Queues `fn` for the loop thread and returns; dropped once the loop exited.
+  void Post(std::function<void()> fn);
   // Loop: records a finished step and applies policies waiting for the pool to drain.
   void StepFinished(StepRecord* record);
   void MaybeApplyPolicies();
@@ -124,6 +130,9 @@ class Engine final : public Store {
   std::vector<std::function<void()>> inbox_commands_ ABSL_GUARDED_BY(inbox_mu_);
   bool stopping_ ABSL_GUARDED_BY(inbox_mu_) = false;
   bool loop_exited_ ABSL_GUARDED_BY(inbox_mu_) = false;
+
+  // Faults registered memory in off the loop, piece by piece; the loop registers each piece then.
+  PageFaulter faulter_;
 
   absl::Mutex join_mu_;  // serialises Shutdown's join and commands run after the loop exited
   std::thread thread_;

@@ -19,6 +19,7 @@ MemoryRegions::~MemoryRegions() {
 }
 
 void MemoryRegions::Register(Piece* piece) {
+  piece->registered = true;
   piece->ids.assign(tiers_.size(), -1);
   for (size_t t = 0; t < tiers_.size(); ++t) {
     absl::StatusOr<int> id = tiers_[t]->device->RegisterRegion(piece->base, piece->size);
@@ -31,35 +32,40 @@ void MemoryRegions::Unregister(Piece* piece) {
     if (piece->ids[t] >= 0) tiers_[t]->device->UnregisterRegion(piece->ids[t]);
     piece->ids[t] = -1;
   }
+  piece->registered = false;
 }
 
-absl::Status MemoryRegions::Add(uint8_t* base, size_t size, int fd, uint64_t fd_offset) {
+absl::StatusOr<uint64_t> MemoryRegions::Add(uint8_t* base, size_t size, int fd, uint64_t fd_offset) {
   if (base == nullptr || size == 0) return absl::InvalidArgumentError("empty region");
+  const bool any = std::any_of(tiers_.begin(), tiers_.end(), [](const auto& t) { return t->device->properties().fixed_buffers; });
+  if (!any && fd < 0) return absl::UnimplementedError("no tier can register buffers");
   Region region;
+  region.generation = next_generation_++;
   region.size = size;
   region.fd = fd;
   region.fd_offset = fd_offset;
   struct stat st;
   if (fd >= 0 && fstat(fd, &st) == 0 && st.st_blksize > 0) region.page = static_cast<size_t>(st.st_blksize);
   for (size_t offset = 0; offset < size; offset += kPieceBytes) {
-    region.pieces.push_back({base + offset, std::min(kPieceBytes, size - offset), std::vector<int>(tiers_.size(), -1)});
+    region.pieces.push_back({base + offset, std::min(kPieceBytes, size - offset), false, {}});
   }
-  // The first piece tells whether any tier registers buffers (all pieces are alike).
-  Register(&region.pieces[0]);
-  region.registered = 1;
-  const std::vector<int>& ids = region.pieces[0].ids;
-  if (fd < 0 && std::none_of(ids.begin(), ids.end(), [](int id) { return id >= 0; })) {
-    return absl::UnimplementedError("no tier can register buffers");
-  }
+  const uint64_t generation = region.generation;
+  Remove(base);  // a region added again at the same address replaces the old one
   regions_[base] = std::move(region);
-  return absl::OkStatus();
+  return generation;
 }
 
-bool MemoryRegions::RegisterNextPiece(const void* base) {
+bool MemoryRegions::Registered(const void* base) const {
   auto it = regions_.find(static_cast<const uint8_t*>(base));
-  if (it == regions_.end() || it->second.registered == it->second.pieces.size()) return false;
-  Register(&it->second.pieces[it->second.registered++]);
-  return true;
+  return it != regions_.end() &&
+         std::all_of(it->second.pieces.begin(), it->second.pieces.end(), [](const Piece& p) { return p.registered; });
+}
+
+void MemoryRegions::RegisterPiece(const uint8_t* base, uint64_t generation, size_t piece) {
+  auto it = regions_.find(base);
+  if (it == regions_.end() || it->second.generation != generation || piece >= it->second.pieces.size()) return;
+  Piece& p = it->second.pieces[piece];
+  if (!p.registered) Register(&p);
 }
 
 void MemoryRegions::Remove(const void* base) {
@@ -104,9 +110,9 @@ void MemoryRegions::Refresh(uint8_t* p, size_t length) {
   Region& region = it->second;
   if (region.fd < 0 || p + length > base + region.size) return;
   const size_t first = (p - base) / kPieceBytes;
-  // Pieces not registered yet will be, over what the file maps then.
-  const size_t last = std::min((p + length - 1 - base) / kPieceBytes + 1, region.registered);
-  for (size_t i = first; i < last; ++i) {
+  const size_t last = (p + length - 1 - base) / kPieceBytes;
+  for (size_t i = first; i <= last; ++i) {
+    if (!region.pieces[i].registered) continue;  // registered once its pages are in
     Unregister(&region.pieces[i]);  // reads in flight keep the old registration until they complete
     Register(&region.pieces[i]);
   }

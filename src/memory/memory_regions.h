@@ -1,7 +1,11 @@
 // MemoryRegions: long-lived memory registered with the store (Store::RegisterMemory), such as a
 // session's arena. Each region is registered for fixed-buffer I/O on every tier that can, in
 // pieces of at most kPieceBytes, so a read into it targets the pages it was registered with, not
-// whatever the address maps when the kernel gets to it.
+// whatever the address maps when the kernel gets to it. Registering pins a piece's pages, which
+// faults them in first (about a second per GiB on a VM): so a region is added with no piece
+// registered, and each piece is registered on its own once its pages are in (the store faults
+// them in off its loop: memory/page_faulter.h). Reads into a piece not registered yet use plain
+// buffers.
 //
 // Memory backed by a file the store may punch (a memfd or a tmpfs file) can be taken back from a
 // late read: the file gets fresh pages under the range (fallocate PUNCH_HOLE) and the piece is
@@ -27,17 +31,18 @@ class MemoryRegions {
   explicit MemoryRegions(const Tiers& tiers) : tiers_(tiers) {}
   ~MemoryRegions();
 
-  // Adds [base, base + size) and registers its first piece; RegisterNextPiece registers the
-  // others, one per call, so that the loop serves other work in between (registering pins the
-  // memory, faulting it in first: a large region would hold the loop, and with it every client,
-  // for seconds). Reads into a piece not registered yet are plain reads. `fd` >= 0: the file that
-  // maps it from `fd_offset`, which the store may punch holes in (the caller keeps it open until
-  // Remove). Unimplemented when no tier can register buffers and there is no fd (nothing to gain:
-  // reads into it still work).
-  absl::Status Add(uint8_t* base, size_t size, int fd, uint64_t fd_offset);
-  // Registers the next piece of the region at `base` not registered yet; false when none is left
-  // (or there is no such region).
-  bool RegisterNextPiece(const void* base);
+  // Adds [base, base + size), none of its pieces registered yet (RegisterPiece), and returns its
+  // generation: the name of this region, not of a later one at the same address. `fd` >= 0: the
+  // file that maps it from `fd_offset`, which the store may punch holes in (the caller keeps it
+  // open until Remove). Unimplemented when no tier can register buffers and there is no fd
+  // (nothing to gain: reads into it still work).
+  absl::StatusOr<uint64_t> Add(uint8_t* base, size_t size, int fd, uint64_t fd_offset);
+  // Registers piece `piece` (of Pieces(size)) of the region `generation` at `base` on every tier
+  // that can; nothing when that region is gone or the piece is registered already.
+  void RegisterPiece(const uint8_t* base, uint64_t generation, size_t piece);
+  static size_t Pieces(size_t size) { return (size + kPieceBytes - 1) / kPieceBytes; }
+  // Whether every piece of the region at `base` is registered (false when there is none).
+  bool Registered(const void* base) const;
   // REQUIRES: no read into the region is in flight, late ones included.
   void Remove(const void* base);
 
@@ -48,16 +53,19 @@ class MemoryRegions {
   bool TakeBack(int tier, int region_id, uint8_t* p, size_t length);
   // Registers the pieces covering [p, p + length) again, over the pages their file has now: a
   // client that truncated its memory and grew it back has new pages under the old addresses,
-  // while the registration still pins the old ones. Regions without an fd are left alone.
+  // while the registration still pins the old ones. Regions without an fd, and pieces not
+  // registered yet, are left alone.
   void Refresh(uint8_t* p, size_t length);
 
  private:
   struct Piece {
     uint8_t* base = nullptr;
     size_t size = 0;
-    std::vector<int> ids;  // registered buffer id per tier, or -1
+    bool registered = false;  // by RegisterPiece (ids may still all be -1: no tier could)
+    std::vector<int> ids;     // registered buffer id per tier, or -1
   };
   struct Region {
+    uint64_t generation = 0;
     size_t size = 0;
     int fd = -1;
     uint64_t fd_offset = 0;
@@ -65,13 +73,13 @@ class MemoryRegions {
     // in place instead of replacing it): only whole ones are taken back.
     size_t page = 0;
     std::vector<Piece> pieces;
-    size_t registered = 0;  // pieces [0, registered) have been registered (RegisterNextPiece)
   };
   void Register(Piece* piece);
   void Unregister(Piece* piece);
 
   const Tiers& tiers_;
   std::map<const uint8_t*, Region> regions_;  // by base
+  uint64_t next_generation_ = 1;
 };
 
 }  // namespace kvstream

@@ -25,6 +25,7 @@ SimDevice::SimDevice(SimClock* clock, double bandwidth_bps, int64_t latency_ns)
   props_.direct_io = true;  // behaves like O_DIRECT: offsets and lengths must be aligned
   props_.mem_alignment = 1;
   props_.offset_alignment = kFileAlignment;
+  props_.fixed_buffers = true;  // registered buffers as bookkeeping (RegisterRegion)
   clock_->AddSource(this);
 }
 

@@ -68,7 +68,8 @@ absl::StatusOr<std::vector<std::unique_ptr<Client>>> AttachRanks(const std::stri
     }
     sessions.push_back(*std::move(c));
   }
-  // The daemon creates, faults in and registers each arena at attach, so no step pays for it.
+  // The daemon answers an attach at once and faults the arena in (and registers it) in the
+  // background, piece by piece; Populate's writes come before any timed step.
   std::fprintf(stderr, "kvbench: attached %u ranks with %llu MiB arenas, %.3f s for the slowest\n", ranks,
                static_cast<unsigned long long>(arena_bytes >> 20), slowest);
   return sessions;

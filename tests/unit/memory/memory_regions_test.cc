@@ -1,6 +1,6 @@
 // MemoryRegions (memory/memory_regions.h): memory registered for fixed-buffer I/O on every tier
-// that can, in pieces of at most kPieceBytes, one piece per call after the first (so the loop
-// serves other work in between); memory backed by a file taken back from a late read
+// that can, in pieces of at most kPieceBytes, each on its own once added (RegisterPiece), and
+// only for the region it was added for; memory backed by a file taken back from a late read
 // (the range punched, its piece registered again) and registered again over the pages its file has
 // now (Refresh). On simulated tiers, whose registered buffer ids are their lowest free slot: a
 // piece registered again while a lower slot is free moves to it, which is how a case sees it.
@@ -51,12 +51,43 @@ struct Rig {
   }
 };
 
-// Add, then every piece registered, as Engine::RegisterMemory does over several turns of its loop.
-absl::Status AddAll(MemoryRegions& regions, uint8_t* base, size_t size, int fd) {
-  absl::Status added = regions.Add(base, size, fd, 0);
-  while (added.ok() && regions.RegisterNextPiece(base)) {
-  }
-  return added;
+// Adds a region and registers every piece of it, as the store does once their pages are in.
+absl::Status AddRegistered(MemoryRegions& regions, uint8_t* base, size_t size, int fd) {
+  absl::StatusOr<uint64_t> generation = regions.Add(base, size, fd, 0);
+  if (!generation.ok()) return generation.status();
+  for (size_t i = 0; i < MemoryRegions::Pieces(size); ++i) regions.RegisterPiece(base, *generation, i);
+  return absl::OkStatus();
+}
+
+TEST_CASE("a region is added with no piece registered; each piece registers on its own, once") {
+  Rig rig(2);
+  std::vector<uint8_t> memory(2 * kPiece + 4096);  // three pieces, the last one short
+  MemoryRegions regions(rig.tiers);
+  absl::StatusOr<uint64_t> generation = regions.Add(memory.data(), memory.size(), -1, 0);
+  REQUIRE(generation.ok());
+  CHECK(rig.NextId(0) == 0);  // nothing registered by Add
+  regions.RegisterPiece(memory.data(), *generation, 2);
+  CHECK(rig.NextId(0) == 1);
+  CHECK(rig.NextId(1) == 1);
+  regions.RegisterPiece(memory.data(), *generation, 2);  // again: nothing
+  regions.RegisterPiece(memory.data(), *generation, 3);  // no such piece: nothing
+  regions.RegisterPiece(memory.data(), *generation + 1, 0);  // another region's generation: nothing
+  CHECK(rig.NextId(0) == 1);
+  regions.Refresh(memory.data(), 4096);  // piece 0 is not registered yet: left alone
+  CHECK(rig.NextId(0) == 1);
+  regions.Remove(memory.data());
+  CHECK(rig.NextId(0) == 0);
+  regions.RegisterPiece(memory.data(), *generation, 0);  // removed meanwhile: nothing
+  CHECK(rig.NextId(0) == 0);
+
+  // Added again at the same address: a new generation; the old one's pieces register nothing.
+  absl::StatusOr<uint64_t> again = regions.Add(memory.data(), memory.size(), -1, 0);
+  REQUIRE(again.ok());
+  CHECK(*again != *generation);
+  regions.RegisterPiece(memory.data(), *generation, 0);
+  CHECK(rig.NextId(0) == 0);
+  regions.RegisterPiece(memory.data(), *again, 0);
+  CHECK(rig.NextId(0) == 1);
 }
 
 TEST_CASE("a region is registered on every tier in pieces, and unregistered when removed or forgotten") {
@@ -64,52 +95,28 @@ TEST_CASE("a region is registered on every tier in pieces, and unregistered when
   std::vector<uint8_t> memory(2 * kPiece + 4096);  // three pieces, the last one short
   {
     MemoryRegions regions(rig.tiers);
-    REQUIRE(AddAll(regions, memory.data(), memory.size(), -1).ok());
+    REQUIRE(AddRegistered(regions, memory.data(), memory.size(), -1).ok());
     CHECK(rig.NextId(0) == 3);
     CHECK(rig.NextId(1) == 3);
     regions.Remove(memory.data());
     CHECK(rig.NextId(0) == 0);
     CHECK(rig.NextId(1) == 0);
     regions.Remove(memory.data());  // again: nothing
-    REQUIRE(AddAll(regions, memory.data(), kPiece, -1).ok());
+    REQUIRE(AddRegistered(regions, memory.data(), kPiece, -1).ok());
     CHECK(rig.NextId(0) == 1);
   }
   CHECK(rig.NextId(0) == 0);  // the destructor unregistered it
   CHECK(rig.NextId(1) == 0);
 }
 
-TEST_CASE("pieces after the first are registered one per RegisterNextPiece, and none once the region is gone") {
-  Rig rig(1);
-  MappedSharedMemory memory(2 * kPiece + 4096);  // three pieces
-  MemoryRegions regions(rig.tiers);
-  REQUIRE(regions.Add(memory.data(), memory.size(), memory.fd(), 0).ok());
-  CHECK(rig.NextId(0) == 1);  // the first piece only
-  CHECK_FALSE(regions.TakeBack(0, 1, memory.data() + kPiece, 4096));  // not registered yet: nothing to take back
-  regions.Refresh(memory.data(), memory.size());                      // registers again what is registered only
-  CHECK(rig.NextId(0) == 1);
-  CHECK(regions.RegisterNextPiece(memory.data()));
-  CHECK(rig.NextId(0) == 2);
-  CHECK(regions.RegisterNextPiece(memory.data()));
-  CHECK(rig.NextId(0) == 3);
-  CHECK_FALSE(regions.RegisterNextPiece(memory.data()));  // all three
-  CHECK(regions.TakeBack(0, 2, memory.data() + 2 * kPiece, 4096));
-
-  MappedSharedMemory other(2 * kPiece);
-  REQUIRE(regions.Add(other.data(), other.size(), other.fd(), 0).ok());
-  regions.Remove(other.data());
-  CHECK_FALSE(regions.RegisterNextPiece(other.data()));  // removed before its second piece: nothing left
-  uint8_t elsewhere = 0;
-  CHECK_FALSE(regions.RegisterNextPiece(&elsewhere));  // never a region
-}
-
 TEST_CASE("Add refuses an empty region, and memory nothing can register unless a file backs it") {
   Rig none(0);  // no tier that registers buffers
   MappedSharedMemory memory(2 * 4096);
   MemoryRegions regions(none.tiers);
-  CHECK(absl::IsInvalidArgument(regions.Add(nullptr, 4096, -1, 0)));
-  CHECK(absl::IsInvalidArgument(regions.Add(memory.data(), 0, -1, 0)));
-  CHECK(absl::IsUnimplemented(regions.Add(memory.data(), memory.size(), -1, 0)));
-  CHECK(AddAll(regions, memory.data(), memory.size(), memory.fd()).ok());  // it can still be punched
+  CHECK(absl::IsInvalidArgument(regions.Add(nullptr, 4096, -1, 0).status()));
+  CHECK(absl::IsInvalidArgument(regions.Add(memory.data(), 0, -1, 0).status()));
+  CHECK(absl::IsUnimplemented(regions.Add(memory.data(), memory.size(), -1, 0).status()));
+  CHECK(regions.Add(memory.data(), memory.size(), memory.fd(), 0).ok());  // it can still be punched
 }
 
 TEST_CASE("taking memory back punches the range out of what the region maps and registers its piece again") {
@@ -120,7 +127,7 @@ TEST_CASE("taking memory back punches the range out of what the region maps and 
   MemoryRegions regions(rig.tiers);
   uint8_t hole = 0;
   const int placeholder = *rig.tiers[0]->device->RegisterRegion(&hole, 1);  // slot 0 taken ...
-  REQUIRE(AddAll(regions, memory.data(), memory.size(), memory.fd()).ok());   // ... pieces in 1, 2
+  REQUIRE(AddRegistered(regions, memory.data(), memory.size(), memory.fd()).ok());   // ... pieces in 1, 2
   rig.tiers[0]->device->UnregisterRegion(placeholder);                       // slot 0 free again
 
   uint8_t* const p = memory.data() + 4096;
@@ -144,8 +151,8 @@ TEST_CASE("TakeBack refuses, touching nothing, what it cannot take back") {
   std::memset(memory.data(), 0x5a, memory.size());
   std::vector<uint8_t> plain(4 << 20);               // no file behind it: id 2
   MemoryRegions regions(rig.tiers);
-  REQUIRE(AddAll(regions, memory.data(), memory.size(), memory.fd()).ok());
-  REQUIRE(AddAll(regions, plain.data(), plain.size(), -1).ok());
+  REQUIRE(AddRegistered(regions, memory.data(), memory.size(), memory.fd()).ok());
+  REQUIRE(AddRegistered(regions, plain.data(), plain.size(), -1).ok());
   uint8_t* const m = memory.data();
   CHECK_FALSE(regions.TakeBack(0, -1, m, 4096));                       // not a registered read
   CHECK_FALSE(regions.TakeBack(0, 1, m, 4096));                        // another piece's id
@@ -191,8 +198,8 @@ TEST_CASE("Refresh registers again the pieces covering a range of file-backed me
   MemoryRegions regions(rig.tiers);
   uint8_t hole = 0;
   const int placeholder = *rig.tiers[0]->device->RegisterRegion(&hole, 1);
-  REQUIRE(AddAll(regions, memory.data(), memory.size(), memory.fd()).ok());  // ids 1, 2, 3
-  REQUIRE(AddAll(regions, plain.data(), plain.size(), -1).ok());             // id 4
+  REQUIRE(AddRegistered(regions, memory.data(), memory.size(), memory.fd()).ok());  // ids 1, 2, 3
+  REQUIRE(AddRegistered(regions, plain.data(), plain.size(), -1).ok());             // id 4
   rig.tiers[0]->device->UnregisterRegion(placeholder);
 
   regions.Refresh(plain.data(), 4096);  // no file: left alone

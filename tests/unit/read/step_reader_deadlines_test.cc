@@ -32,6 +32,8 @@ struct Arena {
     base = static_cast<uint8_t*>(mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
     REQUIRE(base != MAP_FAILED);
     REQUIRE(engine.RegisterMemory(base, size, fd, 0).ok());
+    // Taking pages back from a late read needs the region's fixed buffers in place.
+    while (!engine.MemoryRegistered(base)) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   ~Arena() {
     munmap(base, size);
