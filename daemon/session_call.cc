@@ -13,11 +13,13 @@ SessionCall::SessionCall(Store* store, SessionManager* sessions, absl::StatusOr<
 }
 
 void SessionCall::OnReadDone(bool ok) {
-  if (!ok) {  // the client closed its side or went away: detach
+  if (!ok) {  // the client closed its side or went away: detach, then end the stream
+    Detach();
     Finish(grpc::Status::OK);
     return;
   }
   if (session_ != nullptr || !request_.has_attach()) {
+    Detach();
     Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "a session stream carries exactly one attach"));
     return;
   }
@@ -50,7 +52,8 @@ void SessionCall::Attach(const v1::SessionRequest::Attach& a) {
 }
 
 void SessionCall::OnWriteDone(bool ok) {
-  if (!ok) {  // the client went away before it heard back: detach (OnDone follows Finish)
+  if (!ok) {  // the client went away (gave up) before it heard back: detach
+    Detach();
     Finish(grpc::Status(grpc::StatusCode::CANCELLED, "client went away"));
     return;
   }
@@ -58,13 +61,17 @@ void SessionCall::OnWriteDone(bool ok) {
 }
 
 void SessionCall::OnDone() {
-  if (session_) {
-    // Reads still in flight keep the kernel's reference to the buffer; later ones use plain I/O.
-    if (registered_) store_->UnregisterMemory(session_->arena->data());
-    sessions_->Remove(session_->id);
-    spdlog::info("session {} detached", session_->id);
-  }
+  Detach();  // a stream that ended without a failed read or write (the server shutting down)
   delete this;
+}
+
+void SessionCall::Detach() {
+  if (!session_ || detached_) return;
+  detached_ = true;
+  // Reads still in flight keep the kernel's reference to the buffer; later ones use plain I/O.
+  if (registered_) store_->UnregisterMemory(session_->arena->data());
+  sessions_->Remove(session_->id);
+  spdlog::info("session {} detached", session_->id);
 }
 
 }  // namespace kvstream

@@ -318,7 +318,11 @@ void SessionManager::Remove(uint64_t id) {
     absl::MutexLock lock(&session->regions_mu);
     regions.swap(session->regions);
   }
-  for (const auto& [region_id, region] : regions) Unregister(*region);
+  for (const auto& [region_id, region] : regions) {
+    Unregister(*region);
+    region->lease.Release();  // calls in flight may hold the region a while longer
+  }
+  session->lease.Release();  // as its arena: only the removal (once) releases it before the end
 }
 
 size_t SessionManager::count() const {

@@ -26,9 +26,9 @@
 
 namespace kvstream {
 
-// The node-wide budget of arena bytes (sessions.arena_budget): every session's arena holds a
-// lease on it until the arena is freed (which may be after the session ended, while reads into it
-// finish).
+// The node-wide budget of arena bytes (sessions.arena_budget): every session's arena and client
+// region holds a lease on it until the session is removed (its memory may outlive it briefly,
+// while calls in flight into it finish).
 class ArenaBudget {
  public:
   // `owner` and `setting` name the budget in refusals ("the node's", "sessions.arena_budget").
@@ -50,14 +50,18 @@ class ArenaBudget {
 };
 
 // Bytes taken from the node's arena budget and from the owner uid's (when it has one), given back
-// when the lease is destroyed.
+// by Release or when the lease is destroyed, whichever comes first.
 struct BudgetLease {
   BudgetLease() = default;
   BudgetLease(const BudgetLease&) = delete;
   BudgetLease& operator=(const BudgetLease&) = delete;
-  ~BudgetLease() {
+  ~BudgetLease() { Release(); }
+  // Gives the bytes back now (once). Not concurrently with itself.
+  void Release() {
     if (node) node->Give(bytes);
     if (uid) uid->Give(bytes);
+    node.reset();
+    uid.reset();
   }
   std::shared_ptr<ArenaBudget> node;
   std::shared_ptr<ArenaBudget> uid;  // null: the uid has no budget of its own
@@ -132,7 +136,8 @@ class SessionManager {
   std::shared_ptr<Session> Find(uint64_t id) const ABSL_LOCKS_EXCLUDED(mu_);
   // The session `id` if `token` is its token (compared in constant time), else null.
   std::shared_ptr<Session> Authorize(uint64_t id, const std::string& token) const ABSL_LOCKS_EXCLUDED(mu_);
-  // Detaches session `id`: its client regions are removed (RemoveRegion) at once.
+  // Detaches session `id`: its client regions are removed (RemoveRegion) and its budget, with
+  // theirs, given back at once.
   void Remove(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
   // Adopts `fd` (owned from here on) as a new client region of `session` of `size` bytes and
   // returns its id. Refused with a clear error when the descriptor is unfit (ClientRegion::Adopt),

@@ -393,6 +393,28 @@ TEST_CASE("sessions abandoned before their reply are freed and shutdown stays pr
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(4));
 }
 
+TEST_CASE("a 4 GiB arena attaches with the default settings, and again as soon as the first one closed") {
+  TempDir dir;
+  DaemonProcess d(dir, "", "", "{max_arena: 4GiB, arena_budget: 4GiB}");  // room for one
+  REQUIRE(d.Start());
+  for (int i = 0; i < 2; ++i) {
+    auto c = Client::Attach(d.socket(), {"big", 0, 1, 4ull << 30});
+    REQUIRE(c.ok());
+    REQUIRE((*c)->arena_size() == 4ull << 30);
+    // Usable at once, while the daemon is still faulting it in: a chunk at its far end.
+    uint8_t* last = (*c)->arena() + (4ull << 30) - (1 << 20);
+    std::memset(last, 'a' + i, 1 << 20);
+    const std::string key = "far" + std::to_string(i);
+    REQUIRE((*c)->Persist({{key, (4ull << 30) - (1 << 20), 1 << 20}}).ok());
+    std::memset(last, 0, 1 << 20);
+    std::vector<ChunkResult> results;
+    REQUIRE((*c)->Retrieve({{key, (4ull << 30) - (1 << 20), 1 << 20}}, &results).ok());
+    CHECK(results[0].status.ok());
+    CHECK(last[0] == 'a' + i);
+    CHECK(last[(1 << 20) - 1] == 'a' + i);
+  }  // the client closes: its session is gone (and its budget free) before the destructor returns
+}
+
 TEST_CASE("a session's arena is usable only with its token") {
   TempDir dir;
   DaemonProcess d(dir);

@@ -54,6 +54,27 @@ def test_a_chunk_is_found_and_read_back_as_soon_as_its_persist_is_staged(daemon)
             assert c.unlock([f"staged{i}"]) == 1  # the lookup's lock, held by the chunk on its tiers now
 
 
+def test_a_4_gib_arena_attaches_within_the_default_deadline_and_again_right_after_close(state_dir):
+    """The daemon answers an attach before the arena is faulted in (it used to take ~0.75-3 s per
+    GiB, past the 2 s deadline), and a closed session's budget is free by the time close() returns."""
+    from conftest import Daemon
+
+    daemon = Daemon(state_dir, sessions="{max_arena: 4GiB, arena_budget: 4GiB}")  # room for one
+    daemon.start()
+    try:
+        for i in range(3):
+            with kvstream.Client.attach(daemon.socket, arena_bytes=4 << 30) as c:
+                assert c.arena_size == 4 << 30
+                end = (4 << 30) - (1 << 20)
+                written = fill(c, end, 1 << 20, i)
+                c.persist([(f"far{i}", end, 1 << 20)])
+                c.arena[end:end + (1 << 20)] = bytes(1 << 20)
+                results, _ = c.retrieve([(f"far{i}", end, 1 << 20)])
+                assert results[0].code == Code.OK and bytes(c.arena[end:end + (1 << 20)]) == written
+    finally:
+        daemon.stop()
+
+
 def test_client_region_round_trip_and_truncation(daemon):
     """Shared memory of the client's own (an unsealed /dev/shm file, as SGLang's host pool) as a
     region: persist from it, retrieve into it; truncated under a retrieve, only its chunks fail."""

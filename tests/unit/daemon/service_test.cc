@@ -169,7 +169,8 @@ class FakeStore final : public Store {
 
 // The Service and a SessionManager (on a temporary data socket) behind an in-process server.
 struct InProcessDaemon {
-  InProcessDaemon() : sessions(dir.sub("data.sock"), 1 << 20, kArenaBudget), service(std::make_unique<Service>(&store, &sessions)) {
+  explicit InProcessDaemon(uint64_t arena_budget = kArenaBudget)
+      : sessions(dir.sub("data.sock"), 1 << 20, arena_budget), service(std::make_unique<Service>(&store, &sessions)) {
     REQUIRE(sessions.Start(0600).ok());
     grpc::ServerBuilder builder;
     builder.RegisterService(service.get());
@@ -528,6 +529,29 @@ TEST_CASE("the staging worker runs jobs in order off the caller's thread, and at
   worker.reset();  // stops and joins: the first job sees stopping() and ends; the second runs stopping
   CHECK(ran == std::vector<std::string>{"first", "second, stopping"});
   CHECK(worker_thread != std::this_thread::get_id());
+}
+
+TEST_CASE("a session's budget is free once it detaches or its client gives up, though calls still hold it") {
+  InProcessDaemon d(1 << 20);  // room for one session's arena
+  d.store.set_staging(FakeStore::Staging::kHoldDurable);
+  auto s = std::make_unique<AttachedSession>(d);
+  grpc::ClientContext ctx;
+  auto reader = d.stub->Persist(&ctx, MakeRequest<v1::PersistRequest>(s->id, s->token, {{"x", 0, 10}}));
+  v1::PersistEvent e;
+  REQUIRE(reader->Read(&e));  // STAGED: the call holds the session until the store says durable
+  SECTION("detached: free when the stream has ended") {
+    s->Detach();
+  }
+  SECTION("the client gave up: free once the daemon sees it") {
+    s->ctx.TryCancel();
+    REQUIRE(Eventually([&] { return d.sessions.count() == 0; }));
+  }
+  CHECK(d.sessions.arena_bytes() == 0);
+  AttachedSession next(d);  // the whole budget, at once
+  d.store.CompleteHeld({absl::OkStatus(), kDurableMask, 0, ""});
+  while (reader->Read(&e)) {
+  }
+  CHECK(reader->Finish().ok());
 }
 
 }  // namespace
