@@ -273,11 +273,12 @@ DaemonConfig Parse(const YAML::Node& root) {
   }
   if (root["block_size"]) c.store.block_size = static_cast<uint32_t>(std::min<uint64_t>(Bytes(root["block_size"], "block_size"), UINT32_MAX));
   if (const auto s = root["staging"]) {
-    RequireMap(s, "staging", {"limit", "high_water"});
+    RequireMap(s, "staging", {"limit", "high_water", "max_defer"});
     if (s["limit"] && !(s["limit"].IsScalar() && s["limit"].as<std::string>() == "auto")) {
       c.store.staging_limit_bytes = Bytes(s["limit"], "staging.limit");
     }
     if (s["high_water"]) c.store.staging_high_water = Number(s["high_water"], "staging.high_water");
+    if (s["max_defer"]) c.store.staging_max_defer_seconds = Seconds(s["max_defer"], "staging.max_defer");
   }
   if (root["verify_checksums"]) c.store.verify_checksums = Bool(root["verify_checksums"], "verify_checksums");
   if (const auto r = root["reads"]) {

@@ -102,6 +102,9 @@ absl::StatusOr<StoreConfig> ValidateConfig(StoreConfig c) {
   if (!(c.staging_high_water > 0 && c.staging_high_water <= 1)) {
     return absl::InvalidArgumentError("staging_high_water must be in (0, 1]");
   }
+  if (!(c.staging_max_defer_seconds > 0 && c.staging_max_defer_seconds <= 3600)) {
+    return absl::InvalidArgumentError("staging.max_defer must be above 0 and at most 3600 seconds");
+  }
   if (!(c.read_deadline_floor_seconds > 0 && c.read_deadline_floor_seconds <= c.read_deadline_cap_seconds &&
         c.read_deadline_cap_seconds <= 3600)) {
     return absl::InvalidArgumentError("read deadlines need 0 < floor <= cap <= 3600 seconds");

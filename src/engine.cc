@@ -32,7 +32,8 @@ Engine::Engine(StoreConfig config, Tiers tiers, std::shared_ptr<Reactor> reactor
         for (const TierConfig& t : config_.tiers) capacities.push_back(t.capacity_bytes);
         return capacities;
       }(), config_.foreign_chunks_limit, {config_.tenant_tier_share, config_.tenant_locked_bytes}),
-      stager_(config_.staging_limit_bytes, config_.staging_high_water, config_.block_size, reactor_.get()),
+      stager_(config_.staging_limit_bytes, config_.staging_high_water, config_.block_size,
+              static_cast<int64_t>(config_.staging_max_defer_seconds * 1e9), reactor_.get()),
       regions_(tiers_),
       pool_(static_cast<int>(tiers_.size()), config_.routing, config_.batching),
       reader_(config_, tiers_, &index_, &stager_, &pool_, &regions_, reactor_.get(), &counters_,
@@ -407,8 +408,10 @@ void Engine::Loop() {
     }
     if (!replicator_.idle()) {
       const bool reads_pending = reader_.reads_pending();
-      if (stager_.MayWrite(policies().writes, reads_pending)) {
+      if (stager_.MayWrite(policies().writes, reads_pending, reactor_->NowNs())) {
         for (size_t t = 0; t < tiers_.size(); ++t) replicator_.Schedule(static_cast<int>(t), reads_pending);
+      } else {
+        next_deadline = std::min(next_deadline, stager_.WritesDueNs());  // deferred no longer than that
       }
     }
     for (auto& tier : tiers_) tier->device->Submit();

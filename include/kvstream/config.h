@@ -76,6 +76,10 @@ struct StoreConfig {
   uint32_t block_size = 1 << 20;          // bytes per read block and per checksummed segment
   uint64_t staging_limit_bytes = 256ull << 20;  // staged, not yet durable chunk images
   double staging_high_water = 0.75;       // fraction of the limit above which writes run during reads
+  // Under deferred writes, how long a staged chunk waits for reads to pause at most: once the
+  // oldest chunk not yet durable has waited this long, writes run while reads go on (reads that
+  // never pause would otherwise hold every write until staging filled). > 0, at most an hour.
+  double staging_max_defer_seconds = 0.25;
   bool verify_checksums = true;           // verify every block against its segment checksum
   // Threads that verify blocks off the I/O loop: -1 = auto (half the cores, 1 to 8); 0 = the
   // loop verifies inline (deterministic tests).

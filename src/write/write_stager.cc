@@ -22,10 +22,12 @@ int64_t UnixNowNs() {
 
 }  // namespace
 
-WriteStager::WriteStager(uint64_t limit_bytes, double high_water, uint32_t block_size, Reactor* reactor)
+WriteStager::WriteStager(uint64_t limit_bytes, double high_water, uint32_t block_size, int64_t max_defer_ns,
+                         Reactor* reactor)
     : limit_bytes_(limit_bytes),
       high_water_(high_water),
       block_size_(block_size),
+      max_defer_ns_(max_defer_ns),
       reactor_(reactor),
       // Buffers are at most a 64th larger than their images: a full staging's buffers are kept.
       memory_(StagingMemory::Create(limit_bytes + limit_bytes / 64)) {}
@@ -59,6 +61,7 @@ absl::Status WriteStager::StageWith(std::string_view key, size_t size, absl::Fun
     return absl::InvalidArgumentError(absl::StrCat("chunk of ", size, " bytes (", chunk->image_size,
                                                    " on disk) exceeds the staging limit of ", limit_bytes_, " bytes"));
   }
+  const int64_t called_ns = reactor_->NowNs();  // how long it waits counts from here
   {
     absl::MutexLock lock(&mu_);
     while (!stopping_ && staged_bytes_ + chunk->image_size > limit_bytes_) {
@@ -74,7 +77,7 @@ absl::Status WriteStager::StageWith(std::string_view key, size_t size, absl::Fun
     staged_bytes_ += chunk->image_size;
     ++staged_chunks_;
     chunk->seq = next_seq_++;
-    unfinished_.insert(chunk->seq);
+    unfinished_.emplace(chunk->seq, called_ns);
   }
   chunk->image = memory_->Take(chunk->image_size);
   if (!chunk->image) {
@@ -224,14 +227,21 @@ bool WriteStager::Above(double fraction) const {
   return stopping_ || space_waiters_ > 0 || staged_bytes_ > fraction * limit_bytes_;
 }
 
-bool WriteStager::MayWrite(WritePolicy policy, bool reads_pending) const {
-  return policy == WritePolicy::kImmediate || !reads_pending || pressure();
+bool WriteStager::MayWrite(WritePolicy policy, bool reads_pending, int64_t now_ns) const {
+  return policy == WritePolicy::kImmediate || !reads_pending || now_ns >= WritesDueNs() || pressure();
+}
+
+int64_t WriteStager::WritesDueNs() const {
+  absl::MutexLock lock(&mu_);
+  if (unfinished_.empty()) return INT64_MAX;
+  const int64_t since = unfinished_.begin()->second;  // the oldest (to within producers racing for a seq)
+  return since > INT64_MAX - max_defer_ns_ ? INT64_MAX : since + max_defer_ns_;
 }
 
 void WriteStager::Flush() {
   absl::MutexLock lock(&mu_);
   const uint64_t target = next_seq_;
-  while (!unfinished_.empty() && *unfinished_.begin() < target) changed_.Wait(&mu_);
+  while (!unfinished_.empty() && unfinished_.begin()->first < target) changed_.Wait(&mu_);
 }
 
 void WriteStager::Stop() {

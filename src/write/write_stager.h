@@ -1,8 +1,10 @@
 // WriteStager (M2): new KV waits in bounded staging memory, as a ready-to-write chunk image, until
 // the replicator writes it. Producers block (or are refused) while staging is full. Under the
-// deferred write policy, writes run only while no read is pending (during the forward pass), or
-// under pressure: staging above its high-water mark, a producer waiting for space, or a drain at
-// shutdown. Thread-safe: producers stage from any thread, the loop takes and finishes chunks.
+// deferred write policy, writes run while no read is pending (during the forward pass), when a
+// chunk not yet durable has waited `max_defer` (reads that never pause do not starve writes: they
+// then share the tiers with them), or under pressure: staging above its high-water mark, a
+// producer waiting for space, or a drain at shutdown. Thread-safe: producers stage from any
+// thread, the loop takes and finishes chunks.
 //
 // A persist is answered "staged" as soon as its copy is here, so a staged chunk is already the
 // store's: lookups find it (StagedVersion, LockStaged) and steps read it from staging memory
@@ -12,7 +14,7 @@
 
 #include <cstdint>
 #include <memory>
-#include <set>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -55,8 +57,9 @@ struct StagedLocks {
 
 class WriteStager {
  public:
-  // `reactor` is woken when a chunk is staged or a producer starts waiting for space.
-  WriteStager(uint64_t limit_bytes, double high_water, uint32_t block_size, Reactor* reactor);
+  // `reactor` is woken when a chunk is staged or a producer starts waiting for space; its clock
+  // times how long chunks wait (`max_defer_ns`).
+  WriteStager(uint64_t limit_bytes, double high_water, uint32_t block_size, int64_t max_defer_ns, Reactor* reactor);
   // The cluster key (format/chunk_mac.h): every chunk staged from now on carries its MAC, so its image,
   // the same on every tier, is one a shared tier accepts. REQUIRES: before the first Stage.
   void set_mac_key(std::shared_ptr<const ChunkMacKey> key) { mac_key_ = std::move(key); }
@@ -106,8 +109,12 @@ class WriteStager {
   // pressure (where writes run during reads).
   bool filling() const;
 
-  // Whether writes may run now under `policy`, given whether reads are pending.
-  bool MayWrite(WritePolicy policy, bool reads_pending) const;
+  // Whether writes may run at `now_ns` (the reactor's clock) under `policy`, given whether reads
+  // are pending.
+  bool MayWrite(WritePolicy policy, bool reads_pending, int64_t now_ns) const;
+  // When the oldest chunk not yet durable will have waited max_defer (INT64_MAX: none waits):
+  // deferred writes run during reads from then on.
+  int64_t WritesDueNs() const;
   // Waits until every chunk staged before the call is finished and its callback has run.
   void Flush();
   // Refuses new chunks, wakes blocked producers (they get Unavailable) and writes everything
@@ -144,6 +151,7 @@ class WriteStager {
   const uint64_t limit_bytes_;
   const double high_water_;
   const uint32_t block_size_;
+  const int64_t max_defer_ns_;
   Reactor* const reactor_;
   const std::shared_ptr<StagingMemory> memory_;  // images' memory, kept for reuse up to about the limit
   std::shared_ptr<const ChunkMacKey> mac_key_;  // null: chunks carry no MAC
@@ -155,7 +163,7 @@ class WriteStager {
   uint64_t staged_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t staged_chunks_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
-  std::set<uint64_t> unfinished_ ABSL_GUARDED_BY(mu_);  // seqs staged and not yet finished
+  std::map<uint64_t, int64_t> unfinished_ ABSL_GUARDED_BY(mu_);  // seqs staged, not yet finished -> when
   std::vector<std::unique_ptr<StagedChunk>> new_ ABSL_GUARDED_BY(mu_);  // not yet taken by the loop
   absl::flat_hash_map<std::string, StagedKey> staged_ ABSL_GUARDED_BY(mu_);  // by key, until released
   uint64_t persists_ ABSL_GUARDED_BY(mu_) = 0;

@@ -35,6 +35,7 @@ TEST_CASE("the documented default config parses into the documented values") {
   CHECK(c->store.staging_limit_bytes == DefaultStagingLimit());  // auto
   CHECK(DefaultStagingLimit() >= 256ull << 20);
   CHECK(DefaultStagingLimit() <= 16ull << 30);
+  CHECK(c->store.staging_max_defer_seconds == Approx(0.25));
   CHECK(c->store.routing.kind == RoutingKind::kCompletion);
   CHECK(c->store.fsync == FsyncPolicy::kNone);
   CHECK(c->store.io_engine == IoEngine::kAuto);

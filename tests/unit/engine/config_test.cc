@@ -75,6 +75,11 @@ TEST_CASE("validation fills defaults and rejects bad configs with a reason") {
   c = OneTier();
   c.staging_high_water = 0;
   CHECK(!ValidateConfig(c).ok());
+  c = OneTier();
+  c.staging_max_defer_seconds = 0;  // a bound that never holds a write back is `immediate`
+  CHECK(!ValidateConfig(c).ok());
+  c.staging_max_defer_seconds = 3601;
+  CHECK(!ValidateConfig(c).ok());
   CHECK(!ValidateConfig(StoreConfig{}).ok());
 }
 

@@ -1,5 +1,6 @@
 // The write stager (M2): bounded staging, back-pressure, and when writes may run (deferred writes
-// wait for the step; immediate writes and staging pressure do not).
+// wait for the step, but no longer than staging.max_defer; immediate writes and staging pressure
+// do not wait).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -15,22 +16,25 @@
 namespace kvstream::testing {
 namespace {
 
-// Counts wake-ups; time stands still.
+// Counts wake-ups; time moves only when a case sets it.
 class CountingReactor final : public Reactor {
  public:
-  int64_t NowNs() override { return 0; }
+  int64_t NowNs() override { return now; }
   void Wait(int64_t) override {}
   void WaitUntil(int64_t) override {}
   void Wake() override { ++wakes; }
   std::atomic<int> wakes{0};
+  std::atomic<int64_t> now{0};
 };
+
+constexpr int64_t kDefer = 250'000'000;  // staging.max_defer's default
 
 // A chunk's image size for a payload of `size` bytes and a short key.
 uint64_t ImageBytes(size_t size) { return DescribeChunk("k", Payload(size, 1).data(), size, kBlock, 0).file_size(); }
 
 TEST_CASE("bad chunks are refused without taking staging space") {
   CountingReactor reactor;
-  WriteStager stager(4 * kBlock, 0.75, kBlock, &reactor);
+  WriteStager stager(4 * kBlock, 0.75, kBlock, kDefer, &reactor);
   auto data = Payload(5 * kBlock, 1);
   CHECK(absl::IsInvalidArgument(stager.Stage("", data.data(), 10, nullptr, true)));
   CHECK(absl::IsInvalidArgument(stager.Stage(std::string("a\0b", 3), data.data(), 10, nullptr, true)));
@@ -43,7 +47,7 @@ TEST_CASE("bad chunks are refused without taking staging space") {
 
 TEST_CASE("a copy of bytes already verified keeps their checksums, another segment size or key is hashed") {
   CountingReactor reactor;
-  WriteStager stager(16 * kBlock, 0.75, kBlock, &reactor);
+  WriteStager stager(16 * kBlock, 0.75, kBlock, kDefer, &reactor);
   auto data = Payload(3 * kBlock + 100, 7);
   const ChunkMeta verified = DescribeChunk("k", data.data(), data.size(), kBlock, 12345);
   // The source changed after it was verified: the copy keeps what was verified, so reading the
@@ -78,7 +82,7 @@ TEST_CASE("a copy of bytes already verified keeps their checksums, another segme
 TEST_CASE("a full staging refuses or blocks producers until a chunk is finished") {
   CountingReactor reactor;
   const uint64_t image = ImageBytes(kBlock);
-  WriteStager stager(2 * image, 0.75, kBlock, &reactor);
+  WriteStager stager(2 * image, 0.75, kBlock, kDefer, &reactor);
   auto data = Payload(kBlock, 2);
   REQUIRE(stager.Stage("a", data.data(), data.size(), nullptr, false).ok());
   REQUIRE(stager.Stage("b", data.data(), data.size(), nullptr, false).ok());
@@ -92,7 +96,7 @@ TEST_CASE("a full staging refuses or blocks producers until a chunk is finished"
     staged = true;
   });
   while (reactor.wakes < 3) std::this_thread::yield();  // a, b, and the waiting producer
-  CHECK(stager.MayWrite(WritePolicy::kDeferred, /*reads_pending=*/true));  // a producer waits: pressure
+  CHECK(stager.MayWrite(WritePolicy::kDeferred, /*reads_pending=*/true, reactor.now));  // a producer waits: pressure
   CHECK_FALSE(staged);
   std::vector<std::unique_ptr<StagedChunk>> taken;
   stager.TakeStaged(&taken);
@@ -106,7 +110,7 @@ TEST_CASE("a full staging refuses or blocks producers until a chunk is finished"
 
 TEST_CASE("a finished chunk's staging memory is kept for the next one, whose image is whole") {
   CountingReactor reactor;
-  WriteStager stager(64 * kBlock, 0.75, kBlock, &reactor);
+  WriteStager stager(64 * kBlock, 0.75, kBlock, kDefer, &reactor);
   auto first = Payload(4 * kBlock + 1, 3);  // a longer key and one more segment: a larger header
   REQUIRE(stager.Stage("a-longer-key", first.data(), first.size(), nullptr, false).ok());
   std::vector<std::unique_ptr<StagedChunk>> taken;
@@ -133,7 +137,7 @@ TEST_CASE("a finished chunk's staging memory is kept for the next one, whose ima
 
 TEST_CASE("flush returns only after the callbacks of the chunks staged before it ran") {
   CountingReactor reactor;
-  WriteStager stager(16 * kBlock, 0.75, kBlock, &reactor);
+  WriteStager stager(16 * kBlock, 0.75, kBlock, kDefer, &reactor);
   auto data = Payload(1000, 3);
   std::atomic<int> called{0};
   REQUIRE(stager.Stage("a", data.data(), data.size(), [&](const std::string&, const PersistResult&) { ++called; }, true).ok());
@@ -153,18 +157,18 @@ TEST_CASE("flush returns only after the callbacks of the chunks staged before it
   CHECK(stager.empty());
 }
 
-TEST_CASE("deferred writes may run during reads only under pressure, stop refuses and drains") {
+TEST_CASE("before max_defer, deferred writes run during reads only under pressure; stop refuses and drains") {
   CountingReactor reactor;
   const uint64_t image = ImageBytes(kBlock);
-  WriteStager stager(4 * image, 0.5, kBlock, &reactor);
+  WriteStager stager(4 * image, 0.5, kBlock, kDefer, &reactor);
   auto data = Payload(kBlock, 4);
-  CHECK(stager.MayWrite(WritePolicy::kDeferred, false));
-  CHECK(stager.MayWrite(WritePolicy::kImmediate, true));
+  CHECK(stager.MayWrite(WritePolicy::kDeferred, false, reactor.now));
+  CHECK(stager.MayWrite(WritePolicy::kImmediate, true, reactor.now));
   REQUIRE(stager.Stage("a", data.data(), data.size(), nullptr, true).ok());
   REQUIRE(stager.Stage("b", data.data(), data.size(), nullptr, true).ok());
-  CHECK_FALSE(stager.MayWrite(WritePolicy::kDeferred, true));  // at the high-water mark, not above
+  CHECK_FALSE(stager.MayWrite(WritePolicy::kDeferred, true, reactor.now));  // at the high-water mark, not above
   REQUIRE(stager.Stage("c", data.data(), data.size(), nullptr, true).ok());
-  CHECK(stager.MayWrite(WritePolicy::kDeferred, true));  // above it
+  CHECK(stager.MayWrite(WritePolicy::kDeferred, true, reactor.now));  // above it
   REQUIRE(stager.Stage("d", data.data(), data.size(), nullptr, true).ok());
 
   std::atomic<bool> refused{false};
@@ -176,8 +180,69 @@ TEST_CASE("deferred writes may run during reads only under pressure, stop refuse
   producer.join();
   CHECK(refused);
   CHECK(absl::IsUnavailable(stager.Stage("f", data.data(), 10, nullptr, false)));
-  CHECK(stager.MayWrite(WritePolicy::kDeferred, true));  // draining: everything staged is written
+  CHECK(stager.MayWrite(WritePolicy::kDeferred, true, reactor.now));  // draining: everything staged is written
   CHECK_FALSE(stager.empty());
+}
+
+TEST_CASE("a deferred write waits for reads at most max_defer, from the oldest chunk not yet durable") {
+  CountingReactor reactor;
+  WriteStager stager(16 * kBlock, 0.75, kBlock, kDefer, &reactor);
+  const auto data = Payload(kBlock, 5);
+  CHECK(stager.WritesDueNs() == INT64_MAX);  // nothing waits
+  reactor.now = 1000;
+  REQUIRE(stager.Stage("a", data.data(), data.size(), nullptr, true).ok());
+  reactor.now = 1000 + kDefer / 2;
+  REQUIRE(stager.Stage("b", data.data(), data.size(), nullptr, true).ok());
+  CHECK(stager.WritesDueNs() == 1000 + kDefer);
+  CHECK_FALSE(stager.MayWrite(WritePolicy::kDeferred, true, 1000 + kDefer - 1));
+  CHECK(stager.MayWrite(WritePolicy::kDeferred, true, 1000 + kDefer));  // "a" waited long enough
+
+  std::vector<std::unique_ptr<StagedChunk>> staged;
+  stager.TakeStaged(&staged);
+  REQUIRE(staged.size() == 2);
+  stager.Finish(std::move(staged[0]), PersistResult{});  // "a" is durable: "b" is the oldest now
+  CHECK(stager.WritesDueNs() == 1000 + kDefer / 2 + kDefer);
+  CHECK_FALSE(stager.MayWrite(WritePolicy::kDeferred, true, 1000 + kDefer));
+  stager.Finish(std::move(staged[1]), PersistResult{});
+  CHECK(stager.WritesDueNs() == INT64_MAX);
+  CHECK_FALSE(stager.MayWrite(WritePolicy::kDeferred, true, INT64_MAX - 1));
+}
+
+TEST_CASE("under reads that never pause, a deferred write starts max_defer after its persist and is durable") {
+  StoreConfig c = WithRouting("completion");
+  c.staging_max_defer_seconds = 0.25;
+  SimRig rig({300 * MBps, 100 * MBps}, c);
+  rig.Populate("k", 200, 4 * kBlock);  // 800 MiB: 2 s of reads at 400 MB/s
+  auto batch = SimRig::MakeBatch("k", 200, 4 * kBlock);
+
+  rig.clock->Pause();
+  std::atomic<bool> finished{false};
+  rig.engine->RetrieveAsync(batch.reads, nullptr, [&](StepRecord) { finished = true; });
+  rig.clock->WaitUntilQuiescent();
+  const int64_t persisted = rig.clock->NowNs();
+  auto fresh = Payload(2 * kBlock, 98);
+  std::atomic<int64_t> durable_ns{0};
+  REQUIRE(rig.engine->Persist("new", fresh.data(), fresh.size(), [&](const std::string&, const PersistResult& r) {
+    if (r.status.ok() && r.tier_mask == 3) durable_ns = rig.clock->NowNs();
+  }).ok());
+  rig.clock->WaitUntilQuiescent();
+  rig.clock->Resume();
+  rig.engine->Flush();
+  while (!finished) std::this_thread::yield();
+
+  int64_t last_read = 0, first_write = INT64_MAX;
+  for (SimDevice* d : rig.devices) {
+    for (const SimOpRecord& op : d->ops()) {
+      if (op.kind == IoKind::kRead) last_read = std::max(last_read, op.done_ns);
+      if (op.kind == IoKind::kWrite) first_write = std::min(first_write, op.submit_ns);
+    }
+  }
+  const int64_t defer = 250'000'000;
+  CHECK(first_write >= persisted + defer);        // deferred that long ...
+  CHECK(first_write < persisted + defer + defer);  // ... and no longer (a block's read is ~3-10 ms)
+  CHECK(durable_ns > 0);
+  CHECK(durable_ns < last_read);  // durable while the reads went on
+  CHECK(rig.engine->Stats().writes_under_pressure > 0);
 }
 
 TEST_CASE("deferred writes wait for the step but immediate writes and staging pressure do not") {
@@ -185,6 +250,7 @@ TEST_CASE("deferred writes wait for the step but immediate writes and staging pr
   StoreConfig c = WithRouting("completion");
   c.writes = policy;
   c.staging_limit_bytes = 64ull << 20;
+  c.staging_max_defer_seconds = 10;  // longer than the step
   SimRig rig({300 * MBps, 100 * MBps}, c);
   rig.Populate("k", 16, 4 * kBlock);
   auto batch = SimRig::MakeBatch("k", 16, 4 * kBlock);
