@@ -28,21 +28,28 @@
 # with a cluster key (shared_key_file, docs/security.md): every chunk written carries a MAC and a
 # tag per segment, and every block read from t1 is verified against its tag instead of its XXH3
 # checksum, so a run with --key against one with --shared shows what the key costs.
+# With --busy-reads, reads that never pause (no forward-pass gap) while each step's new KV (a
+# quarter of the step, 8 MiB chunks) is persisted in the background (kvbench --write-gap 0
+# --background-writes), at FAST/SLOW steady caps: the daemon with staging.max_defer at its default
+# (250ms) and at 3600s (writes then run during reads only under staging pressure, as before the bound
+# existed), alternated three times; each run prints its persists' p50/p95 (call to durable) and its
+# read loss against the same reads without writes (--steps defaults to 12).
 # With --engines, the two I/O engines at FAST/SLOW steady caps, alternated twice in one run:
 # kvstreamd on io_uring, then under a seccomp filter denying io_uring_setup (build/tests/
 # deny_io_uring: io_engine auto falls back to threads), completion and serial each; prints each
 # round's completion time on threads over io_uring's.
 # Needs root. Results (JSON, PNG) go to OUT. Tears everything down, also on failure.
-# Usage: sudo tools/bench.sh [--gbs | --replication | --engines] [--pace] [--shared | --key] [--fast MBPS] [--slow MBPS] [--steps N] [--out DIR] [--check GAP]
+# Usage: sudo tools/bench.sh [--gbs | --replication | --engines | --busy-reads] [--pace] [--shared | --key] [--fast MBPS] [--slow MBPS] [--steps N] [--out DIR] [--check GAP]
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
-fast=300 slow=150 steps=8 out=/var/tmp/kvstream-bench-results check="" gbs="" replication="" pace="" shared="" key="" engines=""
+fast=300 slow=150 steps=8 out=/var/tmp/kvstream-bench-results check="" gbs="" replication="" pace="" shared="" key="" engines="" busy=""
 while [ $# -gt 0 ]; do
   case $1 in
     --gbs) gbs=1; shift ;;
     --replication) replication=1; shift ;;
     --engines) engines=1; shift ;;
+    --busy-reads) busy=1; shift ;;
     --pace) pace=1; shift ;;
     --shared) shared=1; shift ;;
     --key) key=1 shared=1; shift ;;
@@ -121,6 +128,33 @@ for r in (1, 2):
               t["throughput_bps"] / 1e6, 100 * t["gap"], t["total_seconds"] / u["total_seconds"]))
 PY
   echo "bench: results in $out (engine-*.json, kvstreamd-*.log)"
+  exit 0
+fi
+if [ -n "$busy" ]; then
+  work="${BENCH_DIR:-/var/tmp/kvstream-bench}"
+  source "$root/tools/lib/bench-tiers.sh"
+  [ "$steps" = 8 ] && steps=12
+  bench_up 7GiB "$out/kvstreamd-defer-250ms-1.log"
+  busy_run() {  # NAME
+    echo
+    echo "== $1: reads back to back at $fast/$slow MB/s, each step's new KV persisted in the background"
+    "$tierlab" run --dir "$work" -- "$build/tools/kvbench" --socket "$sock" --ranks 2 --steps "$steps" --requests 4 \
+      --chunks 8 --hit-ratio 0.75 --chunk-size 8MiB --policies "" --write-policies deferred --write-gap 0 \
+      --background-writes --no-alone --json "$out/busy-$1.json" | grep -E '^completion\+writes'
+  }
+  for round in 1 2 3; do
+    for defer in 250ms 3600s; do
+      [ "$round$defer" = 1250ms ] || {
+        sed -i '/^staging:/d' "$work/kvstreamd.yaml"
+        echo "staging: {max_defer: $defer}" >> "$work/kvstreamd.yaml"
+        daemon_start "$out/kvstreamd-defer-$defer-$round.log"
+      }
+      busy_run "defer-$defer-$round"
+      daemon_stop
+    done
+  done
+  echo
+  echo "bench: results in $out (busy-*.json, kvstreamd-defer-*.log)"
   exit 0
 fi
 if [ -n "$replication" ]; then

@@ -1,6 +1,17 @@
 #include "bench_math.h"
 
+#include <algorithm>
+#include <cmath>
+
 namespace kvbench {
+
+double Percentile(std::vector<double> values, double q) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const double rank = std::ceil(q * static_cast<double>(values.size()));
+  const size_t i = static_cast<size_t>(std::clamp(rank, 1.0, static_cast<double>(values.size()))) - 1;
+  return values[i];
+}
 
 double Bandwidth(const Run& run) {
   double seconds = 0, bytes = 0;

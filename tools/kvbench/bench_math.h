@@ -28,7 +28,14 @@ struct StepSample {
 struct Run {
   std::string label;
   std::vector<StepSample> steps;
+  // Runs with writes: each persist's time from the call until its chunks were durable (one per
+  // rank per step, in no particular order).
+  std::vector<double> persist_seconds = {};
 };
+
+// The q-quantile (0 < q <= 1) of `values` by the nearest rank: the smallest value with at least
+// q of them at or below it; 0 for none.
+double Percentile(std::vector<double> values, double q);
 
 // Bound of step i: T*_i = D_i / sum_k b_k(i), with b_k(i) the bandwidth tier k reached alone on
 // step i (alone[k], the same steps read from tier k only). Steps the alone runs lack get 0.

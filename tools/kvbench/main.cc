@@ -47,6 +47,7 @@ struct Options {
   double step_gap = 0, write_gap = 0.3;
   std::string read_into = "arena", key_prefix;
   bool allow_buffered = false, dry_run = false, no_alone = false, no_populate = false, alone_writes = false;
+  bool background_writes = false;
 };
 
 void AddOptions(CLI::App& app, Options& o) {
@@ -91,6 +92,10 @@ void AddOptions(CLI::App& app, Options& o) {
   app.add_option("--write-gap", o.write_gap, "idle seconds before every step of the runs with writes (the forward pass, "
                  "during which deferred writes drain), and of their reads-only reference run completion+idle")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_flag("--background-writes", o.background_writes,
+               "the runs with writes do not wait for a step's new chunks to be durable: each step's persists go on "
+               "in the background while the next steps read (with --write-gap 0, reads that never pause); the "
+               "report gives each run's persist times (call to durable) and its read loss against completion+idle");
   app.add_option("--json", o.json, "write the results as JSON to this file");
   app.add_option("--plot", o.plot, "write a PNG plot (per-step time vs bound, tier share) to this file");
   app.add_option("--check", o.check, "exit 3 if the completion policy's gap exceeds this (e.g. 0.03)");
@@ -218,6 +223,7 @@ int Main(int argc, char** argv) {
   auto replication_runs = PlanReplicationRuns(o.replications, o.write_gap);
   if (!replication_runs.ok()) return Fail(replication_runs.status(), 2);
   policy_runs->insert(policy_runs->end(), replication_runs->begin(), replication_runs->end());
+  for (RunSpec& r : *policy_runs) r.background_writes = r.with_writes && o.background_writes;
 
   // Connect: the daemon's tiers complete the plan and size the rank sessions' arenas.
   auto control = kvstream::Client::Connect(o.socket);

@@ -24,6 +24,7 @@ nlohmann::json RunJson(const Run& run, const Summary& s, const std::vector<doubl
     }
     j["steps"].push_back(std::move(step));
   }
+  if (!run.persist_seconds.empty()) j["persist_seconds"] = run.persist_seconds;
   return j;
 }
 
@@ -69,7 +70,8 @@ void PrintTable(std::FILE* out, const BenchResults& results, const Analysis& a) 
   }
 }
 
-// Reads of the runs with writes against the same reads without them, after the same idle time.
+// Reads of the runs with writes against the same reads without them, after the same idle time
+// (the read loss), and how long their persists took from the call until durable.
 void PrintReadsWithWrites(std::FILE* out, const BenchResults& results, const Analysis& a) {
   double reads_alone = 0;
   for (const Summary& s : a.summaries) {
@@ -77,10 +79,16 @@ void PrintReadsWithWrites(std::FILE* out, const BenchResults& results, const Ana
   }
   if (reads_alone <= 0) return;
   for (const Run& r : results.runs) {
-    if (r.label.starts_with(kWritesPrefix)) {
-      std::fprintf(out, "%s: reads at %.3f x reads alone (%s)\n", r.label.c_str(), Bandwidth(r) / reads_alone,
-                   kIdleReferenceLabel);
+    if (!r.label.starts_with(kWritesPrefix)) continue;
+    const double ratio = Bandwidth(r) / reads_alone;
+    std::fprintf(out, "%s: reads at %.3f x reads alone (%s), read loss %.1f%%", r.label.c_str(), ratio,
+                 kIdleReferenceLabel, 100 * (1 - ratio));
+    if (!r.persist_seconds.empty()) {
+      std::fprintf(out, "; persists (call to durable) p50 %.3f s, p95 %.3f s, max %.3f s over %zu",
+                   Percentile(r.persist_seconds, 0.5), Percentile(r.persist_seconds, 0.95),
+                   Percentile(r.persist_seconds, 1), r.persist_seconds.size());
     }
+    std::fprintf(out, "\n");
   }
 }
 

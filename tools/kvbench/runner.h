@@ -9,10 +9,12 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "bench_math.h"
 #include "kvstream/client.h"
 #include "plan.h"
@@ -94,21 +96,31 @@ class Bench {
   absl::Status ReadStep(uint32_t r, const BenchStep& step);
   // Rank r persists the step's new chunks from the slots after the read slots (content unchecked),
   // under keys of this run only (`run`): a later run writes them again rather than finding them
-  // stored already, and no run's reads ever see them. Fails with the first chunk that is durable
-  // nowhere (the run's numbers would count writes that did not happen).
-  absl::Status WriteStep(uint32_t r, const BenchStep& step, size_t run);
+  // stored already, and no run's reads ever see them. Returns the seconds from the call until
+  // every chunk was durable; fails with the first chunk that is durable nowhere (the run's numbers
+  // would count writes that did not happen).
+  absl::StatusOr<double> WriteStep(uint32_t r, const BenchStep& step, size_t run);
+  // The persists of one run: each one's seconds (WriteStep) and the first failure.
+  struct PersistLog {
+    absl::Mutex mu;
+    std::vector<double> seconds ABSL_GUARDED_BY(mu);
+    absl::Status status ABSL_GUARDED_BY(mu);
+    void Add(const absl::StatusOr<double>& persisted) ABSL_LOCKS_EXCLUDED(mu);
+  };
   // Locks those of rank r's `keys` that are stored against capacity eviction (Lookup with a
   // lease), remembered for the destructor to unlock; returns the lookup of each key.
   absl::StatusOr<std::vector<kvstream::LookupEntry>> LockChunks(uint32_t r, const std::vector<std::string>& keys);
   // Every rank reads `step` at once and, for run `write_run`, persists the step's new chunks
-  // (WriteStep) from the same start; returns when the reads are done and the writes durable, or
-  // with the first failure (reads first).
+  // (WriteStep, into `log`) from the same start; returns when the reads are done and the writes
+  // durable, or with the first failure (reads first). With `background`, the writes' threads go
+  // there instead, for the caller to join: the step returns once its reads are done.
   struct StepTimes {
     double start = 0;  // Now() at the release of the ranks
     double reads = 0;  // until the last rank's reads are done
     double cycle = 0;  // until the writes are durable too (the reads' time without writes)
   };
-  absl::StatusOr<StepTimes> RunStep(const BenchStep& step, std::optional<size_t> write_run);
+  absl::StatusOr<StepTimes> RunStep(const BenchStep& step, std::optional<size_t> write_run, PersistLog* log = nullptr,
+                                    std::vector<std::thread>* background = nullptr);
   // One chunk drain of MeasureChunkDrains: `probe` under `routing`.
   absl::StatusOr<double> MeasureChunkDrain(const std::string& routing, const BenchStep& probe, int pairs);
   void RestorePolicies(const kvstream::Policies& policies);

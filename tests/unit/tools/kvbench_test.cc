@@ -315,7 +315,28 @@ TEST_CASE("the report prints each tier alone and together, one table row per run
         "serial                         1.200     0.667      83.3   +80.0%     1.00x    0.150  100.0%    0.0%\n"
         "completion+idle                1.000     0.667     100.0   +50.0%     1.20x    0.150   50.0%   50.0%\n"
         "completion+writes:deferred     1.600     0.667      62.5  +140.0%     0.75x    0.150   50.0%   50.0%\n"
-        "completion+writes:deferred: reads at 0.625 x reads alone (completion+idle)\n");
+        "completion+writes:deferred: reads at 0.625 x reads alone (completion+idle), read loss 37.5%\n");
+}
+
+TEST_CASE("a run with writes prints its read loss and its persists' median, 95th percentile and longest") {
+  BenchResults results = HandMadeResults();
+  Run& writes = results.runs.back();
+  REQUIRE(writes.label == "completion+writes:deferred");
+  for (int i = 20; i >= 1; --i) writes.persist_seconds.push_back(0.1 * i);  // 0.1 .. 2.0 s, out of order
+  const std::string printed = Printed([&](std::FILE* out) { PrintReport(out, results, Analyze(results)); });
+  CHECK(printed.find("completion+writes:deferred: reads at 0.625 x reads alone (completion+idle), read loss 37.5%; "
+                     "persists (call to durable) p50 1.000 s, p95 1.900 s, max 2.000 s over 20\n") != std::string::npos);
+  const nlohmann::json j = ToJson(results, Analyze(results));
+  CHECK(j.at("runs").back().at("persist_seconds").size() == 20);
+  CHECK_FALSE(j.at("runs").front().contains("persist_seconds"));
+}
+
+TEST_CASE("a percentile is the smallest value with at least that share at or below it") {
+  CHECK(Percentile({}, 0.5) == 0);
+  CHECK(Percentile({3}, 0.95) == 3);
+  CHECK(Percentile({4, 1, 3, 2}, 0.5) == 2);
+  CHECK(Percentile({4, 1, 3, 2}, 0.51) == 3);
+  CHECK(Percentile({4, 1, 3, 2}, 1) == 4);
 }
 
 TEST_CASE("without an alone run per tier there is no bound, and fio is compared with the first tier") {
