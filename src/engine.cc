@@ -333,9 +333,13 @@ absl::StatusOr<EvictResult> Engine::Evict(const EvictRequest& request) {
 
 absl::Status Engine::RegisterMemory(void* base, size_t size, int fd, uint64_t fd_offset) {
   absl::StatusOr<uint64_t> generation;
-  RunOnLoop([&] { generation = regions_.Add(static_cast<uint8_t*>(base), size, fd, fd_offset); });
+  bool pending = false;  // pieces to register once faulted in (none where no tier registers buffers)
+  RunOnLoop([&] {
+    generation = regions_.Add(static_cast<uint8_t*>(base), size, fd, fd_offset);
+    pending = generation.ok() && !regions_.Registered(base);
+  });
   if (!generation.ok()) return generation.status();
-  faulter_.Add(static_cast<uint8_t*>(base), size, MemoryRegions::kPieceBytes, *generation);
+  if (pending) faulter_.Add(static_cast<uint8_t*>(base), size, MemoryRegions::kPieceBytes, *generation);
   return absl::OkStatus();
 }
 

@@ -37,7 +37,8 @@ void MemoryRegions::Unregister(Piece* piece) {
 
 absl::StatusOr<uint64_t> MemoryRegions::Add(uint8_t* base, size_t size, int fd, uint64_t fd_offset) {
   if (base == nullptr || size == 0) return absl::InvalidArgumentError("empty region");
-  const bool any = std::any_of(tiers_.begin(), tiers_.end(), [](const auto& t) { return t->device->properties().fixed_buffers; });
+  const bool any =
+      std::any_of(tiers_.begin(), tiers_.end(), [](const auto& t) { return t->device->properties().fixed_buffers; });
   if (!any && fd < 0) return absl::UnimplementedError("no tier can register buffers");
   Region region;
   region.generation = next_generation_++;
@@ -47,7 +48,8 @@ absl::StatusOr<uint64_t> MemoryRegions::Add(uint8_t* base, size_t size, int fd, 
   struct stat st;
   if (fd >= 0 && fstat(fd, &st) == 0 && st.st_blksize > 0) region.page = static_cast<size_t>(st.st_blksize);
   for (size_t offset = 0; offset < size; offset += kPieceBytes) {
-    region.pieces.push_back({base + offset, std::min(kPieceBytes, size - offset), false, {}});
+    // With no tier to register it on (only its fd kept), there is nothing to wait for.
+    region.pieces.push_back({base + offset, std::min(kPieceBytes, size - offset), !any, std::vector<int>(tiers_.size(), -1)});
   }
   const uint64_t generation = region.generation;
   Remove(base);  // a region added again at the same address replaces the old one

@@ -31,8 +31,9 @@ class MemoryRegions {
   explicit MemoryRegions(const Tiers& tiers) : tiers_(tiers) {}
   ~MemoryRegions();
 
-  // Adds [base, base + size), none of its pieces registered yet (RegisterPiece), and returns its
-  // generation: the name of this region, not of a later one at the same address. `fd` >= 0: the
+  // Adds [base, base + size), none of its pieces registered yet (RegisterPiece; all of them at once
+  // when no tier can register buffers), and returns its generation: the name of this region, not
+  // of a later one at the same address. `fd` >= 0: the
   // file that maps it from `fd_offset`, which the store may punch holes in (the caller keeps it
   // open until Remove). Unimplemented when no tier can register buffers and there is no fd
   // (nothing to gain: reads into it still work).

@@ -161,6 +161,11 @@ TEST_CASE("TakeBack refuses, touching nothing, what it cannot take back") {
   CHECK_FALSE(regions.TakeBack(0, 0, m + kPiece - 4096, 8192));        // straddles two pieces
   CHECK_FALSE(regions.TakeBack(0, 1, m + memory.size() - 4096, 8192)); // past the region's end
   CHECK_FALSE(regions.TakeBack(0, 2, plain.data(), 4096));             // nothing to punch
+  MappedSharedMemory pending(4 << 20);
+  std::memset(pending.data(), 0x5a, pending.size());
+  REQUIRE(regions.Add(pending.data(), pending.size(), pending.fd(), 0).ok());  // its piece not registered yet
+  CHECK_FALSE(regions.TakeBack(0, 0, pending.data(), 4096));
+  CHECK(pending.data()[0] == 0x5a);
   const uintptr_t lowest = std::min(reinterpret_cast<uintptr_t>(m), reinterpret_cast<uintptr_t>(plain.data()));
   CHECK_FALSE(regions.TakeBack(0, 0, reinterpret_cast<uint8_t*>(lowest - 4096), 4096));  // below every region
   for (size_t i = 0; i < memory.size(); i += 4096) REQUIRE(m[i] == 0x5a);
