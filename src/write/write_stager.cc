@@ -166,9 +166,10 @@ void WriteStager::Acknowledge(StagedChunk* chunk, const PersistResult& result) {
 void WriteStager::Release(std::unique_ptr<StagedChunk> chunk) {
   {
     absl::MutexLock lock(&mu_);  // out of sight before its memory goes
-    auto it = staged_.find(Key(chunk->meta->key));
-    std::erase(it->second.versions, chunk.get());
-    if (it->second.versions.empty()) staged_.erase(it);
+    if (auto it = staged_.find(Key(chunk->meta->key)); it != staged_.end()) {
+      std::erase(it->second.versions, chunk.get());
+      if (it->second.versions.empty()) staged_.erase(it);
+    }
   }
   chunk->image.Reset();  // back in the pool before a producer waiting for the space takes memory
   absl::MutexLock lock(&mu_);
@@ -188,14 +189,14 @@ std::shared_ptr<const ChunkMeta> WriteStager::StagedVersion(std::string_view key
   return newest != nullptr ? newest->meta : nullptr;
 }
 
-std::shared_ptr<const ChunkMeta> WriteStager::LockStaged(std::string_view key, int64_t until_ns) {
+bool WriteStager::LockStaged(std::string_view key, int64_t until_ns) {
   absl::MutexLock lock(&mu_);
   auto it = staged_.find(Key(key));
-  if (it == staged_.end()) return nullptr;
+  if (it == staged_.end()) return false;
   StagedLocks& locks = it->second.locks;
   ++locks.count;
   locks.until_ns = std::max(locks.until_ns, until_ns);
-  return it->second.versions.back()->meta;
+  return true;
 }
 
 bool WriteStager::UnlockStaged(std::string_view key) {

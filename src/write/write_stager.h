@@ -93,9 +93,9 @@ class WriteStager {
 
   // The newest version of `key` staged and not yet released, or null. Any thread.
   std::shared_ptr<const ChunkMeta> StagedVersion(std::string_view key) const;
-  // As StagedVersion, and locks the key until `until_ns` (store clock) or UnlockStaged; the lock
-  // moves to the index with TakeLocks. Null, and nothing locked, when the key is not staged.
-  std::shared_ptr<const ChunkMeta> LockStaged(std::string_view key, int64_t until_ns);
+  // Locks a staged key until `until_ns` (store clock) or UnlockStaged, as Index::Lock does; the
+  // lock moves to the index with TakeLocks. False, and nothing locked, when the key is not staged.
+  bool LockStaged(std::string_view key, int64_t until_ns);
   // Releases one lock LockStaged took on `key` and still holds here; false if none.
   bool UnlockStaged(std::string_view key);
   // The locks held here on `key`, handed over (forgotten here).
