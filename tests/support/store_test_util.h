@@ -4,11 +4,14 @@
 
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
+#include "engine.h"
 #include "format/chunk_format.h"
 #include "kvstream/store.h"
 #include "store_open.h"
@@ -26,6 +29,13 @@ inline StoreConfig TwoTiers(const TempDir& dir, uint64_t capacity = 1ull << 30) 
   c.tiers.push_back({"fast", dir.sub("t0"), capacity});
   c.tiers.push_back({"slow", dir.sub("t1"), capacity});
   return c;
+}
+
+// Waits until every piece of the memory registered at `base` is registered (RegisterMemory
+// returns before its pages are faulted in): for the cases that count fixed-buffer reads into it.
+inline void WaitUntilRegistered(Store& store, const void* base) {
+  auto& engine = dynamic_cast<Engine&>(store);  // what Store::Open makes
+  while (!engine.MemoryRegistered(base)) std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 
 // Persists every chunk and waits until they are durable.

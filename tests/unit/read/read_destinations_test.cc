@@ -44,6 +44,7 @@ TEST_CASE("reads into registered memory use fixed buffers and stay correct") {
     std::exit(kSkipExitCode);
   }
   REQUIRE(reg.ok());
+  WaitUntilRegistered(*store, arena.get());
   auto read_into_arena = [&] {
     std::vector<ChunkRead> reads;
     for (size_t i = 0; i < chunks.size(); ++i) reads.push_back({chunks[i].first, arena.get() + i * slot, slot});
