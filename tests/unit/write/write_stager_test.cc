@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <thread>
+#include <utility>
 
 #include "sim_rig.h"
 #include "write/write_stager.h"
@@ -31,6 +32,18 @@ constexpr int64_t kDefer = 250'000'000;  // staging.max_defer's default
 
 // A chunk's image size for a payload of `size` bytes and a short key.
 uint64_t ImageBytes(size_t size) { return DescribeChunk("k", Payload(size, 1).data(), size, kBlock, 0).file_size(); }
+
+// When the devices' last read ended and their first write began (INT64_MAX: none), virtual time.
+std::pair<int64_t, int64_t> LastReadFirstWrite(const SimRig& rig) {
+  int64_t last_read = 0, first_write = INT64_MAX;
+  for (SimDevice* d : rig.devices) {
+    for (const SimOpRecord& op : d->ops()) {
+      if (op.kind == IoKind::kRead) last_read = std::max(last_read, op.done_ns);
+      if (op.kind == IoKind::kWrite) first_write = std::min(first_write, op.submit_ns);
+    }
+  }
+  return {last_read, first_write};
+}
 
 TEST_CASE("bad chunks are refused without taking staging space") {
   CountingReactor reactor;
@@ -230,13 +243,7 @@ TEST_CASE("under reads that never pause, a deferred write starts max_defer after
   rig.engine->Flush();
   while (!finished) std::this_thread::yield();
 
-  int64_t last_read = 0, first_write = INT64_MAX;
-  for (SimDevice* d : rig.devices) {
-    for (const SimOpRecord& op : d->ops()) {
-      if (op.kind == IoKind::kRead) last_read = std::max(last_read, op.done_ns);
-      if (op.kind == IoKind::kWrite) first_write = std::min(first_write, op.submit_ns);
-    }
-  }
+  const auto [last_read, first_write] = LastReadFirstWrite(rig);
   const int64_t defer = 250'000'000;
   CHECK(first_write >= persisted + defer);        // deferred that long ...
   CHECK(first_write < persisted + defer + defer);  // ... and no longer (a block's read is ~3-10 ms)
@@ -269,13 +276,7 @@ TEST_CASE("deferred writes wait for the step but immediate writes and staging pr
   rig.engine->Flush();
   while (!finished) std::this_thread::yield();
 
-  int64_t last_read = 0, first_write = INT64_MAX;
-  for (SimDevice* d : rig.devices) {
-    for (const SimOpRecord& op : d->ops()) {
-      if (op.kind == IoKind::kRead) last_read = std::max(last_read, op.done_ns);
-      if (op.kind == IoKind::kWrite) first_write = std::min(first_write, op.submit_ns);
-    }
-  }
+  const auto [last_read, first_write] = LastReadFirstWrite(rig);
   REQUIRE(first_write != INT64_MAX);
   if (policy == WritePolicy::kDeferred) {
     CHECK(first_write >= last_read);
