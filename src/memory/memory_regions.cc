@@ -49,7 +49,8 @@ absl::StatusOr<uint64_t> MemoryRegions::Add(uint8_t* base, size_t size, int fd, 
   if (fd >= 0 && fstat(fd, &st) == 0 && st.st_blksize > 0) region.page = static_cast<size_t>(st.st_blksize);
   for (size_t offset = 0; offset < size; offset += kPieceBytes) {
     // With no tier to register it on (only its fd kept), there is nothing to wait for.
-    region.pieces.push_back({base + offset, std::min(kPieceBytes, size - offset), !any, std::vector<int>(tiers_.size(), -1)});
+    region.pieces.push_back(
+        {base + offset, std::min(kPieceBytes, size - offset), !any, std::vector<int>(tiers_.size(), -1)});
   }
   const uint64_t generation = region.generation;
   Remove(base);  // a region added again at the same address replaces the old one

@@ -2,7 +2,7 @@
 // session's arena. Each region is registered for fixed-buffer I/O on every tier that can, in
 // pieces of at most kPieceBytes, so a read into it targets the pages it was registered with, not
 // whatever the address maps when the kernel gets to it. Registering pins a piece's pages, which
-// faults them in first (about a second per GiB on a VM): so a region is added with no piece
+// faults them in first (0.75 s per GiB and more): so a region is added with no piece
 // registered, and each piece is registered on its own once its pages are in (the store faults
 // them in off its loop: memory/page_faulter.h). Reads into a piece not registered yet use plain
 // buffers.
@@ -33,10 +33,9 @@ class MemoryRegions {
 
   // Adds [base, base + size), none of its pieces registered yet (RegisterPiece; all of them at once
   // when no tier can register buffers), and returns its generation: the name of this region, not
-  // of a later one at the same address. `fd` >= 0: the
-  // file that maps it from `fd_offset`, which the store may punch holes in (the caller keeps it
-  // open until Remove). Unimplemented when no tier can register buffers and there is no fd
-  // (nothing to gain: reads into it still work).
+  // of a later one at the same address. `fd` >= 0: the file that maps it from `fd_offset`, which
+  // the store may punch holes in (the caller keeps it open until Remove). Unimplemented when no
+  // tier can register buffers and there is no fd (nothing to gain: reads into it still work).
   absl::StatusOr<uint64_t> Add(uint8_t* base, size_t size, int fd, uint64_t fd_offset);
   // Registers piece `piece` (of Pieces(size)) of the region `generation` at `base` on every tier
   // that can; nothing when that region is gone or the piece is registered already.
