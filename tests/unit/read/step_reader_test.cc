@@ -272,6 +272,9 @@ ReadDuringRewrite ReadWhileRewriting(SimRig& rig, std::vector<uint8_t>& out, con
                               r.record = rec;
                               done = true;
                             });
+  // Placed against the old version, its reads issued, before the rewrite is staged (a step placed
+  // after it would read the new version from staging).
+  rig.clock->WaitUntilQuiescent();
   REQUIRE(rig.engine->Persist("k0", newer.data(), newer.size()).ok());
   rig.clock->WaitUntilQuiescent();
   rig.clock->Resume();
