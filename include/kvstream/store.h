@@ -118,7 +118,7 @@ class Store {
   // are waited for when they stall. Unimplemented when no tier can register buffers and there is
   // no fd (reads into it still work). Returns at once, whatever the size: the memory's pages are
   // faulted in off the I/O thread and it is registered piece by piece (16 MiB) as they come in;
-  // reads into a piece not registered yet use plain buffers. UnregisterMemory stops that; the
+  // reads into a piece not registered yet go through bounce buffers. UnregisterMemory stops that; the
   // memory may be freed once it returns. REQUIRES: no retrieval into it is pending when
   // unregistered, and not unregistered while it is being registered.
   virtual absl::Status RegisterMemory(void* base, size_t size, int fd = -1, uint64_t fd_offset = 0) = 0;

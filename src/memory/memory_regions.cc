@@ -64,6 +64,21 @@ bool MemoryRegions::Registered(const void* base) const {
          std::all_of(it->second.pieces.begin(), it->second.pieces.end(), [](const Piece& p) { return p.registered; });
 }
 
+bool MemoryRegions::Pending(const uint8_t* p, size_t length) const {
+  auto it = regions_.upper_bound(p);
+  if (it == regions_.begin() || length == 0) return false;
+  --it;
+  const uint8_t* base = it->first;
+  const Region& region = it->second;
+  if (p >= base + region.size) return false;
+  const size_t first = (p - base) / kPieceBytes;
+  const size_t last = std::min<size_t>((p + length - 1 - base) / kPieceBytes, region.pieces.size() - 1);
+  for (size_t i = first; i <= last; ++i) {
+    if (!region.pieces[i].registered) return true;
+  }
+  return false;
+}
+
 void MemoryRegions::RegisterPiece(const uint8_t* base, uint64_t generation, size_t piece) {
   auto it = regions_.find(base);
   if (it == regions_.end() || it->second.generation != generation || piece >= it->second.pieces.size()) return;

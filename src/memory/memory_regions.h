@@ -4,8 +4,9 @@
 // whatever the address maps when the kernel gets to it. Registering pins a piece's pages, which
 // faults them in first (0.75 s per GiB and more): so a region is added with no piece
 // registered, and each piece is registered on its own once its pages are in (the store faults
-// them in off its loop: memory/page_faulter.h). Reads into a piece not registered yet use plain
-// buffers.
+// them in off its loop: memory/page_faulter.h). Reads into a piece not registered yet go through
+// bounce buffers (Pending): its pages could not be taken back from a late read, which a bounced
+// read never needs.
 //
 // Memory backed by a file the store may punch (a memfd or a tmpfs file) can be taken back from a
 // late read: the file gets fresh pages under the range (fallocate PUNCH_HOLE) and the piece is
@@ -43,6 +44,9 @@ class MemoryRegions {
   static size_t Pieces(size_t size) { return (size + kPieceBytes - 1) / kPieceBytes; }
   // Whether every piece of the region at `base` is registered (false when there is none).
   bool Registered(const void* base) const;
+  // Whether [p, p + length) lies in a region a piece of which, covering part of it, is not
+  // registered yet (false outside every region).
+  bool Pending(const uint8_t* p, size_t length) const;
   // REQUIRES: no read into the region is in flight, late ones included.
   void Remove(const void* base);
 

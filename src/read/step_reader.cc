@@ -223,11 +223,12 @@ void StepReader::Issue(int t, BlockRef ref) {
   slot.payload = static_cast<uint32_t>(meta.segment_length(blk.segment));
   slot.dst = static_cast<uint8_t*>(read.dst) + start;
   const uint32_t length = static_cast<uint32_t>(AlignUp(slot.payload, props.offset_alignment));
-  // Through a bounce buffer also on the thread engine: pages a thread is reading into cannot be
-  // taken back, so only a bounced read can be abandoned and hedged there.
+  // Through a bounce buffer also on the thread engine, and into registered memory whose pages
+  // are not pinned yet: pages a thread is reading into, or not pinned, cannot be taken back, so
+  // only a bounced read can be abandoned and hedged there.
   const bool via_bounce = read.bounce || step->state[blk.chunk].bounce || props.threads_engine ||
                           reinterpret_cast<uintptr_t>(slot.dst) % props.mem_alignment != 0 ||
-                          start + length > read.dst_capacity;
+                          start + length > read.dst_capacity || regions_->Pending(slot.dst, length);
   slot.oversized.reset();
   uint8_t* target = slot.dst;
   if (via_bounce) {

@@ -1,7 +1,9 @@
 // StepReader: runs steps on the tiers. It places a step (looks every chunk up in the index and
 // pins the version it found), claims blocks from the step pool whenever a tier has a free read
 // slot, reads each block into the caller's destination (or through a bounce buffer when that is
-// not aligned for O_DIRECT, or is memory a device pinned: ChunkRead::bounce), verifies it against its segment checksum, fails over to another
+// not aligned for O_DIRECT, is memory a device pinned: ChunkRead::bounce, or is registered memory
+// whose pages are not pinned yet: MemoryRegions::Pending), verifies it against its segment
+// checksum, fails over to another
 // holder when a read fails or a checksum does not match (dropping a replica that is really bad),
 // (on the verify threads, read/block_verifier.h: the loop only issues and reaps reads), and delivers
 // each chunk's result as soon as its last block is in and verified. A read is bound to the

@@ -328,6 +328,13 @@ void Replicator::MaybeFinish(Job* job) {
     result.lost_mask |= 1u << t;
     if (first_error.ok()) first_error = r.error;
   }
+  if (all_done) {
+    {
+      absl::MutexLock lock(&index_->mu());  // locks taken since its commit, or on another version's
+      MoveStagedLocks(job->chunk->meta->key);
+    }
+    stager_->Unlist(*job->chunk);  // out of lookups' sight before its persist is answered (and Flush returns)
+  }
   if (!job->acknowledged && (all_done || primary_durable)) {
     result.tier_mask = job->durable;
     result.status = job->durable != 0 ? absl::OkStatus() : first_error;
@@ -340,10 +347,6 @@ void Replicator::MaybeFinish(Job* job) {
   auto it = std::find_if(jobs_.begin(), jobs_.end(), [job](const auto& j) { return j.get() == job; });
   std::unique_ptr<Job> owned = std::move(*it);
   jobs_.erase(it);
-  {
-    absl::MutexLock lock(&index_->mu());  // locks taken since its commit, or on another version's
-    MoveStagedLocks(owned->chunk->meta->key);
-  }
   stager_->Release(std::move(owned->chunk));
 }
 

@@ -163,14 +163,16 @@ void WriteStager::Acknowledge(StagedChunk* chunk, const PersistResult& result) {
   changed_.SignalAll();
 }
 
+void WriteStager::Unlist(const StagedChunk& chunk) {
+  absl::MutexLock lock(&mu_);
+  auto it = staged_.find(Key(chunk.meta->key));
+  if (it == staged_.end()) return;
+  std::erase(it->second.versions, &chunk);
+  if (it->second.versions.empty()) staged_.erase(it);
+}
+
 void WriteStager::Release(std::unique_ptr<StagedChunk> chunk) {
-  {
-    absl::MutexLock lock(&mu_);  // out of sight before its memory goes
-    if (auto it = staged_.find(Key(chunk->meta->key)); it != staged_.end()) {
-      std::erase(it->second.versions, chunk.get());
-      if (it->second.versions.empty()) staged_.erase(it);
-    }
-  }
+  Unlist(*chunk);  // out of sight before its memory goes
   chunk->image.Reset();  // back in the pool before a producer waiting for the space takes memory
   absl::MutexLock lock(&mu_);
   staged_bytes_ -= chunk->image_size;

@@ -87,8 +87,10 @@ class WriteStager {
   // while more copies may still be written from its image: counts it, runs its callback, and lets
   // Flush see it as done. Its staging stays taken until Release.
   void Acknowledge(StagedChunk* chunk, const PersistResult& result);
-  // Loop: frees the staging of an acknowledged chunk; lookups and steps no longer find it here
-  // (its locks still held here are dropped: TakeLocks first).
+  // Loop: the chunk is done (its replicas indexed or failed): lookups and steps no longer find it
+  // here, and its key's locks still held here are dropped (TakeLocks first). Idempotent.
+  void Unlist(const StagedChunk& chunk);
+  // Loop: frees the staging of an acknowledged chunk (Unlist first if not yet).
   void Release(std::unique_ptr<StagedChunk> chunk);
 
   // The newest version of `key` staged and not yet released, or null. Any thread.

@@ -66,9 +66,16 @@ TEST_CASE("a region is added with no piece registered; each piece registers on i
   absl::StatusOr<uint64_t> generation = regions.Add(memory.data(), memory.size(), -1, 0);
   REQUIRE(generation.ok());
   CHECK(rig.NextId(0) == 0);  // nothing registered by Add
+  CHECK(regions.Pending(memory.data(), 4096));  // reads into it go through bounce buffers meanwhile
   regions.RegisterPiece(memory.data(), *generation, 2);
   CHECK(rig.NextId(0) == 1);
   CHECK(rig.NextId(1) == 1);
+  uint8_t* const last = memory.data() + 2 * kPiece;
+  CHECK_FALSE(regions.Pending(last, 4096));
+  CHECK(regions.Pending(last - 4096, 8192));  // also over piece 1, not registered
+  CHECK_FALSE(regions.Pending(memory.data() + memory.size(), 4096));  // past the region
+  const auto before = reinterpret_cast<uint8_t*>(reinterpret_cast<uintptr_t>(memory.data()) - 4096);
+  CHECK_FALSE(regions.Pending(before, 4096));  // before it
   regions.RegisterPiece(memory.data(), *generation, 2);  // again: nothing
   regions.RegisterPiece(memory.data(), *generation, 3);  // no such piece: nothing
   regions.RegisterPiece(memory.data(), *generation + 1, 0);  // another region's generation: nothing
