@@ -59,7 +59,7 @@ absl::Status AddRegistered(MemoryRegions& regions, uint8_t* base, size_t size, i
   return absl::OkStatus();
 }
 
-TEST_CASE("a region is added with no piece registered; each piece registers on its own, once") {
+TEST_CASE("a region is added with no piece registered, and each piece registers on its own, once") {
   Rig rig(2);
   std::vector<uint8_t> memory(2 * kPiece + 4096);  // three pieces, the last one short
   MemoryRegions regions(rig.tiers);

@@ -170,7 +170,7 @@ TEST_CASE("flush returns only after the callbacks of the chunks staged before it
   CHECK(stager.empty());
 }
 
-TEST_CASE("before max_defer, deferred writes run during reads only under pressure; stop refuses and drains") {
+TEST_CASE("before max_defer, deferred writes run during reads only under pressure, stop refuses and drains") {
   CountingReactor reactor;
   const uint64_t image = ImageBytes(kBlock);
   WriteStager stager(4 * image, 0.5, kBlock, kDefer, &reactor);
