@@ -236,7 +236,7 @@ std::vector<LookupEntry> Engine::LookupAndLock(const std::vector<std::string>& k
     if (IndexEntry* e = index.Find(keys[i]); e != nullptr && e->tiers != 0) {
       out[i].locked = index.Lock(e, until, now);
     } else {
-      out[i].locked = stager_.LockStaged(keys[i], until) != nullptr;
+      out[i].locked = stager_.LockStaged(keys[i], until);
     }
   }
   return out;
