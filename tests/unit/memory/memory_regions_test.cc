@@ -195,7 +195,7 @@ TEST_CASE("TakeBack takes back only whole pages of the region's file: huge pages
   Rig rig(1);
   std::vector<uint8_t> memory(2 * page);  // the addresses the region would map (not touched here)
   MemoryRegions regions(rig.tiers);
-  REQUIRE(regions.Add(memory.data(), memory.size(), huge, 0).ok());
+  REQUIRE(AddRegistered(regions, memory.data(), memory.size(), huge).ok());
   CHECK_FALSE(regions.TakeBack(0, 0, memory.data(), 4096));
   CHECK_FALSE(regions.TakeBack(0, 0, memory.data() + 4096, page));
   CHECK(regions.TakeBack(0, 0, memory.data(), page));
