@@ -40,7 +40,7 @@ void SessionCall::Attach(const v1::SessionRequest::Attach& a) {
   // Fixed-buffer reads into the arena where the tiers allow it (else plain reads); with its memfd,
   // so the store can take pages back from a stalled read and serve the step from another tier.
   registered_ = store_->RegisterMemory(session_->arena->data(), session_->arena->size(), session_->arena->fd(), 0).ok();
-  spdlog::info("session {} attached: model '{}' rank {}/{} arena {} bytes{}", session_->id, a.model(), a.rank(),
+  spdlog::debug("session {} attached: model '{}' rank {}/{} arena {} bytes{}", session_->id, a.model(), a.rank(),
                a.world_size(), session_->arena->size(),
                session_->uid == kAnonymousUid ? std::string(" (anonymous)") : " for uid " + std::to_string(session_->uid));
   auto* attached = event_.mutable_attached();
@@ -71,7 +71,7 @@ void SessionCall::Detach() {
   // Reads still in flight keep the kernel's reference to the buffer; later ones use plain I/O.
   if (registered_) store_->UnregisterMemory(session_->arena->data());
   sessions_->Remove(session_->id);
-  spdlog::info("session {} detached", session_->id);
+  spdlog::debug("session {} detached", session_->id);
 }
 
 }  // namespace kvstream

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "data_socket.h"
+#include "epoll_thread.h"
 #include "spdlog/spdlog.h"
 #include "thread_name.h"
 
@@ -82,8 +83,8 @@ void SessionManager::HandOver(int c, const DataRequest& request, int fd, const P
   // Under isolation, a session's memory changes hands only with a process of the session's uid
   // (a leaked token is not enough).
   if (session != nullptr && access_.isolated() && session->uid != peer.uid) {
-    spdlog::warn("data socket: uid {} presented the token of session {} (uid {}); refused", peer.uid, session->id,
-                 session->uid);
+    foreign_tokens_.Warn(SteadyNowMs(), absl::StrCat("data socket: uid ", peer.uid, " presented the token of session ",
+                                                     session->id, " (uid ", session->uid, "); refused"));
     session = nullptr;
   }
   const DataOp op = request.op;
@@ -97,11 +98,11 @@ void SessionManager::HandOver(int c, const DataRequest& request, int fd, const P
     case DataOp::kFetchArena:
       // The arena goes out once: a second peer with the token gets nothing.
       if (session == nullptr || session->fd_sent.exchange(true)) {
-        spdlog::warn("data socket: a peer presented an unknown or used session token");
+        unknown_tokens_.Warn(SteadyNowMs(), "data socket: a peer presented an unknown or used session token");
         return;
       }
       if (absl::Status s = SendFd(c, session->arena->fd()); !s.ok()) {
-        spdlog::warn("session {}: {}", session->id, std::string(s.message()));
+        failed_hand_overs_.Warn(SteadyNowMs(), absl::StrCat("session ", session->id, ": ", s.message()));
       }
       return;
     case DataOp::kAddRegion:
@@ -123,7 +124,8 @@ void SessionManager::HandOver(int c, const DataRequest& request, int fd, const P
       }
       break;
     default:
-      spdlog::warn("data socket: unknown request {:#x}", static_cast<unsigned>(static_cast<uint8_t>(op)));
+      unknown_requests_.Warn(SteadyNowMs(), absl::StrCat("data socket: unknown request ",
+                                                         absl::Hex(static_cast<uint8_t>(op), absl::kZeroPad2)));
       if (fd >= 0) close(fd);
       return;
   }
@@ -190,21 +192,25 @@ absl::StatusOr<uint32_t> SessionManager::AddRegion(Session& session, int fd, uin
   // device pinned: punched pages would leave the device reading the old ones (reads into it go
   // through bounce buffers instead, ChunkRead::bounce).
   if (store_ != nullptr && !device_pinned) store_->RegisterMemory(m.data(), m.size(), m.fd(), 0).IgnoreError();
-  // Registration faults a region's pages in once, here; a device-pinned one is copied into by the
-  // loop thread instead, so its pages are faulted in now rather than by the first steps' copies.
+  // A device-pinned region is not registered (its pages are not faulted in by the store) and is
+  // copied into by the loop thread, so its pages are faulted in now rather than by the first
+  // steps' copies.
   // In the background, one region at a time: a pool of hundreds of GiB takes longer than the
   // client waits for the answer, and reads into it work meanwhile (they fault what is not in yet).
   // The task holds the region, so it stays mapped until the task is done. With too many queued,
   // the region's pages are faulted in by the first reads instead.
   if (device_pinned) {
-    const bool queued = populating_.Post([region, session_id = session.id] {
+    const bool queued = populating_.Post([this, region, session_id = session.id] {
       const ClientRegion& r = *region->memory;
       if (madvise(r.data(), r.size(), MADV_POPULATE_WRITE) != 0) {
-        spdlog::warn("session {}: cannot fault in the pinned region's pages ({}); the first reads into it pay for that",
-                     session_id, std::strerror(errno));
+        unpopulated_.Warn(SteadyNowMs(), absl::StrCat("session ", session_id, ": cannot fault in the pinned region's pages (",
+                                                      std::strerror(errno), "); the first reads into it pay for that"));
       }
     });
-    if (!queued) spdlog::warn("session {}: too many pinned regions are being faulted in; the first reads into this one pay for that", session.id);
+    if (!queued) {
+      unpopulated_.Warn(SteadyNowMs(), absl::StrCat("session ", session.id, ": too many pinned regions are being faulted "
+                                                    "in; the first reads into this one pay for that"));
+    }
   }
   uint32_t id;
   {
@@ -213,7 +219,7 @@ absl::StatusOr<uint32_t> SessionManager::AddRegion(Session& session, int fd, uin
     region->id = id;
     session.regions[id] = region;
   }
-  spdlog::info("session {}: client region {} added: {} bytes, {}{}", session.id, id, m.size(),
+  spdlog::debug("session {}: client region {} added: {} bytes, {}{}", session.id, id, m.size(),
                m.direct() ? "a sealed tmpfs memfd (touched directly)" : "reached through its descriptor",
                device_pinned ? ", pinned by a device (reads through bounce buffers)" : "");
   return id;

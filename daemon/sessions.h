@@ -21,6 +21,7 @@
 #include "data_server.h"
 #include "descriptor_caps.h"
 #include "task_pool.h"
+#include "throttled_warning.h"
 #include "uid_slots.h"
 #include "kvstream/store.h"
 
@@ -178,6 +179,8 @@ class SessionManager {
   std::map<uid_t, std::shared_ptr<ArenaBudget>> uid_budgets_ ABSL_GUARDED_BY(mu_);
   // Faulting in device-pinned regions' pages (AddRegion), one region after another.
   TaskPool populating_{"kvs-populate", 1, 4 * Session::kMaxRegions};
+  // What a client can make happen at will, logged at most once per interval each.
+  ThrottledWarning foreign_tokens_, unknown_tokens_, failed_hand_overs_, unknown_requests_, unpopulated_;
   DataServer data_server_;  // last: stopped (and destroyed) before what its requests use
 };
 

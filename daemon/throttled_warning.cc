@@ -5,6 +5,7 @@
 namespace kvstream {
 
 void ThrottledWarning::Warn(int64_t now_ms, const std::string& message) {
+  absl::MutexLock lock(&mu_);
   if (logged_ && now_ms - logged_ms_ < interval_ms_) {
     ++held_back_;
     return;

@@ -226,5 +226,31 @@ TEST_CASE("a tenant registering 1 GiB client regions in a loop leaves another's 
   CHECK(LogLines(shared.dir.sub("kvstreamd.log")) < 50);
 }
 
+TEST_CASE("a tenant presenting unknown session tokens in a loop fills no log") {
+  // Each refused hand-over is worth a warning, but one a client can cause at will: at most one
+  // line per interval, whatever the rate.
+  if (SkipWithoutRoot()) return;
+  SharedDir shared;
+  DaemonProcess d(shared.dir, "", "", Isolated(), "0666");
+  d.set_log(shared.dir.sub("kvstreamd.log"));
+  REQUIRE(d.Start());
+  CHECK(RunAs(kBob, [&] {
+          int sent = 0;
+          for (int i = 0; i < 2000; ++i) {
+            const int c = Connect(d.socket() + ".data");
+            if (c < 0) continue;
+            if (SendDataRequest(c, DataOp::kFetchArena, std::string(32, static_cast<char>(i)), 0).ok()) ++sent;
+            pollfd p{c, POLLIN | POLLRDHUP, 0};
+            poll(&p, 1, 2000);  // refused: the daemon closes it without an arena
+            close(c);
+          }
+          std::fprintf(stderr, "the flooding tenant sent %d arena fetches with unknown tokens\n", sent);
+          EXPECT_OR_RETURN(1, sent > 1000);
+          return 0;
+        }) == 0);
+  CHECK(d.Stop() == 0);
+  CHECK(LogLines(shared.dir.sub("kvstreamd.log")) < 50);
+}
+
 }  // namespace
 }  // namespace kvstream::testing
