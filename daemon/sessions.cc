@@ -215,6 +215,10 @@ absl::StatusOr<uint32_t> SessionManager::AddRegion(Session& session, int fd, uin
   uint32_t id;
   {
     absl::MutexLock lock(&session.regions_mu);
+    if (session.removed) {  // detached while this was added: Remove has unregistered the others
+      if (store_ != nullptr && !device_pinned) store_->UnregisterMemory(m.data());
+      return absl::NotFoundError(absl::StrCat("session ", session.id, " was detached"));
+    }
     id = session.next_region++;
     region->id = id;
     session.regions[id] = region;
@@ -323,6 +327,7 @@ void SessionManager::Remove(uint64_t id) {
   {
     absl::MutexLock lock(&session->regions_mu);
     regions.swap(session->regions);
+    session->removed = true;  // a region added from here on is undone by AddRegion
   }
   for (const auto& [region_id, region] : regions) {
     Unregister(*region);

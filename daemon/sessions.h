@@ -100,6 +100,7 @@ struct Session {
   BudgetLease lease;  // given back when the session (and its arena) is freed
   mutable absl::Mutex regions_mu;
   std::map<uint32_t, std::shared_ptr<SessionRegion>> regions ABSL_GUARDED_BY(regions_mu);
+  bool removed ABSL_GUARDED_BY(regions_mu) = false;  // detached (SessionManager::Remove)
   uint32_t next_region ABSL_GUARDED_BY(regions_mu) = 1;
 };
 

@@ -213,6 +213,24 @@ TEST_CASE("client regions count against the arena budget and a session's limit, 
   CHECK(sessions.arena_bytes() == 0);
 }
 
+TEST_CASE("a region whose adding ends after its session detached is undone, not kept") {
+  // Region requests run on workers of their own, so one may finish after Remove took the
+  // session's regions: that region must not stay in a detached session, registered and counted.
+  TempDir dir;
+  SessionManager sessions(dir.sub("data.sock"), 1 << 20, 16 << 20);
+  auto s = sessions.Create("m", 0, 1, 1 << 20);
+  REQUIRE(s.ok());
+  std::shared_ptr<Session> session = *s;
+  sessions.Remove(session->id);
+  MappedSharedMemory memory(4 << 20);
+  auto late = sessions.AddRegion(*session, dup(memory.fd()), 4 << 20);
+  CHECK(absl::IsNotFound(late.status()));
+  CHECK(session->Region(1) == nullptr);
+  session.reset();
+  s->reset();
+  CHECK(sessions.arena_bytes() == 0);  // nothing held for it
+}
+
 TEST_CASE("a memfd sealed against shrinking is touched directly, a write-sealed one is refused") {
   const int fd = memfd_create("sealed", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   REQUIRE(ftruncate(fd, 1 << 20) == 0);
