@@ -231,11 +231,12 @@ std::vector<LookupEntry> Engine::LookupAndLock(const std::vector<std::string>& k
   for (size_t i = 0; i < keys.size(); ++i) {
     out[i] = Present(keys[i]);
     if (!out[i].present) continue;
-    // On its index entry (false past the tenant's locked bytes); a key only staged is locked
-    // there until its replica is indexed.
+    // On its index entry (false past the tenant's locked bytes). A key only staged is locked
+    // there until its replica is indexed, except under a limit on locked bytes, which staging
+    // cannot count: there it is not locked (it cannot be evicted while staged anyway).
     if (IndexEntry* e = index.Find(keys[i]); e != nullptr && e->tiers != 0) {
       out[i].locked = index.Lock(e, until, now);
-    } else {
+    } else if (!index.locks_limited()) {
       out[i].locked = stager_.LockStaged(keys[i], until);
     }
   }

@@ -104,6 +104,8 @@ class Index {
   bool Lock(IndexEntry* entry, int64_t until_ns, int64_t now_ns = 0);
   // Releases one lock of `key`; false if it held none.
   bool Unlock(std::string_view key);
+  // Whether a tenant's locked bytes are bounded (TenantLimits::locked_bytes).
+  bool locks_limited() const { return limits_.locked_bytes > 0; }
   static bool Locked(const IndexEntry& entry, int64_t now_ns) {
     return entry.locks > 0 && now_ns < entry.locked_until_ns;
   }

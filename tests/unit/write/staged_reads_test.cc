@@ -130,6 +130,26 @@ TEST_CASE("a lock taken while the chunk is only staged moves to it once written"
   CHECK(rig.engine->Unlock({"k"}) == 0);
 }
 
+TEST_CASE("under a limit on locked bytes a chunk only staged is found but not locked") {
+  // Staging cannot count a tenant's locked bytes, and the limit must hold: no lock is taken
+  // there (the chunk cannot be evicted while staged), and none moves to the index later.
+  StoreConfig config;
+  config.tenant_tier_share = 0.25;
+  config.tenant_locked_bytes = 64 * kBlock;
+  SimRig rig({300 * MBps, 100 * MBps}, config);
+  HeldWrites writes(rig);
+  const auto data = Payload(kBlock, 5);
+  REQUIRE(rig.engine->Persist("k", data.data(), data.size()).ok());
+  const LookupEntry found = rig.engine->LookupAndLock({"k"}, 3600)[0];
+  CHECK(found.present);
+  CHECK_FALSE(found.locked);
+  CHECK(rig.engine->Unlock({"k"}) == 0);
+  writes.Release();
+  CHECK(rig.engine->Unlock({"k"}) == 0);  // nothing moved to the index
+  CHECK(rig.engine->LookupAndLock({"k"}, 3600)[0].locked);  // written: locked within the limit
+  CHECK(rig.engine->Unlock({"k"}) == 1);
+}
+
 TEST_CASE("a staged chunk whose every replica fails leaves staging and is a miss") {
   SimRig rig({300 * MBps, 100 * MBps});
   for (SimDevice* d : rig.devices) {
