@@ -48,6 +48,15 @@ uint64_t HeaderChecksum(const uint8_t* header, uint32_t header_size) {
 
 uint64_t Checksum(const void* data, size_t size) { return XXH3_64bits(data, size); }
 
+bool MatchesChecksums(const ChunkMeta& meta, const uint8_t* payload) {
+  for (uint32_t i = 0; i < meta.segment_count(); ++i) {
+    if (Checksum(payload + uint64_t{i} * meta.segment_size, meta.segment_length(i)) != meta.segment_checksums[i]) {
+      return false;
+    }
+  }
+  return true;
+}
+
 uint64_t SegmentCount(uint64_t payload_size, uint32_t segment_size) {
   if (segment_size == 0) return 0;
   return payload_size / segment_size + (payload_size % segment_size != 0 ? 1 : 0);

@@ -101,6 +101,8 @@ ChunkMeta DescribeChunk(std::string_view key, const void* payload, uint64_t size
                         uint32_t segment_size, int64_t created_unix_ns);
 
 uint64_t Checksum(const void* data, size_t size);
+// Whether every segment of `payload` (meta.payload_size bytes) hashes to its checksum in `meta`.
+bool MatchesChecksums(const ChunkMeta& meta, const uint8_t* payload);
 
 // Writes the full file image (header, payload, zero padding) into `image`, which must hold
 // meta.file_size() bytes.

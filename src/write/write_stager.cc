@@ -90,10 +90,15 @@ absl::Status WriteStager::StageWith(std::string_view key, size_t size, absl::Fun
     Unreserve(*chunk);
     return filled;
   }
-  // Checksummed in staging, after the copy: what is written is what was hashed; or, for bytes
-  // verified before the copy, what was verified (a copy that differs then fails its reads).
+  // Checksummed in staging, after the copy: what is written (and served from staging meanwhile)
+  // is what was hashed; or, for bytes verified before the copy, what was verified, checked again
+  // here: the source is its owner's memory, which may have changed since.
   const bool reuse = verified != nullptr && verified->key == key && verified->payload_size == size &&
                      verified->segment_size == block_size_;
+  if (reuse && !MatchesChecksums(*verified, payload)) {
+    Unreserve(*chunk);
+    return absl::DataLossError(absl::StrCat("the bytes of '", Key(key), "' changed since they were verified: not copied"));
+  }
   const int64_t now = UnixNowNs();
   auto meta = std::make_shared<ChunkMeta>(reuse ? *verified : DescribeChunk(key, payload, size, block_size_, now));
   // Versions of a key are ordered by this clock's time: a copy is never newer than a write made
