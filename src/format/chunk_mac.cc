@@ -161,7 +161,7 @@ ChunkMac ChunkMacKey::Compute(const ChunkMeta& meta) const {
 }
 
 bool ChunkMacKey::TagSegment(const ChunkNonce& nonce, uint32_t segment, const uint8_t* data, size_t size,
-                             SegmentTag* tag) const {
+                             SegmentTag* tag, Touch touch) const {
   unsigned char chunk_key[crypto_generichash_KEYBYTES];  // this version's GMAC key
   crypto_generichash(chunk_key, sizeof(chunk_key), nonce.data(), nonce.size(), segment_key_, crypto_generichash_KEYBYTES);
   unsigned char iv[kGcmIvBytes] = {};
@@ -170,13 +170,16 @@ bool ChunkMacKey::TagSegment(const ChunkNonce& nonce, uint32_t segment, const ui
   bool ok = ctx != nullptr && EVP_EncryptInit_ex(ctx, Gcm(), nullptr, chunk_key, iv) == 1;
   sodium_memzero(chunk_key, sizeof(chunk_key));
   // GMAC: the segment as additional authenticated data, nothing encrypted. OpenSSL takes lengths
-  // as int: in pieces of at most 1 GiB.
+  // as int: in pieces of at most 1 GiB. Everything that allocates (the context, its key schedule)
+  // is done above, outside `touch`.
   int out = 0;
-  for (size_t done = 0; ok && done < size;) {
-    const size_t piece = std::min<size_t>(size - done, size_t{1} << 30);
-    ok = EVP_EncryptUpdate(ctx, nullptr, &out, data + done, static_cast<int>(piece)) == 1;
-    done += piece;
-  }
+  ok = ok && touch([&] {
+         for (size_t done = 0; ok && done < size;) {
+           const size_t piece = std::min<size_t>(size - done, size_t{1} << 30);
+           ok = EVP_EncryptUpdate(ctx, nullptr, &out, data + done, static_cast<int>(piece)) == 1;
+           done += piece;
+         }
+       });
   unsigned char none[16];
   ok = ok && EVP_EncryptFinal_ex(ctx, none, &out) == 1 &&
        EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, static_cast<int>(tag->size()), tag->data()) == 1;
@@ -188,7 +191,8 @@ absl::Status ChunkMacKey::Sign(ChunkMeta* meta, const uint8_t* payload) const {
   randombytes_buf(auth.nonce.data(), auth.nonce.size());
   auth.tags.resize(meta->segment_count());
   for (uint32_t i = 0; i < meta->segment_count(); ++i) {
-    if (!TagSegment(auth.nonce, i, payload + uint64_t{i} * meta->segment_size, meta->segment_length(i), &auth.tags[i])) {
+    if (!TagSegment(auth.nonce, i, payload + uint64_t{i} * meta->segment_size, meta->segment_length(i), &auth.tags[i],
+                    RunDirectly)) {
       return absl::InternalError("OpenSSL could not compute a segment tag (AES-256-GMAC)");
     }
   }
@@ -197,13 +201,14 @@ absl::Status ChunkMacKey::Sign(ChunkMeta* meta, const uint8_t* payload) const {
   return absl::OkStatus();
 }
 
-bool ChunkMacKey::VerifySegment(const ChunkMeta& meta, uint32_t segment, const uint8_t* data, size_t size) const {
+bool ChunkMacKey::VerifySegment(const ChunkMeta& meta, uint32_t segment, const uint8_t* data, size_t size,
+                                Touch touch) const {
   if (!meta.auth || segment >= meta.auth->tags.size() || segment >= meta.segment_count() ||
       size != meta.segment_length(segment)) {
     return false;
   }
   SegmentTag tag;
-  return TagSegment(meta.auth->nonce, segment, data, size, &tag) &&
+  return TagSegment(meta.auth->nonce, segment, data, size, &tag, touch) &&
          crypto_verify_16(tag.data(), meta.auth->tags[segment].data()) == 0;
 }
 

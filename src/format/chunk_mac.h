@@ -18,6 +18,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "format/chunk_format.h"
 
@@ -54,16 +55,28 @@ class ChunkMacKey {
   void Reseal(ChunkMeta* meta) const { meta->mac = Compute(*meta); }
   // Whether `meta.mac` is present and equals Compute(meta), compared in constant time.
   bool Verify(const ChunkMeta& meta) const;
+  // Runs the one step of a tag's computation that reads the segment's bytes (and does nothing
+  // else: it allocates nothing, takes no lock) and says whether it ran to its end: a SIGBUS guard
+  // for memory that may vanish (memory/client_memory.h, GuardedAccess), or RunDirectly.
+  using Touch = absl::FunctionRef<bool(absl::FunctionRef<void()>)>;
+  static bool RunDirectly(absl::FunctionRef<void()> step) {
+    step();
+    return true;
+  }
   // Whether `data` (`size` bytes) is segment `segment` of the version `meta` describes: `meta` is
   // authenticated (and verified: Verify), `segment` one of its segments, `size` that segment's
-  // length, and the tag of `data` equals the header's (compared in constant time). Thread-safe;
-  // about 0.2 core-seconds per GB.
-  bool VerifySegment(const ChunkMeta& meta, uint32_t segment, const uint8_t* data, size_t size) const;
+  // length, and the tag of `data`, read through `touch`, equals the header's (compared in
+  // constant time). False when `touch` did not run to its end. Thread-safe; about 0.2 core-seconds
+  // per GB.
+  bool VerifySegment(const ChunkMeta& meta, uint32_t segment, const uint8_t* data, size_t size,
+                     Touch touch = RunDirectly) const;
 
  private:
   ChunkMacKey() = default;
-  // The GMAC tag of segment `segment` of the chunk version with `nonce`; false when OpenSSL fails.
-  bool TagSegment(const ChunkNonce& nonce, uint32_t segment, const uint8_t* data, size_t size, SegmentTag* tag) const;
+  // The GMAC tag of segment `segment` of the chunk version with `nonce`, its bytes read through
+  // `touch`; false when OpenSSL fails or `touch` did not run to its end.
+  bool TagSegment(const ChunkNonce& nonce, uint32_t segment, const uint8_t* data, size_t size, SegmentTag* tag,
+                  Touch touch) const;
   // Both in sodium_malloc'd memory, read-only after Load.
   unsigned char* key_ = nullptr;          // 32 bytes: the header MAC's key
   unsigned char* segment_key_ = nullptr;  // 32 bytes: derives each chunk version's GMAC key

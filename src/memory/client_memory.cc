@@ -16,7 +16,7 @@
 namespace kvstream {
 namespace {
 
-// The jump back into GuardedChecksum or GuardedCopy while this thread hashes or copies into client
+// The jump back into GuardedAccess or GuardedCopy while this thread reads or copies into client
 // memory, else null.
 // initial-exec: read in a signal handler, where a lazily allocated TLS block could not be.
 __attribute__((tls_model("initial-exec"))) thread_local sigjmp_buf* t_guard = nullptr;
@@ -87,12 +87,6 @@ absl::Status Guarded(Access&& access) {
 }
 
 }  // namespace
-
-absl::StatusOr<uint64_t> GuardedChecksum(const uint8_t* data, size_t size) {
-  uint64_t sum = 0;
-  if (absl::Status s = Guarded([&] { sum = Checksum(data, size); }); !s.ok()) return s;
-  return sum;
-}
 
 absl::Status GuardedAccess(absl::FunctionRef<void()> access) { return Guarded(access); }
 

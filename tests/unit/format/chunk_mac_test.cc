@@ -8,12 +8,14 @@
 #include <cstring>
 
 #include "read/block_verifier.h"
+#include "shared_memory.h"
 #include "test_util.h"
 #include "xxh3_forgery.h"
 
 namespace kvstream {
 namespace {
 
+using testing::MappedSharedMemory;
 using testing::Payload;
 
 std::shared_ptr<const ChunkMacKey> Key(uint8_t fill) {
@@ -103,6 +105,34 @@ TEST_CASE("the block verifier checks a block's tag when given the key, its check
   CHECK(done[0].ok);
   CHECK_FALSE(done[1].ok);
   CHECK(done[2].ok);
+}
+
+TEST_CASE("a block's tag is checked in client memory under the SIGBUS guard: vanished memory is gone") {
+  const auto key = Key(1);
+  const auto payload = Payload(2 << 20, 5);
+  const ChunkMeta meta = Signed(*key, payload, 1 << 20);
+  MappedSharedMemory memory(2 << 20);
+  std::memcpy(memory.data(), payload.data(), payload.size());
+  BlockVerifier verifier(0, nullptr);
+  auto job = [&](uint32_t segment) {
+    VerifyJob j{memory.data() + uint64_t{segment} * (1 << 20)};
+    j.guarded = true;
+    j.length = 1 << 20;
+    j.key = key.get();
+    j.meta = &meta;
+    j.segment = segment;
+    return j;
+  };
+  verifier.Submit(job(0));
+  REQUIRE(ftruncate(memory.fd(), 1 << 20) == 0);  // the client truncated its second MiB away
+  verifier.Submit(job(1));
+  std::vector<VerifyJob> done;
+  verifier.TakeDone(&done);
+  REQUIRE(done.size() == 2);
+  CHECK(done[0].ok);
+  CHECK_FALSE(done[0].gone);
+  CHECK_FALSE(done[1].ok);
+  CHECK(done[1].gone);  // not a crash, and not the tier's fault
 }
 
 }  // namespace

@@ -23,6 +23,13 @@ namespace {
 
 constexpr size_t kSize = 1 << 20;
 
+// xxh3-64 of client memory under the guard, as the block verifier hashes a block landed there.
+absl::StatusOr<uint64_t> GuardedChecksum(const uint8_t* data, size_t size) {
+  uint64_t sum = 0;
+  if (absl::Status s = GuardedAccess([&] { sum = Checksum(data, size); }); !s.ok()) return s;
+  return sum;
+}
+
 TEST_CASE("hashing client memory that was truncated away is an error, not a crash") {
   MappedSharedMemory m(kSize);
   const auto payload = Payload(kSize, 9);
