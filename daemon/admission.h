@@ -13,13 +13,13 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "call_limits.h"
 #include "absl/status/statusor.h"
 #include "kvstream.pb.h"
 #include "sessions.h"
 
 namespace kvstream {
 
-inline constexpr size_t kDefaultMaxChunksPerCall = 16384;  // sessions.max_chunks_per_call
 
 // Where one chunk of an admitted request lives: daemon-mapped memory at `data`, which may shrink
 // under the daemon when `fd` >= 0 (an unsealed client region: `data` maps `fd` at `fd_offset`,

@@ -244,8 +244,9 @@ DaemonConfig Parse(const YAML::Node& root) {
     }
     if (s["max_chunks_per_call"]) {
       c.max_chunks_per_call = Uint(s["max_chunks_per_call"], "sessions.max_chunks_per_call");
-      if (c.max_chunks_per_call == 0 || c.max_chunks_per_call > 65536) {
-        throw ConfigError{Where(s["max_chunks_per_call"], "sessions.max_chunks_per_call") + " must be 1 to 65536"};
+      if (c.max_chunks_per_call == 0 || c.max_chunks_per_call > kMaxChunksPerCallLimit) {
+        throw ConfigError{Where(s["max_chunks_per_call"], "sessions.max_chunks_per_call") + " must be 1 to " +
+                          std::to_string(kMaxChunksPerCallLimit)};
       }
     }
     if (s["max_sessions"]) c.max_sessions = Uint(s["max_sessions"], "sessions.max_sessions");

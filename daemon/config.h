@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "call_limits.h"
 #include "kvstream/config.h"
 
 namespace kvstream {
@@ -45,7 +46,7 @@ struct DaemonConfig {
   // arena_budget, so that one uid never holds what another needs to attach; under none, 0.
   uint32_t max_sessions_per_uid = 0;
   uint64_t arena_budget_per_uid = 0;
-  uint32_t max_lookup_keys = 16384;     // keys in one Lookup or Unlock
+  uint32_t max_lookup_keys = kDefaultMaxLookupKeys;  // keys in one Lookup or Unlock
   // Under isolation uid, each uid's keys are one tenant of every tier (StoreConfig::
   // tenant_tier_share, tenant_locked_bytes): guaranteed this share of each tier, and at most
   // this many chunk bytes locked (unset: the share of the smallest tier, so locks never keep
@@ -55,7 +56,7 @@ struct DaemonConfig {
   // Under isolation uid with a shared tier: uid N is the same principal on every node sharing it
   // (accounts from one directory service). Without it such a config is refused (docs/security.md).
   bool uids_same_on_all_nodes = false;
-  uint32_t max_chunks_per_call = 16384;  // chunks in one Retrieve or Persist
+  uint32_t max_chunks_per_call = kDefaultMaxChunksPerCall;  // chunks in one Retrieve or Persist
   std::string log_level = "info";   // trace | debug | info | warn | error
   std::string metrics_listen;       // HOST:PORT of HTTP /metrics and /health; empty = off
   StoreConfig store;                // tiers, block size, staging, policies (validated)

@@ -66,7 +66,7 @@ grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionEvent>* Service::Session(
   } else if (*caller) {
     owner = (*caller)->uid;
   }
-  return new SessionCall(store_, sessions_, std::move(owner));
+  return new SessionCall(store_, sessions_, std::move(owner), max_chunks_per_call_);
 }
 
 template <typename Request>

@@ -27,7 +27,6 @@ namespace kvstream {
 
 class Service final : public v1::KVStream::CallbackService {
  public:
-  static constexpr uint32_t kDefaultMaxLookupKeys = 16384;
   // `max_lookup_keys`: keys one Lookup or Unlock may name (sessions.max_lookup_keys);
   // `max_chunks_per_call`: chunks one Retrieve or Persist may name (sessions.max_chunks_per_call).
   Service(Store* store, SessionManager* sessions, uint32_t max_lookup_keys = kDefaultMaxLookupKeys,

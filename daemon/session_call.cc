@@ -7,8 +7,9 @@ namespace kvstream {
 
 // At most one read or write is outstanding at a time, so reactions never overlap and the members
 // need no lock.
-SessionCall::SessionCall(Store* store, SessionManager* sessions, absl::StatusOr<uid_t> owner)
-    : store_(store), sessions_(sessions), owner_(std::move(owner)) {
+SessionCall::SessionCall(Store* store, SessionManager* sessions, absl::StatusOr<uid_t> owner,
+                         uint32_t max_chunks_per_call)
+    : store_(store), sessions_(sessions), owner_(std::move(owner)), max_chunks_per_call_(max_chunks_per_call) {
   StartRead(&request_);
 }
 
@@ -48,6 +49,7 @@ void SessionCall::Attach(const v1::SessionRequest::Attach& a) {
   attached->set_arena_bytes(session_->arena->size());
   attached->set_data_socket(sessions_->data_socket());
   attached->set_token(session_->token);
+  attached->set_max_chunks_per_call(max_chunks_per_call_);
   StartWrite(&event_);
 }
 

@@ -22,7 +22,8 @@ class SessionCall final : public grpc::ServerBidiReactor<v1::SessionRequest, v1:
  public:
   // `owner`: the uid the session is for (the caller's, kAnonymousUid without one), or why the
   // caller may not attach (the attach is then refused with it).
-  SessionCall(Store* store, SessionManager* sessions, absl::StatusOr<uid_t> owner);
+  // `max_chunks_per_call` is told to the client with Attached.
+  SessionCall(Store* store, SessionManager* sessions, absl::StatusOr<uid_t> owner, uint32_t max_chunks_per_call);
 
   void OnReadDone(bool ok) override;
   void OnWriteDone(bool ok) override;
@@ -37,6 +38,7 @@ class SessionCall final : public grpc::ServerBidiReactor<v1::SessionRequest, v1:
   Store* const store_;
   SessionManager* const sessions_;
   const absl::StatusOr<uid_t> owner_;
+  const uint32_t max_chunks_per_call_;
   bool registered_ = false;  // the arena is registered with the store
   bool detached_ = false;
   v1::SessionRequest request_;

@@ -214,19 +214,27 @@ def test_every_load_of_a_step_is_one_retrieve(engine, daemon):
     assert [bytes(engine.rows[8 + i]) for i in range(8)] == payloads
 
 
-def test_a_steps_loads_past_the_per_call_limit_take_as_few_retrieves_as_it_needs(engine, daemon, monkeypatch):
-    monkeypatch.setattr(kvstream.vllm_tier, "MAX_KEYS_PER_CALL", 3)  # the daemon refuses more than this per call
-    keys, payloads = keys_and_payloads(8, 14)
-    engine.store("writer", keys, payloads)
-    tier = engine.tier
-    wait_durable(daemon, tier, keys)
-    before = tier.status()["retrieves"]
-    ids = [submit(tier, keys[0:5], [8, 9, 10, 11, 12], True), submit(tier, keys[5:8], [13, 14, 15], True)]
-    engine.rows[8:16] = 0
-    results = finished(tier, ids)
-    assert all(r.success for r in results.values()), results
-    assert tier.status()["retrieves"] == before + 3  # 3 + 3 + 2
-    assert [bytes(engine.rows[8 + i]) for i in range(8)] == payloads
+def test_a_steps_loads_past_the_per_call_limit_take_as_few_retrieves_as_it_needs(state_dir):
+    # A daemon that takes at most 3 chunks per retrieve (sessions.max_chunks_per_call), which it
+    # tells the tier's session at attach.
+    daemon = Daemon(state_dir, sessions="{max_arena: 512MiB, max_chunks_per_call: 3}")
+    daemon.start()
+    engine = Engine(daemon.socket)
+    try:
+        keys, payloads = keys_and_payloads(8, 14)
+        engine.store("writer", keys, payloads)
+        tier = engine.tier
+        wait_durable(daemon, tier, keys)
+        before = tier.status()["retrieves"]
+        ids = [submit(tier, keys[0:5], [8, 9, 10, 11, 12], True), submit(tier, keys[5:8], [13, 14, 15], True)]
+        engine.rows[8:16] = 0
+        results = finished(tier, ids)
+        assert all(r.success for r in results.values()), results
+        assert tier.status()["retrieves"] == before + 3  # 3 + 3 + 2
+        assert [bytes(engine.rows[8 + i]) for i in range(8)] == payloads
+    finally:
+        engine.close()
+        daemon.stop()
 
 
 def test_a_store_skips_chunks_the_daemon_already_holds(engine, daemon):

@@ -29,7 +29,8 @@ CONNECT_TIMEOUT_S = 2.0  # how long connect/attach wait for the daemon to answer
 RPC_TIMEOUT_S = 30.0  # deadline of the unary calls (lookup, stats, ...)
 CLOSE_TIMEOUT_S = 2.0  # how long close() waits for the daemon to end the session stream
 # The keys one lookup or unlock, and the chunks one retrieve or persist, may name by default
-# (sessions.max_lookup_keys, max_chunks_per_call); a daemon refuses more with INVALID_ARGUMENT.
+# (sessions.max_lookup_keys, max_chunks_per_call); a daemon refuses more with INVALID_ARGUMENT. A
+# session learns its daemon's own chunk limit at attach (Client.max_chunks_per_call).
 MAX_KEYS_PER_CALL = 16384
 
 
@@ -97,6 +98,7 @@ class Client:
         self._session_requests: Optional[_SessionRequests] = None
         self._arena: Optional[Arena] = None
         self._session_id = 0
+        self._max_chunks_per_call = MAX_KEYS_PER_CALL
         self._token = b""
         self._data_socket = ""
         self._closed = False
@@ -193,6 +195,7 @@ class Client:
         attached = event.attached
         self._session_id = attached.session_id
         self._token = bytes(attached.token)
+        self._max_chunks_per_call = attached.max_chunks_per_call or MAX_KEYS_PER_CALL
         # Next to the control socket as this process reaches it: the daemon's own path for it
         # (attached.data_socket) may lie in another mount namespace (a daemon in a container).
         # Where there is none (the socket reached through a link to it alone), the daemon's path.
@@ -215,6 +218,12 @@ class Client:
     def session_id(self) -> int:
         """The session's id (0 without a session)."""
         return self._session_id
+
+    @property
+    def max_chunks_per_call(self) -> int:
+        """The most chunks one retrieve or persist may name on this daemon (its
+        sessions.max_chunks_per_call, told at attach)."""
+        return self._max_chunks_per_call
 
     @property
     def session_alive(self) -> bool:

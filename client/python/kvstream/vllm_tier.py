@@ -70,7 +70,7 @@ from vllm.v1.kv_offload.tiering.base import JobResult, SecondaryTierManager, Tra
 
 from . import engine_versions
 from .arena_alloc import ArenaAllocator
-from .client import MAX_KEYS_PER_CALL, Client
+from .client import Client
 from .daemon_link import DaemonLink, Session
 from .errors import Code, KVStreamError
 from .shared_region import SharedRegion, gpu_present
@@ -396,16 +396,17 @@ class KVStreamTier(SecondaryTierManager):
                 raise ValueError(f"vLLM chunk id {row} is outside the primary tier's {self._rows} rows")
 
     def _load(self, session: Session, batch: _Batch) -> List[bool]:
-        """One retrieve of the step's chunks (of at most MAX_KEYS_PER_CALL each), straight into the
+        """One retrieve of the step's chunks (of at most the daemon's max_chunks_per_call each), straight into the
         primary rows (or through the arena)."""
         self._check_rows(batch)
         names = [self._name(k) for k in batch.keys]
         if self._region is not None:
             chunks = [(name, self._region_offset(row), self._row, session.region) for name, row in zip(names, batch.rows)]
             results = []
-            for first in range(0, len(chunks), MAX_KEYS_PER_CALL):
+            per_call = session.client.max_chunks_per_call
+            for first in range(0, len(chunks), per_call):
                 self._count("retrieves", 1)
-                results += session.client.retrieve(chunks[first:first + MAX_KEYS_PER_CALL]).results
+                results += session.client.retrieve(chunks[first:first + per_call]).results
             ok = [self._whole(r) for r in results]
             self._count("loaded_bytes", sum(ok) * self._row)
             _log_failures(results)
@@ -413,8 +414,9 @@ class KVStreamTier(SecondaryTierManager):
         return self._through_arena(session, batch, names, loading=True)
 
     def _store(self, session: Session, batch: _Batch) -> List[bool]:
-        """One persist of the step's chunks, read by the daemon out of the primary rows; a job is
-        done once its chunks are staged (out of the rows: vLLM may reuse them)."""
+        """One persist of the step's chunks (of at most the daemon's max_chunks_per_call each), read
+        by the daemon out of the primary rows; a job is done once its chunks are staged (out of the
+        rows: vLLM may reuse them)."""
         self._check_rows(batch)
         missing = self._missing(session, [self._name(k) for k in batch.keys])
         keep = [i for i, m in enumerate(missing) if m]
@@ -425,8 +427,10 @@ class KVStreamTier(SecondaryTierManager):
             if self._region is not None:
                 chunks = [(name, self._region_offset(row), self._row, session.region)
                           for name, row in zip(names, part.rows)]
-                durable = session.client.persist_async(chunks, check=False)
-                durable.add_done_callback(self._note_durable)
+                per_call = session.client.max_chunks_per_call
+                for first in range(0, len(chunks), per_call):
+                    durable = session.client.persist_async(chunks[first:first + per_call], check=False)
+                    durable.add_done_callback(self._note_durable)
                 self._count("stored_bytes", len(chunks) * self._row)
             else:
                 self._through_arena(session, part, names, loading=False)
@@ -472,7 +476,7 @@ class KVStreamTier(SecondaryTierManager):
         allocator = session.allocator
         if allocator is None:
             raise KVStreamError(Code.FAILED_PRECONDITION, "the session has no arena")
-        per_round = max(1, min(allocator.capacity // allocator.rounded(self._row), MAX_KEYS_PER_CALL))
+        per_round = max(1, min(allocator.capacity // allocator.rounded(self._row), session.client.max_chunks_per_call))
         ok: List[bool] = []
         for first in range(0, len(names), per_round):
             part = range(first, min(first + per_round, len(names)))
