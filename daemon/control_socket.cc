@@ -77,7 +77,13 @@ void ControlSocket::Accept(int64_t now) {
       continue;
     }
     epoll_event hang_up{EPOLLRDHUP, {.fd = watch_fd}};  // EPOLLHUP and EPOLLERR are always reported
-    epoll_ctl(epoll_.epoll_fd(), EPOLL_CTL_ADD, watch_fd, &hang_up);
+    if (epoll_ctl(epoll_.epoll_fd(), EPOLL_CTL_ADD, watch_fd, &hang_up) != 0) {
+      // Unwatched, its hang-up would never give the slot back: refused like any other.
+      refusals_.Warn(now, absl::StrCat("control socket: refused a connection: ", std::strerror(errno)));
+      close(watch_fd);
+      close(c);
+      continue;
+    }
     watched_.emplace(watch_fd, *std::move(slot));
     grpc::AddInsecureChannelFromFd(server_, c);  // the descriptor is gRPC's from here on
   }

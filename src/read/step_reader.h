@@ -173,8 +173,9 @@ class StepReader {
   static constexpr uint32_t kNoSlot = UINT32_MAX;
 
   // The newest staged version of `key` when it is at least as new as the `indexed` one (or
-  // nothing live is indexed), else null. REQUIRES: the index's lock.
-  const StagedChunk* NewerInStaging(const IndexEntry* indexed, std::string_view key) const;
+  // nothing live is indexed), else null.
+  const StagedChunk* NewerInStaging(const IndexEntry* indexed, std::string_view key) const
+      ABSL_SHARED_LOCKS_REQUIRED(index_->mu());
   // Copies the staged chunk's payload into the chunk's destination (guarded for client memory
   // that may shrink): its result, OK or why the destination is gone.
   absl::Status CopyStaged(ReadStep* step, uint32_t chunk, const StagedChunk& staged);
