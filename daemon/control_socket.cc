@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "callers.h"
+#include "slotted_accept.h"
 #include "spdlog/spdlog.h"
 
 namespace kvstream {
@@ -65,26 +66,19 @@ void ControlSocket::Run() {
 }
 
 void ControlSocket::Accept(int64_t now) {
-  for (int c; (c = listener_.Accept(now)) >= 0;) {
-    absl::StatusOr<PeerCredentials> peer = ReadPeerCredentials(c);
-    absl::StatusOr<UidSlots::Slot> slot = peer.ok() ? slots_.Take(peer->uid) : peer.status();
+  while (std::optional<SlottedConnection> accepted = AcceptSlotted(listener_, slots_, refusals_, now)) {
+    const int c = accepted->fd;
     // The duplicate first: gRPC may close its descriptor (and the number be reused) at any time.
-    const int watch_fd = slot.ok() ? fcntl(c, F_DUPFD_CLOEXEC, 0) : -1;
-    if (watch_fd < 0) {
-      refusals_.Warn(now, absl::StrCat("control socket: refused a connection: ",
-                                       slot.ok() ? std::strerror(errno) : slot.status().message()));
-      close(c);
-      continue;
-    }
+    // Unwatched, the connection's hang-up would never give its slot back: refused then.
+    const int watch_fd = fcntl(c, F_DUPFD_CLOEXEC, 0);
     epoll_event hang_up{EPOLLRDHUP, {.fd = watch_fd}};  // EPOLLHUP and EPOLLERR are always reported
-    if (epoll_ctl(epoll_.epoll_fd(), EPOLL_CTL_ADD, watch_fd, &hang_up) != 0) {
-      // Unwatched, its hang-up would never give the slot back: refused like any other.
+    if (watch_fd < 0 || epoll_ctl(epoll_.epoll_fd(), EPOLL_CTL_ADD, watch_fd, &hang_up) != 0) {
       refusals_.Warn(now, absl::StrCat("control socket: refused a connection: ", std::strerror(errno)));
-      close(watch_fd);
+      if (watch_fd >= 0) close(watch_fd);
       close(c);
       continue;
     }
-    watched_.emplace(watch_fd, *std::move(slot));
+    watched_.emplace(watch_fd, std::move(accepted->slot));
     grpc::AddInsecureChannelFromFd(server_, c);  // the descriptor is gRPC's from here on
   }
 }

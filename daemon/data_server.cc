@@ -15,6 +15,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "slotted_accept.h"
 #include "spdlog/spdlog.h"
 
 namespace kvstream {
@@ -88,21 +89,19 @@ void DataServer::Serve() {
 }
 
 void DataServer::Accept(int64_t now) {
-  for (int c; (c = listener_.Accept(now)) >= 0;) {
-    absl::StatusOr<PeerCredentials> peer = ReadPeerCredentials(c);
-    absl::StatusOr<UidSlots::Slot> pending = peer.ok() ? pending_.Take(peer->uid) : peer.status();
-    if (!pending.ok()) {
-      // Too many still sending: the client retries, never waits on this thread.
-      refusals_.Warn(now, absl::StrCat("data socket: refused a connection: ", pending.status().message()));
+  // Too many still sending (in all, or of one uid): refused, the client retries; never a wait here.
+  while (std::optional<SlottedConnection> accepted = AcceptSlotted(listener_, pending_, refusals_, now)) {
+    const int c = accepted->fd;
+    epoll_event e{EPOLLIN | EPOLLRDHUP, {.fd = c}};
+    if (epoll_ctl(epoll_.epoll_fd(), EPOLL_CTL_ADD, c, &e) != 0) {
+      refusals_.Warn(now, absl::StrCat("data socket: refused a connection: ", std::strerror(errno)));
       close(c);
       continue;
     }
     Connection& conn = connections_[c];
-    conn.peer = *std::move(peer);
-    conn.pending = *std::move(pending);
+    conn.peer = std::move(accepted->peer);
+    conn.pending = std::move(accepted->slot);
     conn.deadline_ms = now + kFrameTimeoutMs;
-    epoll_event e{EPOLLIN | EPOLLRDHUP, {.fd = c}};
-    epoll_ctl(epoll_.epoll_fd(), EPOLL_CTL_ADD, c, &e);
   }
 }
 

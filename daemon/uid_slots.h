@@ -55,7 +55,6 @@ class UidSlots {
   absl::StatusOr<Slot> Take(uid_t uid);
   uint32_t used() const;
   uint32_t used_by(uid_t uid) const;
-  const Limits& limits() const { return limits_; }
 
  private:
   const std::string what_;

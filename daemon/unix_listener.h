@@ -40,7 +40,7 @@ class UnixListener {
   void Close();
 
   int fd() const { return fd_; }
-  bool paused() const { return paused_; }
+  const std::string& name() const { return name_; }
 
  private:
   const std::string name_;
