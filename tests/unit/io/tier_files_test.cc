@@ -266,5 +266,22 @@ TEST_CASE("tier directories are created 0750") {
   CHECK((fs::status(dir.sub("a")).permissions() & fs::perms::others_all) == fs::perms::none);
 }
 
+TEST_CASE("chunk files are created 0640 in fan-out directories 0750") {
+  TempDir dir;
+  const std::string tier = dir.sub("t0");
+  const mode_t old = umask(0);
+  auto device = OpenDevice(tier);
+  const std::string stem = FileStem("k");
+  absl::StatusOr<FileHandle> temp = device->CreateTemp(stem);
+  REQUIRE(temp.ok());
+  REQUIRE(device->CommitTemp(*temp, stem, /*sync_directory=*/false).ok());
+  umask(old);
+  const fs::path chunk = tier + "/" + RelativeChunkPath(stem);
+  CHECK((fs::status(chunk).permissions() & fs::perms::all) ==
+        (fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read));
+  CHECK((fs::status(chunk.parent_path()).permissions() & fs::perms::all) ==
+        (fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec));
+}
+
 }  // namespace
 }  // namespace kvstream::testing
