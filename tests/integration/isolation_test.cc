@@ -1,8 +1,9 @@
 // Who may do what on the socket, against a real kvstreamd: clients of two uids (forked children
 // that drop root) under sessions.isolation uid never read, overwrite, look up or unlock each
-// other's keys, not even with a leaked session token; non-administrators' evict and policy calls
-// are refused; per-uid limits hold, and are on by default; a call's keys are capped; and under
-// isolation none two uids share keys as before. Needs root (to switch uids).
+// other's keys, not even with a leaked session token, which does not hand over the session's
+// arena either; non-administrators' evict and policy calls are refused, and an administrator's
+// evict of a key names its own; per-uid limits hold, and are on by default; a call's keys are
+// capped; and under isolation none two uids share keys. Needs root (to switch uids).
 #include <catch2/catch.hpp>
 
 #include <sys/mman.h>
@@ -16,6 +17,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "arena.h"
 #include "daemon_process.h"
 #include "data_socket.h"
 #include "kvstream.grpc.pb.h"
@@ -88,6 +90,70 @@ grpc::StatusCode DataCall(const DaemonProcess& d, bool persist, uint64_t session
   return reader->Finish().error_code();
 }
 
+// Asks the data socket for the arena of the session with `token`: its descriptor, or why not.
+absl::StatusOr<int> FetchArena(const DaemonProcess& d, const std::string& token) {
+  absl::StatusOr<int> socket = ConnectDataSocket(d.socket() + ".data", 5);
+  if (!socket.ok()) return socket.status();
+  absl::Status sent = SendDataRequest(*socket, DataOp::kFetchArena, token, 0);
+  absl::StatusOr<int> arena = sent.ok() ? ReceiveFd(*socket) : absl::StatusOr<int>(sent);
+  close(*socket);
+  return arena;
+}
+
+// A session of kAlice's whose id and token leaked (shared memory stands in for the leak): Alice
+// attaches on a Session stream of her own, leaves its arena unfetched and holds the session until
+// Stop, when she fetches the arena herself; Stop returns 0 only if she got it.
+class LeakedSession {
+ public:
+  explicit LeakedSession(const DaemonProcess& d)
+      : leak_(static_cast<Leak*>(mmap(nullptr, sizeof(Leak), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0))),
+        alice_(kAlice, [this, &d](Tenant::Control& control) { return Hold(d, control); }) {}
+  ~LeakedSession() {
+    alice_.Stop();
+    munmap(leak_, sizeof(Leak));
+  }
+  bool WaitReady() { return alice_.WaitReady(); }
+  int Stop() { return alice_.Stop(); }
+  uint64_t session_id() const { return leak_->session_id; }
+  std::string token() const { return std::string(leak_->token, kSessionTokenBytes); }
+
+ private:
+  struct Leak {
+    uint64_t session_id;
+    char token[kSessionTokenBytes];
+  };
+  int Hold(const DaemonProcess& d, Tenant::Control& control) {
+    EXPECT_OR_RETURN(1, leak_ != MAP_FAILED);
+    absl::StatusOr<CallerIdentity> id = IdentifyCaller(d.socket() + ".data", 5);
+    EXPECT_OR_RETURN(2, id.ok());
+    auto stub = v1::KVStream::NewStub(grpc::CreateChannel("unix:" + d.socket(), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("kvstream-caller", id->token);
+    auto session = stub->Session(&ctx);
+    v1::SessionRequest attach;
+    attach.mutable_attach()->set_model("m");
+    attach.mutable_attach()->set_world_size(1);
+    attach.mutable_attach()->set_arena_bytes(8 << 20);
+    v1::SessionEvent attached;
+    EXPECT_OR_RETURN(3, session->Write(attach) && session->Read(&attached) && attached.has_attached());
+    EXPECT_OR_RETURN(4, attached.attached().token().size() == kSessionTokenBytes);
+    leak_->session_id = attached.attached().session_id();
+    std::memcpy(leak_->token, attached.attached().token().data(), kSessionTokenBytes);
+    control.Ready();
+    while (!control.Stopping(1000)) {
+    }
+    absl::StatusOr<int> arena = FetchArena(d, attached.attached().token());
+    EXPECT_OR_RETURN(5, arena.ok());  // still hers to take
+    close(*arena);
+    session->WritesDone();
+    session->Finish();
+    return 0;
+  }
+
+  Leak* const leak_;
+  Tenant alice_;
+};
+
 std::string Isolated(const std::string& extra = "") {
   return "{max_arena: 64MiB, isolation: uid, admin_group: \"" + std::to_string(kAdmins) + "\"" + extra + "}";
 }
@@ -145,6 +211,7 @@ TEST_CASE("under isolation uid evict and policies are for administrators only") 
           EXPECT_OR_RETURN(3, absl::IsPermissionDenied((*c)->SetPolicies(StaticHalf()).status()));
           EXPECT_OR_RETURN(4, (*c)->Stats().ok());   // read-only calls stay open
           EXPECT_OR_RETURN(5, (*c)->Health().ok());
+          EXPECT_OR_RETURN(6, (*c)->Steps(8).ok());
           return 0;
         }) == 0);
   // A member of the admin group, and root.
@@ -160,6 +227,36 @@ TEST_CASE("under isolation uid evict and policies are for administrators only") 
   CHECK(RunAs(0, [&] {
           auto c = Client::Connect(d.socket());
           EXPECT_OR_RETURN(1, c.ok() && (*c)->SetPolicies(Policies{}).ok());
+          return 0;
+        }) == 0);
+  CHECK(d.Stop() == 0);
+}
+
+TEST_CASE("under isolation uid an administrator's evict of a key evicts its own, not another uid's") {
+  if (SkipWithoutRoot()) return;
+  SharedDir shared;
+  DaemonProcess d(shared.dir, "", "", Isolated(), "0666");
+  REQUIRE(d.Start());
+  const auto alice_bytes = Payload(1 << 20, 1);
+  CHECK(RunAs(kAlice, [&] {
+          auto c = AttachAs(d);
+          EXPECT_OR_RETURN(1, c != nullptr && Put(*c, "prefix-0", alice_bytes));
+          return 0;
+        }) == 0);
+  CHECK(RunAs(kCarol, [&] {
+          auto c = AttachAs(d);
+          EXPECT_OR_RETURN(1, c != nullptr && Put(*c, "prefix-0", Payload(1 << 20, 2)));
+          EvictRequest key;
+          key.key = "prefix-0";
+          auto evicted = c->Evict(key);
+          EXPECT_OR_RETURN(2, evicted.ok() && evicted->replicas > 0);
+          auto look = c->Lookup({"prefix-0"});
+          EXPECT_OR_RETURN(3, look.ok() && !(*look)[0].present);  // its own key is gone
+          return 0;
+        }, {kAdmins}) == 0);
+  CHECK(RunAs(kAlice, [&] {
+          auto c = AttachAs(d);
+          EXPECT_OR_RETURN(1, c != nullptr && Get(*c, "prefix-0", 1 << 20) == alice_bytes);
           return 0;
         }) == 0);
   CHECK(d.Stop() == 0);
@@ -181,6 +278,12 @@ TEST_CASE("under isolation uid a call without a caller token touches no key") {
           grpc::ClientContext forged;  // a token nobody was given
           forged.AddMetadata("kvstream-caller", std::string(64, 'a'));
           EXPECT_OR_RETURN(2, stub->Lookup(&forged, req, &reply).error_code() == grpc::StatusCode::UNAUTHENTICATED);
+          v1::UnlockRequest unlock;
+          unlock.add_keys("prefix-0");
+          v1::UnlockReply unlocked;
+          grpc::ClientContext anonymous_unlock;
+          EXPECT_OR_RETURN(3, stub->Unlock(&anonymous_unlock, unlock, &unlocked).error_code() ==
+                                  grpc::StatusCode::UNAUTHENTICATED);
           return 0;
         }) == 0);
   CHECK(d.Stop() == 0);
@@ -229,58 +332,43 @@ TEST_CASE("under isolation uid a leaked session token is refused to another uid,
           EXPECT_OR_RETURN(1, c != nullptr && Put(*c, "prefix-0", alice_bytes));
           return 0;
         }) == 0);
-  // Alice's session, its id and token leaked to Bob (shared memory stands in for the leak).
-  struct Leak {
-    uint64_t session_id;
-    char token[kSessionTokenBytes];
-  };
-  void* shared_page = mmap(nullptr, sizeof(Leak), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  REQUIRE(shared_page != MAP_FAILED);
-  auto* leak = static_cast<Leak*>(shared_page);
-  Tenant alice(kAlice, [&](Tenant::Control& control) {
-    absl::StatusOr<CallerIdentity> id = IdentifyCaller(d.socket() + ".data", 5);
-    EXPECT_OR_RETURN(1, id.ok());
-    auto stub = v1::KVStream::NewStub(grpc::CreateChannel("unix:" + d.socket(), grpc::InsecureChannelCredentials()));
-    grpc::ClientContext ctx;
-    ctx.AddMetadata("kvstream-caller", id->token);
-    auto session = stub->Session(&ctx);
-    v1::SessionRequest attach;
-    attach.mutable_attach()->set_model("m");
-    attach.mutable_attach()->set_world_size(1);
-    attach.mutable_attach()->set_arena_bytes(8 << 20);
-    v1::SessionEvent attached;
-    EXPECT_OR_RETURN(2, session->Write(attach) && session->Read(&attached) && attached.has_attached());
-    EXPECT_OR_RETURN(3, attached.attached().token().size() == kSessionTokenBytes);
-    leak->session_id = attached.attached().session_id();
-    std::memcpy(leak->token, attached.attached().token().data(), kSessionTokenBytes);
-    control.Ready();
-    while (!control.Stopping(1000)) {
-    }
-    session->WritesDone();
-    session->Finish();
-    return 0;
-  });
-  REQUIRE(alice.WaitReady());
+  LeakedSession leaked(d);
+  REQUIRE(leaked.WaitReady());
   CHECK(RunAs(kBob, [&] {
-          const std::string token(leak->token, kSessionTokenBytes);
+          const std::string token = leaked.token();
           absl::StatusOr<CallerIdentity> bob = IdentifyCaller(d.socket() + ".data", 5);
           EXPECT_OR_RETURN(1, bob.ok());
           // Read Alice's key, overwrite it from the arena's second MiB (zeros): each refused.
           for (const bool persist : {false, true}) {
-            EXPECT_OR_RETURN(2, DataCall(d, persist, leak->session_id, token, bob->token, "prefix-0", persist ? 1 << 20 : 0) ==
+            EXPECT_OR_RETURN(2, DataCall(d, persist, leaked.session_id(), token, bob->token, "prefix-0", persist ? 1 << 20 : 0) ==
                                     grpc::StatusCode::PERMISSION_DENIED);
-            EXPECT_OR_RETURN(3, DataCall(d, persist, leak->session_id, token, "", "prefix-0", persist ? 1 << 20 : 0) ==
+            EXPECT_OR_RETURN(3, DataCall(d, persist, leaked.session_id(), token, "", "prefix-0", persist ? 1 << 20 : 0) ==
                                     grpc::StatusCode::UNAUTHENTICATED);
           }
           return 0;
         }) == 0);
-  CHECK(alice.Stop() == 0);
+  CHECK(leaked.Stop() == 0);
   CHECK(RunAs(kAlice, [&] {
           auto c = AttachAs(d);
           EXPECT_OR_RETURN(1, c != nullptr && Get(*c, "prefix-0", 1 << 20) == alice_bytes);  // never overwritten
           return 0;
         }) == 0);
-  munmap(shared_page, sizeof(Leak));
+  CHECK(d.Stop() == 0);
+}
+
+TEST_CASE("under isolation uid a leaked session token does not hand the session's arena to another uid") {
+  if (SkipWithoutRoot()) return;
+  SharedDir shared;
+  DaemonProcess d(shared.dir, "", "", Isolated(), "0666");
+  REQUIRE(d.Start());
+  LeakedSession leaked(d);
+  REQUIRE(leaked.WaitReady());
+  CHECK(RunAs(kBob, [&] {
+          absl::StatusOr<int> arena = FetchArena(d, leaked.token());
+          EXPECT_OR_RETURN(1, !arena.ok());
+          return 0;
+        }) == 0);
+  CHECK(leaked.Stop() == 0);  // Alice fetches her arena: it was never handed out
   CHECK(d.Stop() == 0);
 }
 
@@ -344,7 +432,7 @@ TEST_CASE("a retrieve or persist naming more chunks than sessions.max_chunks_per
   CHECK(d.Stop() == 0);
 }
 
-TEST_CASE("with isolation none two uids share keys and may administer, as before") {
+TEST_CASE("with isolation none two uids share keys and may administer") {
   if (SkipWithoutRoot()) return;
   SharedDir shared;
   DaemonProcess d(shared.dir, "", "", "{max_arena: 64MiB}", "0666");
