@@ -5,17 +5,14 @@
 // switch uids).
 #include <catch2/catch.hpp>
 
-#include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -26,6 +23,7 @@
 #include "kvstream/client.h"
 #include "tenants.h"
 #include "test_util.h"
+#include "unix_connection.h"
 
 namespace kvstream::testing {
 namespace {
@@ -63,24 +61,12 @@ int ServedPromptly(const DaemonProcess& d) {
   return 0;
 }
 
-// A connection to the Unix socket at `path` that never sends a byte; -1 when the listener's
-// backlog is full.
-int Connect(const std::string& path) {
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::strcpy(addr.sun_path, path.c_str());
-  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (fd >= 0 && connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) return fd;
-  if (fd >= 0) close(fd);
-  return -1;
-}
-
 // `count` connections to `path` that never send a byte, each made as soon as the listener's
 // backlog has room (fewer if it stays full for a second).
 std::vector<int> ConnectMany(const std::string& path, int count) {
   std::vector<int> made;
   for (int full = 0; static_cast<int>(made.size()) < count && full < 1000;) {
-    const int c = Connect(path);
+    const int c = ConnectUnix(path, NewUnixSocket(/*nonblocking=*/true));
     if (c >= 0) {
       made.push_back(c);
       full = 0;
@@ -90,12 +76,6 @@ std::vector<int> ConnectMany(const std::string& path, int count) {
     }
   }
   return made;
-}
-
-// The daemon closed `socket` (or it was never open).
-bool Closed(int socket) {
-  pollfd p{socket, POLLRDHUP, 0};
-  return socket < 0 || (poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0);
 }
 
 size_t LogLines(const std::string& path) {
@@ -117,7 +97,7 @@ TEST_CASE("a tenant opening every connection it can leaves another's identify an
     // speaks, then every identity it will give, each held open.
     std::vector<int> held = ConnectMany(d.socket(), 8192);
     const size_t connections = held.size();
-    const size_t kept = std::count_if(held.begin(), held.end(), [](int c) { return !Closed(c); });
+    const size_t kept = std::count_if(held.begin(), held.end(), [](int c) { return !ClosedByServer(c); });
     size_t identities = 0;
     absl::StatusOr<CallerIdentity> id;
     for (; (id = IdentifyCaller(d.socket() + ".data", 1)).ok(); ++identities) held.push_back(id->connection);
@@ -151,9 +131,9 @@ TEST_CASE("a tenant holding every pending data socket slot it can leaves another
     bool ready = false;
     while (!control.Stopping(ready ? 5 : 0)) {
       for (int& c : silent) {
-        if (!Closed(c)) continue;
+        if (!ClosedByServer(c)) continue;
         if (c >= 0) close(c);
-        c = Connect(d.socket() + ".data");
+        c = ConnectUnix(d.socket() + ".data", NewUnixSocket(/*nonblocking=*/true));
       }
       if (!ready) control.Ready();
       ready = true;

@@ -7,13 +7,10 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -22,6 +19,7 @@
 
 #include "kvstream/client.h"
 #include "test_util.h"
+#include "unix_connection.h"
 
 namespace kvstream::testing {
 
@@ -92,13 +90,9 @@ class DaemonProcess {
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   }
   bool Connectable() const {
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    std::strcpy(addr.sun_path, socket_.c_str());
-    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
-    const bool ok = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-    close(fd);
-    return ok;
+    const int fd = ConnectUnix(socket_);
+    if (fd >= 0) close(fd);
+    return fd >= 0;
   }
   // Open descriptors of the daemon process, not counting cached chunk files (the tiers keep up to
   // 1024 of those open for reads, whichever tier happened to read a block).

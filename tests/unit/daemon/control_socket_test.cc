@@ -10,15 +10,12 @@
 #include <grpcpp/grpcpp.h>
 
 #include <fcntl.h>
-#include <poll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
-#include <cstring>
 #include <functional>
 #include <memory>
 #include <sstream>
@@ -32,26 +29,10 @@
 #include "spdlog/sinks/ostream_sink.h"
 #include "spdlog/spdlog.h"
 #include "test_util.h"
+#include "unix_connection.h"
 
 namespace kvstream::testing {
 namespace {
-
-// A connection to the Unix socket `path` that sends nothing (blocking, close-on-exec); -1 on failure.
-int Connect(const std::string& path, int fd = -1) {
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::strcpy(addr.sun_path, path.c_str());
-  if (fd < 0) fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd >= 0 && connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) return fd;
-  if (fd >= 0) close(fd);
-  return -1;
-}
-
-// The server closed `socket`, waiting up to `wait_ms` for it.
-bool ClosedByServer(int socket, int wait_ms) {
-  pollfd p{socket, POLLRDHUP, 0};
-  return poll(&p, 1, wait_ms) == 1 && (p.revents & (POLLRDHUP | POLLHUP)) != 0;
-}
 
 // A gRPC server with no listening port behind a ControlSocket, as kvstreamd runs them.
 struct Rig {
@@ -78,17 +59,17 @@ TEST_CASE("control socket connections past a uid's cap are closed at once, and a
   auto channel = grpc::CreateChannel("unix:" + rig.control.path(), grpc::InsecureChannelCredentials());
   // gRPC serves what it is handed: the channel gets the server's HTTP/2 settings.
   REQUIRE(channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10)));
-  const int second = Connect(rig.control.path());
+  const int second = ConnectUnix(rig.control.path());
   REQUIRE(second >= 0);
   REQUIRE(Eventually([&] { return rig.control.connections().used() == 2; }));
-  const int third = Connect(rig.control.path());
+  const int third = ConnectUnix(rig.control.path());
   REQUIRE(third >= 0);
   CHECK(ClosedByServer(third, 10'000));  // refused: the uid holds 2
   CHECK_FALSE(ClosedByServer(second, 0));
   close(third);
   close(second);  // the peer hangs up: its slot is free
   CHECK(Eventually([&] { return rig.control.connections().used() == 1; }));
-  const int again = Connect(rig.control.path());
+  const int again = ConnectUnix(rig.control.path());
   REQUIRE(again >= 0);
   CHECK(Eventually([&] { return rig.control.connections().used() == 2; }));
   CHECK_FALSE(ClosedByServer(again, 200));
@@ -108,8 +89,8 @@ int OutOfDescriptors() {
   SessionManager sessions(dir.sub("data.sock"), 1 << 20, 8 << 20);
   if (!sessions.Start(0600).ok()) return 1;
   // Client sockets made first (connecting needs no descriptor), then every descriptor taken.
-  const int control_client = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  const int data_client = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int control_client = NewUnixSocket();
+  const int data_client = NewUnixSocket();
   rlimit few{};
   getrlimit(RLIMIT_NOFILE, &few);
   few.rlim_cur = std::min<rlim_t>(few.rlim_cur, 4096);
@@ -117,7 +98,7 @@ int OutOfDescriptors() {
   std::vector<int> filler;
   for (int fd; (fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) filler.push_back(fd);
   if (errno != EMFILE) return 2;
-  if (Connect(rig.control.path(), control_client) < 0 || Connect(sessions.data_socket(), data_client) < 0) return 3;
+  if (ConnectUnix(rig.control.path(), control_client) < 0 || ConnectUnix(sessions.data_socket(), data_client) < 0) return 3;
   // Both listeners report their waiting connection again and again: a second of that costs a
   // spinning loop a second of CPU and a line per turn.
   rusage before{}, after{};
