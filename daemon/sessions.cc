@@ -192,13 +192,13 @@ absl::StatusOr<uint32_t> SessionManager::AddRegion(Session& session, int fd, uin
   // device pinned: punched pages would leave the device reading the old ones (reads into it go
   // through bounce buffers instead, ChunkRead::bounce).
   if (store_ != nullptr && !device_pinned) store_->RegisterMemory(m.data(), m.size(), m.fd(), 0).IgnoreError();
-  // A device-pinned region is not registered (its pages are not faulted in by the store) and is
-  // copied into by the loop thread, so its pages are faulted in now rather than by the first
-  // steps' copies.
-  // In the background, one region at a time: a pool of hundreds of GiB takes longer than the
-  // client waits for the answer, and reads into it work meanwhile (they fault what is not in yet).
-  // The task holds the region, so it stays mapped until the task is done. With too many queued,
-  // the region's pages are faulted in by the first reads instead.
+  // Registration faults a region's pages in off the loop (memory/page_faulter.h); a device-pinned
+  // one is not registered but copied into by the loop thread, so its pages are faulted in here
+  // rather than by the first steps' copies. In the background, one region at a time: a pool of
+  // hundreds of GiB takes longer than the client waits for the answer, and reads into it work
+  // meanwhile (they fault what is not in yet). The task holds the region, so it stays mapped until
+  // the task is done. With too many queued, the region's pages are faulted in by the first reads
+  // instead.
   if (device_pinned) {
     const bool queued = populating_.Post([this, region, session_id = session.id] {
       const ClientRegion& r = *region->memory;

@@ -31,9 +31,9 @@
 # With --busy-reads, reads that never pause (no forward-pass gap) while each step's new KV (a
 # quarter of the step, 8 MiB chunks) is persisted in the background (kvbench --write-gap 0
 # --background-writes), at FAST/SLOW steady caps: the daemon with staging.max_defer at its default
-# (250ms) and at 3600s (writes then run during reads only under staging pressure, as before the bound
-# existed), alternated three times; each run prints its persists' p50/p95 (call to durable) and its
-# read loss against the same reads without writes (--steps defaults to 12).
+# (250ms) and at 3600s (writes then run during reads only under staging pressure), alternated
+# three times; each run prints its persists' p50/p95 (call to durable) and its read loss against
+# the same reads without writes (--steps defaults to 12).
 # With --engines, the two I/O engines at FAST/SLOW steady caps, alternated twice in one run:
 # kvstreamd on io_uring, then under a seccomp filter denying io_uring_setup (build/tests/
 # deny_io_uring: io_engine auto falls back to threads), completion and serial each; prints each

@@ -1,12 +1,11 @@
 // PageFaulter: faults in the pages of memory registered with the store, on a thread of its own and
 // one piece at a time, so that the loop, which registers each piece once its pages are in
 // (memory/memory_regions.h), only pins pages already there. Registering a region of any size thus
-// returns at once, and no piece holds the loop for longer than pinning it takes (an arena's
-// attach used to wait ~0.75-3 s per GiB while the loop faulted it in).
+// returns at once, and no piece holds the loop for longer than pinning it takes.
 //
 // A page is faulted in as for a write (MADV_POPULATE_WRITE), its bytes untouched; memory that
 // cannot be (a file shorter than its mapping, no huge page left, an older kernel) is left to the
-// registration, which then fails or faults it in itself, as it would have without this.
+// registration, which then fails or faults it in itself.
 #pragma once
 
 #include <cstddef>

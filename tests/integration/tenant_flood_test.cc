@@ -30,7 +30,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr double kPromptSeconds = 1.0;  // the bound issue 40 sets for another tenant's calls
+constexpr double kPromptSeconds = 1.0;  // the most another tenant's call may take during a flood
 constexpr int kRounds = 10;
 
 double SecondsSince(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }

@@ -55,7 +55,7 @@ def test_a_chunk_is_found_and_read_back_as_soon_as_its_persist_is_staged(daemon)
 
 
 def test_a_4_gib_arena_attaches_within_the_default_deadline_and_again_right_after_close(state_dir):
-    """The daemon answers an attach before the arena is faulted in (it used to take ~0.75-3 s per
+    """The daemon answers an attach before the arena is faulted in (faulting in takes ~0.75-3 s per
     GiB, past the 2 s deadline), and a closed session's budget is free by the time close() returns."""
     from conftest import Daemon
 

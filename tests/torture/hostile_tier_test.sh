@@ -19,8 +19,8 @@
 #     is written; a .nodes, or a node's directory in it, that is a symlink at start is refused
 #     with a clear error, nothing made outside;
 #  i. on a shared tier with a cluster key, a chunk whose payload was rewritten to keep every
-#     segment's XXH3-64 checksum (FORGE_PAYLOAD), its header and MAC intact: a miss on a second
-#     keyed node (it was served before segment tags).
+#     segment's XXH3-64 checksum (FORGE_PAYLOAD), its header and MAC intact: never served by a
+#     second keyed node.
 # Usage: hostile_tier_test.sh KVSTREAMD KVSTREAMCTL FORGE_CHUNK FORGE_PAYLOAD  (KVSTREAM_HOSTILE_CASES="a c": those only)
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=../../tools/lib/common.sh

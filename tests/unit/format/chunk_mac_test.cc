@@ -71,7 +71,7 @@ TEST_CASE("a payload forged to keep every XXH3-64 segment checksum fails its tag
     uint8_t* segment = forged.data() + uint64_t{i} * meta.segment_size;
     const size_t changed = testing::ForgeKeepingXxh3(segment, meta.segment_length(i), 'A');
     CHECK(changed > meta.segment_length(i) * 7 / 10);  // most of it is the attacker's
-    // The forgery is real: the checksum every reader checked before version 2 still matches...
+    // The forgery is real: the XXH3-64 checksum, which the MAC covers, still matches...
     REQUIRE(Checksum(segment, meta.segment_length(i)) == meta.segment_checksums[i]);
     CHECK(std::memcmp(segment, Segment(payload, meta, i), meta.segment_length(i)) != 0);
     // ...and the tag does not.

@@ -564,7 +564,7 @@ TEST_CASE("with a cluster key, another node's chunk is served only if its MAC ve
     CHECK(absl::IsNotFound(ReadKeys(*b, {k})[0].status));
     CHECK(fs::exists(Published(shared, k)));  // another node's file: left alone
   }
-  // A node without the key serves what it finds, as before keys existed.
+  // A node without the key serves what it finds: it checks checksums only.
   CHECK(OkCount(ReadKeys(*y, {"signed", "wrong-key"})) == 2);
 
   // Restarted, a node with the key reads its saved index (with the MACs) and serves its chunks.
@@ -579,8 +579,8 @@ TEST_CASE("with a cluster key, another node's chunk is served only if its MAC ve
 
 TEST_CASE("with a cluster key, a payload forged to keep its XXH3 segment checksums is never served") {
   // The header, its checksum, the segment checksums and the MAC stay exactly as node a wrote them;
-  // only the payload is the attacker's (tests/support/xxh3_forgery.h). Before format version 2
-  // every keyed node served it as OK: the MAC covered nothing an attacker could not match.
+  // only the payload is the attacker's (tests/support/xxh3_forgery.h). The MAC, which covers the
+  // segment checksums, cannot catch it; the segment tags do.
   TempDir dir;
   const std::string shared = dir.sub("pfs");
   const std::string key = KeyFile(dir, "cluster.key", 'k');

@@ -2,7 +2,7 @@
 // find it, steps read it from staging memory (served by no tier), and a lock taken on it meanwhile
 // moves to its index entry once a replica is written. Here the writes hang on both simulated tiers
 // until released, which holds every chunk in the window between staging and its first replica that
-// a client otherwise hits only by chance (issue 40, hole 11).
+// a client otherwise hits only by chance.
 #include <catch2/catch.hpp>
 
 #include <atomic>
