@@ -43,10 +43,12 @@ T Within(double seconds, std::function<T()> fn) {
   return done.get();
 }
 
-std::shared_ptr<FileDevice> OpenDevice(const std::string& path, ExpectedOwner owner = {}) {
+// `node`: non-empty for a shared tier, as that node.
+std::shared_ptr<FileDevice> OpenDevice(const std::string& path, ExpectedOwner owner = {}, const std::string& node = "") {
   FileDeviceOptions options;
   options.path = path;
   options.owner = owner;
+  options.node = node;
   absl::StatusOr<std::unique_ptr<FileDevice>> device = FileDevice::Open(options);
   if (absl::IsUnavailable(device.status())) {
     std::cerr << "SKIPPED: " << device.status() << " (io_uring is unavailable on this kernel)\n";
@@ -264,6 +266,34 @@ TEST_CASE("tier directories are created 0750") {
   CHECK((fs::status(dir.sub("a/b/t0")).permissions() & fs::perms::all) ==
         (fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec));
   CHECK((fs::status(dir.sub("a")).permissions() & fs::perms::others_all) == fs::perms::none);
+}
+
+TEST_CASE("a tier directory or a shared tier's .nodes replaced by a symlink while open: chunks land where it opened") {
+  PickResolution();
+  const bool shared = GENERATE(false, true);
+  INFO((shared ? "a shared tier's .nodes replaced" : "a private tier's directory replaced"));
+  TempDir dir;
+  const std::string tier = dir.sub("t0"), outside = dir.sub("outside");
+  fs::create_directories(outside);
+  auto device = OpenDevice(tier, {}, shared ? "n1" : "");
+  // Another writer moves the directory away and puts a symlink to elsewhere at its path.
+  const std::string replaced = shared ? tier + "/.nodes" : tier;
+  fs::rename(replaced, replaced + ".moved");
+  fs::create_directory_symlink(outside, replaced);
+  const std::string stem = FileStem("k");
+  absl::StatusOr<FileHandle> temp = device->CreateTemp(stem);
+  REQUIRE(temp.ok());
+  REQUIRE(device->CommitTemp(*temp, stem, /*sync_directory=*/true).ok());
+  CHECK(fs::is_empty(outside));
+  const std::string rel = RelativeChunkPath(stem);
+  if (shared) {
+    CHECK(fs::is_regular_file(tier + "/.nodes.moved/n1/" + rel));  // the node's own link
+    CHECK(fs::is_regular_file(tier + "/" + rel));                   // published in the tier
+  } else {
+    CHECK(fs::is_regular_file(tier + ".moved/" + rel));
+  }
+  CHECK(device->RemoveChunk(stem).ok());
+  CHECK(fs::is_empty(outside));
 }
 
 TEST_CASE("chunk files are created 0640 in fan-out directories 0750") {
