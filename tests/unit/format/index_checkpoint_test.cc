@@ -12,6 +12,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <string>
 
 #include "format/chunk_mac.h"
 #include "test_util.h"
@@ -251,6 +253,26 @@ TEST_CASE("a written checkpoint is taken once: the next start finds none") {
   std::ofstream(dir.sub(kCheckpointName)) << "garbage";
   CHECK(absl::IsDataLoss(TakeCheckpoint(at.fd, at.path).status()));
   CHECK_FALSE(std::filesystem::exists(dir.sub(kCheckpointName)));
+}
+
+TEST_CASE("links planted under the saved index's name or its temporary's are replaced, their targets never written") {
+  TempDir dir, elsewhere;
+  OpenDir at(dir.path());
+  const std::string path = dir.sub(kCheckpointName);
+  const std::string target = elsewhere.sub("target"), temp_target = elsewhere.sub("temp-target");
+  std::ofstream(target) << "precious";
+  std::ofstream(temp_target) << "precious";
+  std::filesystem::create_symlink(target, path);
+  std::filesystem::create_symlink(temp_target, path + ".tmp");
+  REQUIRE(WriteCheckpoint(at.fd, at.path, Metas(2)).ok());
+  for (const std::string& t : {target, temp_target}) {
+    std::ifstream in(t);
+    CHECK(std::string(std::istreambuf_iterator<char>(in), {}) == "precious");
+  }
+  CHECK(std::filesystem::is_regular_file(std::filesystem::symlink_status(path)));
+  auto taken = TakeCheckpoint(at.fd, at.path);
+  REQUIRE(taken.ok());
+  CHECK(taken->size() == 2);
 }
 
 TEST_CASE("a checkpoint is written and taken through its directory's descriptor, never its path") {
