@@ -15,11 +15,16 @@
 namespace kvstream {
 namespace {
 
-TEST_CASE("an arena is sealed against resizing and checks ranges without overflow") {
+#ifndef F_SEAL_FUTURE_WRITE
+#define F_SEAL_FUTURE_WRITE 0x0010  // Linux 5.1
+#endif
+
+TEST_CASE("an arena is sealed against resizing and further seals, and checks ranges without overflow") {
   auto arena = Arena::Create("test", 1 << 20);
   REQUIRE(arena.ok());
   CHECK(ftruncate((*arena)->fd(), 4096) != 0);       // cannot shrink under the other side
   CHECK(ftruncate((*arena)->fd(), 2 << 20) != 0);    // nor grow
+  CHECK(fcntl((*arena)->fd(), F_ADD_SEALS, F_SEAL_FUTURE_WRITE) != 0);  // nor be sealed against writes
   CHECK((*arena)->CheckRange(0, 1 << 20).ok());
   CHECK((*arena)->CheckRange((1 << 20) - 1, 1).ok());
   CHECK(absl::IsOutOfRange((*arena)->CheckRange(1 << 20, 1)));
