@@ -1,11 +1,15 @@
-// A tier's directory as the Store opens it: locked against a second store, an unwritable path a
-// clear error, and tmpfs (no O_DIRECT before Linux 6.6) falling back to buffered I/O.
+// A tier's directory as the Store opens it: locked against a second store, its lock file never
+// a link or a FIFO, an unwritable path a clear error, and tmpfs (no O_DIRECT before Linux 6.6)
+// falling back to buffered I/O.
 #include <catch2/catch.hpp>
+
+#include <sys/stat.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -23,6 +27,24 @@ TEST_CASE("a tier directory is locked against a second store") {
   REQUIRE_FALSE(second.ok());
   CHECK(absl::IsFailedPrecondition(second.status()));
   CHECK(std::string(second.status().message()).find("in use") != std::string::npos);
+}
+
+TEST_CASE("a symlink or a FIFO under a tier's lock name is refused at open, a link's target untouched") {
+  TempDir dir;
+  fs::create_directories(dir.sub("t0"));
+  const std::string lock = dir.sub("t0/.kvstream.lock"), target = dir.sub("target");
+  std::ofstream(target) << "precious";
+  fs::create_symlink(target, lock);
+  auto linked = Store::Open(TwoTiers(dir));
+  REQUIRE_FALSE(linked.ok());
+  CHECK(std::string(linked.status().message()).find("symbolic link") != std::string::npos);
+  std::ifstream in(target);
+  CHECK(std::string(std::istreambuf_iterator<char>(in), {}) == "precious");
+  fs::remove(lock);
+  REQUIRE(mkfifo(lock.c_str(), 0600) == 0);
+  auto fifo = Store::Open(TwoTiers(dir));  // never blocks on it
+  REQUIRE_FALSE(fifo.ok());
+  CHECK(std::string(fifo.status().message()).find("not a regular file") != std::string::npos);
 }
 
 TEST_CASE("an unwritable tier path is a clear error") {
