@@ -4,7 +4,9 @@
 # installed kvstreamd starts as user kvstream on the shipped default config with metrics.listen set,
 # as the unit runs it: systemd does not run in containers, so setpriv stands in for User=, a umask for
 # UMask= and RESTRICT_FAMILIES (a seccomp filter) for RestrictAddressFamilies=, each read from the
-# installed unit. It serves a put and a get, /metrics and /health, reports healthy, stops on SIGTERM.
+# installed unit, whose ProtectProc=, TasksMax= and SystemCallFilter= (io_uring kept) are checked as
+# written. It serves a put and a get with fewer threads than TasksMax, /metrics and /health,
+# reports healthy, stops on SIGTERM.
 # The pfs tier's directory is a bind mount (a parallel file system mounted where the shipped config
 # puts its stand-in); `dpkg -r` removes the programs and keeps the config and the cached KV, and
 # `dpkg -P` removes both but leaves the mounted file system and everything on it untouched.
@@ -75,6 +77,15 @@ unit_value() { sed -n "s/^$1=//p" "$unit" | tail -1; }
 read -r -a families <<< "$(unit_value RestrictAddressFamilies)"
 [ "${#families[@]}" -gt 0 ] || fail "the unit has no RestrictAddressFamilies="
 umask_value=$(unit_value UMask)
+# The rest of the hardening docs/security.md names, as the installed unit has it (systemd alone
+# applies them; TasksMax is checked against the running daemon's threads below).
+[ "$(unit_value ProtectProc)" = invisible ] || fail "the unit lacks ProtectProc=invisible"
+tasks_max=$(unit_value TasksMax)
+[[ "$tasks_max" =~ ^[0-9]+$ ]] || fail "the unit's TasksMax is not a number: '$tasks_max'"
+syscalls=" $(unit_value SystemCallFilter) "
+for call in @system-service io_uring_setup io_uring_enter io_uring_register; do
+  [[ "$syscalls" == *" $call "* ]] || fail "the unit's SystemCallFilter lacks $call:$syscalls"
+done
 mport=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 sed -i "s/^  listen: \"\" /  listen: \"127.0.0.1:$mport\" /" /etc/kvstream/kvstreamd.yaml
 grep -q "listen: \"127.0.0.1:$mport\"" /etc/kvstream/kvstreamd.yaml || fail "could not set metrics.listen in the shipped config"
@@ -89,6 +100,8 @@ kvstreamctl put deb-test-key "$work/chunk" > /dev/null || fail "put"
 kvstreamctl get deb-test-key "$work/back" > /dev/null || fail "get"
 cmp "$work/chunk" "$work/back" || fail "bytes differ"
 kvstreamctl health > "$work/health" || { cat "$work/health"; fail "health"; }
+threads=$(find "/proc/$pid/task" -mindepth 1 -maxdepth 1 | wc -l)
+[ "$threads" -le "$tasks_max" ] || fail "kvstreamd runs $threads threads, more than the unit's TasksMax=$tasks_max"
 ls /var/lib/kvstream/nvme /var/lib/kvstream/pfs > /dev/null || fail "default tiers not under /var/lib/kvstream"
 # GET PATH from the metrics port (bash's /dev/tcp: no curl needed): the whole response.
 http_get() {
@@ -109,7 +122,7 @@ pid=""
 [ "$mounted" = no ] || [ -n "$(find "$work/pfs" -name '*.kvc' -print -quit)" ] \
   || fail "the pfs tier wrote no chunk on the mounted file system: $(ls "$pfs")"
 echo "installed kvstreamd ran as user kvstream under RestrictAddressFamilies=${families[*]} UMask=$umask_value:" \
-     "put/get of 3 MB intact, /metrics and /health answer, health OK, clean stop"
+     "put/get of 3 MB intact, /metrics and /health answer, health OK, $threads threads (TasksMax=$tasks_max), clean stop"
 
 dpkg -r kvstream > "$work/dpkg.log" 2>&1 || { cat "$work/dpkg.log"; fail "dpkg -r"; }
 [ ! -e /usr/bin/kvstreamd ] || fail "dpkg -r left /usr/bin/kvstreamd"
