@@ -58,10 +58,11 @@ struct StoreConfig {
   uint64_t foreign_chunks_limit = 262144;
   // The cluster key ("" = none): a file of 32 to 4096 secret bytes, mode 0600 or stricter, owned
   // by the daemon's uid or root, named by an absolute path without symlinks, the same on every node
-  // (docs/chunk-format.md, "MAC"). With it, every chunk written is format version 2: a keyed MAC
-  // over its header and a tag per segment over its payload; a chunk on a shared tier is served only
-  // if its MAC verifies and every block read from there matches its tag (private tiers check a MAC
-  // when there is one, and blocks against their checksums). Needs verify_checksums.
+  // (docs/chunk-format.md, "MAC and segment tags (cluster key)"). With it, every chunk written is
+  // format version 2: a keyed MAC over its header and a tag per segment over its payload; a chunk
+  // on a shared tier is served only if its MAC verifies and every block read from there matches
+  // its tag (private tiers check a MAC when there is one, and blocks against their checksums).
+  // Needs verify_checksums.
   std::string shared_key_file;
   // Tenants (docs/design.md, "Tenants"): with a share > 0, the chunks of each key namespace
   // (KeyNamespace, kvstream/key.h) are one tenant's, guaranteed this fraction of every tier's

@@ -19,7 +19,7 @@ namespace kvstream {
 inline constexpr uint64_t kChunkMagic = 0x4B4E55484353564Bull;  // "KVSCHUNK" as little-endian bytes
 // Version 1: a header without a cluster key (and, from earlier writers, with a header MAC only).
 // Version 2: written with a cluster key: a nonce and a tag per segment authenticate the payload
-// (docs/chunk-format.md, "Authenticated payload").
+// (docs/chunk-format.md, "MAC and segment tags (cluster key)").
 inline constexpr uint32_t kChunkFormatPlain = 1;
 inline constexpr uint32_t kChunkFormatAuthenticated = 2;
 inline constexpr uint32_t kFileAlignment = 4096;   // header and payload padding granularity

@@ -1,5 +1,5 @@
 // The cluster key: what makes a chunk on a shared tier servable only if a node holding the key
-// wrote it, bytes and all (docs/chunk-format.md, "MAC" and "Authenticated payload";
+// wrote it, bytes and all (docs/chunk-format.md, "MAC and segment tags (cluster key)";
 // docs/security.md). Anyone with write access to a shared file system can publish a file with a
 // valid header checksum, and can rewrite a payload to match any XXH3-64 segment checksum (XXH3 is
 // not a cryptographic hash); only a holder of the key can make a MAC or a segment tag verify.
