@@ -84,7 +84,10 @@ struct LookupEntry {
 struct EvictRequest {
   std::string key;        // non-empty: evict this key (from `tier`, or from every tier)
   std::string tier;       // empty: every tier
-  uint64_t bytes = 0;     // with an empty key and bytes > 0: evict LRU chunks until this many bytes are freed per tier
+  // With an empty key and bytes > 0: evict chunks until this many bytes are freed per tier, least
+  // recently used first; with tenants (StoreConfig::tenant_tier_share), from the tenant furthest
+  // over its share first.
+  uint64_t bytes = 0;
   bool all = false;       // with an empty key: evict everything (from `tier`, or every tier)
 };
 

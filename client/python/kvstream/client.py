@@ -454,8 +454,9 @@ class Client:
         bytes: int = 0,  # noqa: A002 - mirrors the proto field
         all: bool = False,  # noqa: A002 - mirrors the proto field
     ) -> EvictResult:
-        """Evicts `key` (from `tier`, or every tier); with no key, least recently used chunks until
-        `bytes` per tier, or everything with `all`."""
+        """Evicts `key` (from `tier`, or every tier); with no key, chunks until `bytes` per tier are
+        freed (least recently used first; under isolation uid, from the tenant furthest over its
+        share first), or everything with `all`."""
         request = pb.EvictRequest(key=_convert.key_bytes(key), tier=tier, bytes=bytes, all=all)
         reply = self._unary(self._stub.Evict, request, "evict")
         return EvictResult(reply.replicas, reply.bytes)
