@@ -361,7 +361,7 @@ TEST_CASE("a version 1 header's MAC does not make it servable where payloads mus
   CHECK(VerifyChunkMac(*plain, key.get(), /*require=*/false).ok());
 }
 
-TEST_CASE("a key file is a private regular file of 32 bytes or more") {
+TEST_CASE("a key file is a private regular file of 32 to 4096 bytes") {
   TempDir dir;
   const std::string path = dir.sub("cluster.key");
   std::ofstream(path) << std::string(32, 'x');
@@ -398,6 +398,12 @@ TEST_CASE("a key file is a private regular file of 32 bytes or more") {
   std::ofstream(short_key) << std::string(31, 'x');
   chmod(short_key.c_str(), 0600);
   CHECK(absl::IsInvalidArgument(ChunkMacKey::Load(short_key).status()));
+  const std::string long_key = dir.sub("long.key");
+  std::ofstream(long_key) << std::string(4097, 'x');
+  chmod(long_key.c_str(), 0600);
+  CHECK(absl::IsInvalidArgument(ChunkMacKey::Load(long_key).status()));
+  std::filesystem::resize_file(long_key, 4096);
+  CHECK(ChunkMacKey::Load(long_key).ok());
   CHECK(absl::IsNotFound(ChunkMacKey::Load(dir.sub("missing.key")).status()));
   CHECK(!ChunkMacKey::FromBytes("short", 5).ok());
 }
