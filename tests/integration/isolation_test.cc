@@ -51,6 +51,14 @@ bool Put(Client& c, const std::string& key, const std::vector<uint8_t>& bytes) {
   return c.Persist({{key, 0, bytes.size()}}, &results).ok() && results.size() == 1 && results[0].status.ok();
 }
 
+// Attaches a client of the calling uid and persists `bytes` under `key`: 0, or the expectation
+// that failed.
+int AttachAndPut(const DaemonProcess& d, const std::string& key, const std::vector<uint8_t>& bytes) {
+  auto c = AttachAs(d);
+  EXPECT_OR_RETURN(1, c != nullptr && Put(*c, key, bytes));
+  return 0;
+}
+
 // Reads `key` into `c`'s arena; its bytes, or empty on a miss or failure.
 std::vector<uint8_t> Get(Client& c, const std::string& key, size_t size) {
   std::vector<ChunkResult> results;
@@ -238,11 +246,7 @@ TEST_CASE("under isolation uid an administrator's evict of a key evicts its own,
   DaemonProcess d(shared.dir, "", "", Isolated(), "0666");
   REQUIRE(d.Start());
   const auto alice_bytes = Payload(1 << 20, 1);
-  CHECK(RunAs(kAlice, [&] {
-          auto c = AttachAs(d);
-          EXPECT_OR_RETURN(1, c != nullptr && Put(*c, "prefix-0", alice_bytes));
-          return 0;
-        }) == 0);
+  CHECK(RunAs(kAlice, [&] { return AttachAndPut(d, "prefix-0", alice_bytes); }) == 0);
   CHECK(RunAs(kCarol, [&] {
           auto c = AttachAs(d);
           EXPECT_OR_RETURN(1, c != nullptr && Put(*c, "prefix-0", Payload(1 << 20, 2)));
@@ -327,11 +331,7 @@ TEST_CASE("under isolation uid a leaked session token is refused to another uid,
   DaemonProcess d(shared.dir, "", "", Isolated(), "0666");
   REQUIRE(d.Start());
   const auto alice_bytes = Payload(1 << 20, 1);
-  CHECK(RunAs(kAlice, [&] {
-          auto c = AttachAs(d);
-          EXPECT_OR_RETURN(1, c != nullptr && Put(*c, "prefix-0", alice_bytes));
-          return 0;
-        }) == 0);
+  CHECK(RunAs(kAlice, [&] { return AttachAndPut(d, "prefix-0", alice_bytes); }) == 0);
   LeakedSession leaked(d);
   REQUIRE(leaked.WaitReady());
   CHECK(RunAs(kBob, [&] {
@@ -438,11 +438,7 @@ TEST_CASE("with isolation none two uids share keys and may administer") {
   DaemonProcess d(shared.dir, "", "", "{max_arena: 64MiB}", "0666");
   REQUIRE(d.Start());
   const auto bytes = Payload(1 << 20, 3);
-  CHECK(RunAs(kAlice, [&] {
-          auto c = AttachAs(d);
-          EXPECT_OR_RETURN(1, c != nullptr && Put(*c, "prefix-0", bytes));
-          return 0;
-        }) == 0);
+  CHECK(RunAs(kAlice, [&] { return AttachAndPut(d, "prefix-0", bytes); }) == 0);
   CHECK(RunAs(kBob, [&] {
           auto c = AttachAs(d);
           EXPECT_OR_RETURN(1, c != nullptr);
