@@ -114,7 +114,8 @@ absl::StatusOr<int> FetchArena(const DaemonProcess& d, const std::string& token)
 class LeakedSession {
  public:
   explicit LeakedSession(const DaemonProcess& d)
-      : leak_(static_cast<Leak*>(mmap(nullptr, sizeof(Leak), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0))),
+      : leak_(static_cast<Leak*>(
+            mmap(nullptr, sizeof(Leak), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0))),
         alice_(kAlice, [this, &d](Tenant::Control& control) { return Hold(d, control); }) {}
   ~LeakedSession() {
     alice_.Stop();

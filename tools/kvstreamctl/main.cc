@@ -92,7 +92,9 @@ int Main(int argc, char** argv) {
   evict->add_option("--key", ev.key, "this key");
   evict->add_option("--tier", ev.tier, "only this tier (a tier over several drives: all its drives; one drive by its name, e.g. nvme.2)");
   std::string bytes_text;
-  evict->add_option("--bytes", bytes_text, "chunks until this many bytes per tier (e.g. 10GiB) are freed, least recently used first (under isolation: uid, from the tenant furthest over its share first)");
+  evict->add_option("--bytes", bytes_text,
+                    "chunks until this many bytes per tier (e.g. 10GiB) are freed, least recently used first "
+                    "(under isolation: uid, from the tenant furthest over its share first)");
   evict->add_flag("--all", ev.all, "everything");
   auto* policy = app.add_subcommand("policy", "show or switch routing/batching/write/replication policies at run time");
   std::string routing, batching, writes, replication;

@@ -44,7 +44,8 @@ T Within(double seconds, std::function<T()> fn) {
 }
 
 // `node`: non-empty for a shared tier, as that node.
-std::shared_ptr<FileDevice> OpenDevice(const std::string& path, ExpectedOwner owner = {}, const std::string& node = "") {
+std::shared_ptr<FileDevice> OpenDevice(const std::string& path, ExpectedOwner owner = {},
+                                       const std::string& node = "") {
   FileDeviceOptions options;
   options.path = path;
   options.owner = owner;
