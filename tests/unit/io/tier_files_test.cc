@@ -1,8 +1,9 @@
 // A tier directory holding what the daemon never wrote: FIFOs, sockets, symlinks and directories
 // named like chunks, a fan-out directory that is a symlink to elsewhere, files of another owner.
 // FileDevice scans, lists, opens, reads headers and removes without ever blocking on them,
-// following them or deleting them; they are counted and every good chunk stays served. Each case
-// runs with openat2 and with the component walk older kernels get.
+// following them or deleting them; they are counted and every good chunk stays served. Each such
+// case runs with openat2 and with the component walk older kernels get. A tier directory replaced
+// by a symlink while open receives nothing through it; what the device creates is 0640 and 0750.
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>
