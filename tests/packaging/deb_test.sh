@@ -4,9 +4,9 @@
 # installed kvstreamd starts as user kvstream on the shipped default config with metrics.listen set,
 # as the unit runs it: systemd does not run in containers, so setpriv stands in for User=, a umask for
 # UMask= and RESTRICT_FAMILIES (a seccomp filter) for RestrictAddressFamilies=, each read from the
-# installed unit, whose ProtectProc=, TasksMax= and SystemCallFilter= (io_uring kept) are checked as
-# written. It serves a put and a get with fewer threads than TasksMax, /metrics and /health,
-# reports healthy, stops on SIGTERM.
+# installed unit, whose ProtectProc=, LimitNOFILE=, TasksMax= and SystemCallFilter= (io_uring
+# kept) are checked as written. It serves a put and a get with fewer threads than TasksMax,
+# /metrics and /health, reports healthy, stops on SIGTERM.
 # The pfs tier's directory is a bind mount (a parallel file system mounted where the shipped config
 # puts its stand-in); `dpkg -r` removes the programs and keeps the config and the cached KV, and
 # `dpkg -P` removes both but leaves the mounted file system and everything on it untouched.
@@ -80,6 +80,8 @@ umask_value=$(unit_value UMask)
 # The rest of the hardening docs/security.md names, as the installed unit has it (systemd alone
 # applies them; TasksMax is checked against the running daemon's threads below).
 [ "$(unit_value ProtectProc)" = invisible ] || fail "the unit lacks ProtectProc=invisible"
+nofile=$(unit_value LimitNOFILE)
+[[ "$nofile" =~ ^[0-9]+$ ]] && [ "$nofile" -ge 65536 ] || fail "the unit's LimitNOFILE is not 65536 or more: '$nofile'"
 tasks_max=$(unit_value TasksMax)
 [[ "$tasks_max" =~ ^[0-9]+$ ]] || fail "the unit's TasksMax is not a number: '$tasks_max'"
 syscalls=" $(unit_value SystemCallFilter) "
