@@ -13,17 +13,15 @@
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+# shellcheck source-path=SCRIPTDIR source=lib/options.sh
+source "$root/tools/lib/options.sh"
 
 delay=4 rounds=3 out=/var/tmp/kvstream-bench-results
-while [ $# -gt 0 ]; do
-  case $1 in
-    --delay) delay=$2; shift 2 ;;
-    --rounds) rounds=$2; shift 2 ;;
-    --out) out=$2; shift 2 ;;
-    -h|--help) show_help; exit 0 ;;
-    *) usage_error "unknown argument '$1'" ;;
-  esac
-done
+parse_options '
+  --delay   delay
+  --rounds  rounds
+  --out     out
+' "$@"
 faultfs="$build/tools/kvfaultfs"
 need_built "$build/daemon/kvstreamd" "$build/tools/kvbench" "$build/tools/kvstreamctl" "$faultfs"
 { [ -c /dev/fuse ] && command -v fusermount3 > /dev/null; } || die "needs /dev/fuse and fusermount3"

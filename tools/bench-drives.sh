@@ -18,18 +18,16 @@
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+# shellcheck source-path=SCRIPTDIR source=lib/options.sh
+source "$root/tools/lib/options.sh"
 
 drive=250 pfs=500 steps=6 out=/var/tmp/kvstream-bench-results
-while [ $# -gt 0 ]; do
-  case $1 in
-    --drive) drive=$2; shift 2 ;;
-    --pfs) pfs=$2; shift 2 ;;
-    --steps) steps=$2; shift 2 ;;
-    --out) out=$2; shift 2 ;;
-    -h|--help) show_help; exit 0 ;;
-    *) usage_error "unknown argument '$1'" ;;
-  esac
-done
+parse_options '
+  --drive  drive
+  --pfs    pfs
+  --steps  steps
+  --out    out
+' "$@"
 need_root "loop devices, mounts, cgroups"
 need_built "$build/daemon/kvstreamd" "$build/tools/kvbench" "$build/tools/kvstreamctl"
 work="${BENCH_DIR:-/dev/shm/kvstream-bench-drives}"

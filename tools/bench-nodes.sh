@@ -44,23 +44,22 @@
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+# shellcheck source-path=SCRIPTDIR source=lib/options.sh
+source "$root/tools/lib/options.sh"
+help_plain=1  # --help: the header without its comment marks
 nodes=4 nvme=300 pfs=300 work="${BENCH_DIR:-/var/tmp/kvstream-bench-nodes}" out=/var/tmp/kvstream-bench-nodes-results
 seconds=60 loads="1,0.5,0.25,0.1" steps=4 chunk=8MiB
-while [ $# -gt 0 ]; do
-  case $1 in
-    --nodes) nodes=$2; shift 2 ;;
-    --nvme) nvme=$2; shift 2 ;;
-    --pfs) pfs=$2; shift 2 ;;
-    --dir) work=$2; shift 2 ;;
-    --out) out=$2; shift 2 ;;
-    --seconds) seconds=$2; shift 2 ;;
-    --loads) loads=$2; shift 2 ;;
-    --steps) steps=$2; shift 2 ;;
-    --chunk-size) chunk=$2; shift 2 ;;
-    -h|--help) show_help | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) usage_error "unknown argument '$1' (--help)" ;;
-  esac
-done
+parse_options '
+  --nodes       nodes
+  --nvme        nvme
+  --pfs         pfs
+  --dir         work
+  --out         out
+  --seconds     seconds
+  --loads       loads
+  --steps       steps
+  --chunk-size  chunk
+' "$@"
 [[ $nodes =~ ^[1-8]$ ]] || usage_error "--nodes is 1 to 8"
 for v in "$nvme" "$pfs" "$seconds" "$steps"; do
   [[ $v =~ ^[1-9][0-9]*$ ]] || usage_error "--nvme, --pfs, --seconds and --steps take positive integers"

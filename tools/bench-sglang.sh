@@ -13,19 +13,17 @@
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+# shellcheck source-path=SCRIPTDIR source=lib/options.sh
+source "$root/tools/lib/options.sh"
 fast="" slow="" pages="" batch=16 out=/var/tmp/kvstream-bench-results gbs=""
-while [ $# -gt 0 ]; do
-  case $1 in
-    --gbs) gbs=1; shift ;;
-    --fast) fast=$2; shift 2 ;;
-    --slow) slow=$2; shift 2 ;;
-    --pages) pages=$2; shift 2 ;;
-    --batch) batch=$2; shift 2 ;;
-    --out) out=$2; shift 2 ;;
-    -h|--help) show_help; exit 0 ;;
-    *) usage_error "unknown argument '$1'" ;;
-  esac
-done
+parse_options '
+  --gbs    gbs=1
+  --fast   fast
+  --slow   slow
+  --pages  pages
+  --batch  batch
+  --out    out
+' "$@"
 if [ -n "$gbs" ]; then
   fast=${fast:-2000} slow=${slow:-700} pages=${pages:-128} work="${BENCH_DIR:-/dev/shm/kvstream-bench-sglang}"
 else

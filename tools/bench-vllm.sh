@@ -14,21 +14,19 @@
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+# shellcheck source-path=SCRIPTDIR source=lib/options.sh
+source "$root/tools/lib/options.sh"
 fast="" slow="" steps="" requests=4 chunks=8 passes=3 gbs="" out=/var/tmp/kvstream-bench-results
-while [ $# -gt 0 ]; do
-  case $1 in
-    --gbs) gbs=1; shift ;;
-    --fast) fast=$2; shift 2 ;;
-    --slow) slow=$2; shift 2 ;;
-    --steps) steps=$2; shift 2 ;;
-    --requests) requests=$2; shift 2 ;;
-    --chunks) chunks=$2; shift 2 ;;
-    --passes) passes=$2; shift 2 ;;
-    --out) out=$2; shift 2 ;;
-    -h|--help) show_help; exit 0 ;;
-    *) usage_error "unknown argument '$1'" ;;
-  esac
-done
+parse_options '
+  --gbs       gbs=1
+  --fast      fast
+  --slow      slow
+  --steps     steps
+  --requests  requests
+  --chunks    chunks
+  --passes    passes
+  --out       out
+' "$@"
 if [ -n "$gbs" ]; then
   fast=${fast:-2000} slow=${slow:-700} steps=${steps:-4}
   work="${BENCH_DIR:-/dev/shm/kvstream-bench-vllm}"

@@ -43,25 +43,23 @@
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+# shellcheck source-path=SCRIPTDIR source=lib/options.sh
+source "$root/tools/lib/options.sh"
 fast=300 slow=150 steps=8 out=/var/tmp/kvstream-bench-results check="" gbs="" replication="" pace="" shared="" key="" engines="" busy=""
-while [ $# -gt 0 ]; do
-  case $1 in
-    --gbs) gbs=1; shift ;;
-    --replication) replication=1; shift ;;
-    --engines) engines=1; shift ;;
-    --busy-reads) busy=1; shift ;;
-    --pace) pace=1; shift ;;
-    --shared) shared=1; shift ;;
-    --key) key=1 shared=1; shift ;;
-    --fast) fast=$2; shift 2 ;;
-    --slow) slow=$2; shift 2 ;;
-    --steps) steps=$2; shift 2 ;;
-    --out) out=$2; shift 2 ;;
-    --check) check=$2; shift 2 ;;
-    -h|--help) show_help; exit 0 ;;
-    *) usage_error "unknown argument '$1'" ;;
-  esac
-done
+parse_options '
+  --gbs          gbs=1
+  --replication  replication=1
+  --engines      engines=1
+  --busy-reads   busy=1
+  --pace         pace=1
+  --shared       shared=1
+  --key          key=1 shared=1
+  --fast         fast
+  --slow         slow
+  --steps        steps
+  --out          out
+  --check        check
+' "$@"
 if [ -n "$gbs" ]; then
   [ -z "$pace" ] || usage_error "--pace does not apply to --gbs (FUSE cannot pace GB/s tiers here)"
   work="${BENCH_DIR:-/dev/shm/kvstream-bench-gbs}"

@@ -15,6 +15,8 @@
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+# shellcheck source-path=SCRIPTDIR source=lib/options.sh
+source "$root/tools/lib/options.sh"
 
 bundle() {
   local dir=$1 lib
@@ -32,13 +34,17 @@ bundle() {
 }
 
 bin=""
-case ${1:-} in
-  --bundle) [ $# = 2 ] || usage_error "--bundle takes a directory"; bundle "$2"; exit 0 ;;
-  --bin) [ $# = 2 ] || usage_error "--bin takes a directory"; bin=$2 ;;
-  -h|--help) show_help; exit 0 ;;
-  "") ;;
-  *) usage_error "unknown argument '$1'" ;;
-esac
+unset bundle_dir  # set (maybe empty) once --bundle is given
+parse_options '
+  --bundle  bundle_dir
+  --bin     bin
+' "$@"
+if [ -n "${bundle_dir+set}" ]; then
+  [ -n "$bundle_dir" ] || usage_error "--bundle takes a directory"
+  [ -z "$bin" ] || usage_error "--bundle and --bin do not go together"
+  bundle "$bundle_dir"
+  exit 0
+fi
 if [ -z "$bin" ]; then
   if [ -x "$root/.device-bundle/kvstreamd" ]; then bin="$root/.device-bundle"; else bin=""; fi
 fi

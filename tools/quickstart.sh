@@ -6,7 +6,10 @@
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
-state="${1:-/var/tmp/kvstream-quickstart}"
+# shellcheck source-path=SCRIPTDIR source=lib/options.sh
+source "$root/tools/lib/options.sh"
+state=/var/tmp/kvstream-quickstart
+parse_options 'STATE_DIR state' "$@"
 "$root/deploy/install-deps.sh"
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$build" -j "$(nproc)" --target kvstreamd kvstreamctl kvdemo

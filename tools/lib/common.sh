@@ -21,8 +21,15 @@ die() { echo "$prog: $*" >&2; exit 1; }
 # usage_error MESSAGE: "PROG: MESSAGE" on stderr, exit status 2 (a bad option or argument).
 usage_error() { echo "$prog: $*" >&2; exit 2; }
 
-# show_help: prints the script's leading comment block (its --help).
-show_help() { sed -n '2,/^[^#]/{/^#/p}' "$0"; }
+# show_help: prints the script's leading comment block (its --help); without the comment marks
+# ("# ") where the script sets help_plain=1.
+show_help() {
+  if [ -n "${help_plain:-}" ]; then
+    sed -n '2,/^[^#]/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'
+  else
+    sed -n '2,/^[^#]/{/^#/p}' "$0"
+  fi
+}
 
 # need_root WHY: dies unless root ("PROG: must run as root (WHY)").
 need_root() { [ "$(id -u)" -eq 0 ] || die "must run as root ($1)"; }
