@@ -15,6 +15,8 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 # shellcheck source-path=SCRIPTDIR source=lib/options.sh
 source "$root/tools/lib/options.sh"
+# shellcheck source-path=SCRIPTDIR source=lib/kvstreamd.sh
+source "$root/tools/lib/kvstreamd.sh"
 
 delay=4 rounds=3 out=/var/tmp/kvstream-bench-results
 parse_options '
@@ -27,10 +29,10 @@ need_built "$build/daemon/kvstreamd" "$build/tools/kvbench" "$build/tools/kvstre
 { [ -c /dev/fuse ] && command -v fusermount3 > /dev/null; } || die "needs /dev/fuse and fusermount3"
 mkdir -p "$out"
 work=$(mktemp -d /var/tmp/kvstream-bench-depth-XXXXXX)
-daemon="" fs=""
+fs=""
 down() {
   set +e
-  [ -n "$daemon" ] && kill -TERM "$daemon" 2>/dev/null && wait "$daemon"
+  kvstreamd_stop_all
   fusermount3 -u "$work/mnt" 2>/dev/null
   [ -n "$fs" ] && wait "$fs"
   rm -rf "$work"
@@ -52,16 +54,13 @@ logging: {level: info}
 tiers:
   - {name: t0, path: $work/mnt/kvstream, capacity: 4GiB, queue_depth: $depth}
 YAML
-  "$build/daemon/kvstreamd" --config "$work/kvstreamd.yaml" 2> "$out/depth-$name.log" &
-  daemon=$!
-  wait_socket "$sock" || { cat "$out/depth-$name.log"; die "kvstreamd did not start"; }
+  kvstreamd_start "$work/kvstreamd.yaml" "$out/depth-$name.log"
   "$build/tools/kvbench" --socket "$sock" --ranks 1 --steps 16 --requests 4 --chunks 8 --chunk-size 4MiB \
     --hit-ratio 1 --policies completion --write-policies "" --warm-up --json "$out/depth-$name.json" > "$out/depth-$name.kvbench.log" 2>&1 ||
     { cat "$out/depth-$name.kvbench.log"; die "kvbench failed"; }
   local now
   now=$("$build/tools/kvstreamctl" --socket "$sock" --json tiers | python3 -c 'import json, sys; print(json.load(sys.stdin)[0]["queue_depth"])')
-  kill -TERM "$daemon" && wait "$daemon"
-  daemon=""
+  kvstreamd_stop
   python3 - "$out/depth-$name.json" "$name" "$now" <<'PY'
 import json, sys
 run = [r for r in json.load(open(sys.argv[1]))["runs"] if r["label"] == "completion"][0]

@@ -20,6 +20,8 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 # shellcheck source-path=SCRIPTDIR source=lib/options.sh
 source "$root/tools/lib/options.sh"
+# shellcheck source-path=SCRIPTDIR source=lib/kvstreamd.sh
+source "$root/tools/lib/kvstreamd.sh"
 
 drive=250 pfs=500 steps=6 out=/var/tmp/kvstream-bench-results
 parse_options '
@@ -33,11 +35,9 @@ need_built "$build/daemon/kvstreamd" "$build/tools/kvbench" "$build/tools/kvstre
 work="${BENCH_DIR:-/dev/shm/kvstream-bench-drives}"
 mkdir -p "$out"
 sock="$work/kvstreamd.sock"
-daemon=""
 down() {
   set +e
-  [ -n "$daemon" ] && kill -TERM "$daemon" 2>/dev/null && wait "$daemon"
-  daemon=""
+  kvstreamd_stop_all
   "$tierlab" down --dir "$work" > /dev/null
 }
 trap down EXIT
@@ -56,13 +56,7 @@ tiers:
   - $nvme
   - {name: pfs, path: $pfs_dir, capacity: 5GiB}
 YAML
-  "$tierlab" run --dir "$work" -- "$build/daemon/kvstreamd" --config "$work/$name.yaml" 2> "$out/drives-$name.log" &
-  daemon=$!
-  wait_socket "$sock" || { cat "$out/drives-$name.log"; die "kvstreamd did not start"; }
-}
-stop_daemon() {
-  kill -TERM "$daemon" && wait "$daemon" || true
-  daemon=""
+  kvstreamd_start "$work/$name.yaml" "$out/drives-$name.log" "$tierlab" run --dir "$work" --
 }
 drives_yaml() {  # NAME: the nvme tier over d0..d3, in directories NAME
   echo "{name: nvme, drives: [$work/mnt/d0/$1, $work/mnt/d1/$1, $work/mnt/d2/$1, $work/mnt/d3/$1], capacity: 10GiB}"
@@ -84,7 +78,7 @@ all="$work/mnt/d0/four,$work/mnt/d1/four,$work/mnt/d2/four,$work/mnt/d3/four,$wo
 bench four --warm-up --fio-all "$all"
 capacity=$("$build/tools/kvstreamctl" --socket "$sock" --json tiers |
   python3 -c 'import json,sys; print(sum(t["capacity_bytes"] for t in json.load(sys.stdin) if t["group"]=="nvme"))')
-stop_daemon
+kvstreamd_stop
 
 echo
 echo "== 2. the same directories after a restart (each drive's saved index), d2 pulled (unmounted) before step 2"
@@ -94,13 +88,13 @@ status=0
 bench pulled --no-populate --step-hook "[ {step} != 2 ] || umount -l $work/mnt/d2" || status=$?
 sleep 2  # the daemon looks at its tiers once a second
 health=$("$build/tools/kvstreamctl" --socket "$sock" health 2>&1 || true)
-stop_daemon
+kvstreamd_stop
 
 echo
 echo "== 3. nvme on one drive (d0) + the same pfs directory: the same steps"
 start_daemon one "{name: nvme, path: $work/mnt/d0/one, capacity: 10GiB}" "$work/mnt/pfs/four"
 bench one --warm-up
-stop_daemon
+kvstreamd_stop
 
 four=$(mbps "$out/drives-four.json" completion)
 fio_all=$(python3 -c 'import json,sys; print("%.1f" % (json.load(open(sys.argv[1]))["fio_all_bps"]/1e6))' "$out/drives-four.json")

@@ -46,6 +46,8 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 # shellcheck source-path=SCRIPTDIR source=lib/options.sh
 source "$root/tools/lib/options.sh"
+# shellcheck source-path=SCRIPTDIR source=lib/kvstreamd.sh
+source "$root/tools/lib/kvstreamd.sh"
 help_plain=1  # --help: the header without its comment marks
 nodes=4 nvme=300 pfs=300 work="${BENCH_DIR:-/var/tmp/kvstream-bench-nodes}" out=/var/tmp/kvstream-bench-nodes-results
 seconds=60 loads="1,0.5,0.25,0.1" steps=4 chunk=8MiB
@@ -86,11 +88,11 @@ nvme_img=$((node_mib + reuse_mib + 512))
 pfs_img=$((nodes * node_mib + reuse_mib + 512))
 shape=(--ranks 1 --requests 4 --chunks 4 --hit-ratio 1 --chunk-size "$chunk" --write-policies "")
 
-daemons=() benches=()
+benches=()
 cleanup() {
   set +e
   for p in "${benches[@]}"; do kill "$p" 2> /dev/null; done
-  for p in "${daemons[@]}"; do kill -TERM "$p" 2> /dev/null && wait "$p"; done
+  kvstreamd_stop_all
   "$tierlab" down --dir "$work"
 }
 mkdir -p "$out" "$work"
@@ -102,17 +104,8 @@ for i in $(seq "$nodes"); do tiers+=(--tier "nvme$i:${nvme_img}M:$nvme"); done
 echo "== tiers: $nodes NVMe (${nvme} MB/s each) and one PFS (${pfs} MB/s, shared) under $work"
 "$tierlab" up --dir "$work" "${tiers[@]}" --tier "pfs:${pfs_img}M:$pfs" > /dev/null
 
-# start_daemon NAME CONFIG LOG: kvstreamd inside the capped cgroup; sets $daemon.
-start_daemon() {
-  local name=$1 config=$2 log=$3 sock
-  sock=$(awk '/^socket:/ { sub(/.*path: */, ""); sub(/,.*/, ""); print }' "$config")
-  "$tierlab" run --dir "$work" -- "$build/daemon/kvstreamd" --config "$config" 2> "$log" &
-  daemon=$!
-  daemons+=("$daemon")
-  wait_socket "$sock" && return 0
-  cat "$log" >&2
-  die "kvstreamd for $name did not start"
-}
+# start_daemon CONFIG LOG: kvstreamd inside the capped cgroup.
+start_daemon() { kvstreamd_start "$1" "$2" "$tierlab" run --dir "$work" --; }
 sock=()
 for i in $(seq "$nodes"); do
   sock[i]="$work/node$i.sock"
@@ -126,7 +119,7 @@ tiers:
   - {name: nvme, path: $work/mnt/nvme$i/kvstream, capacity: $((nvme_img - 256))MiB}
   - {name: pfs, path: $work/mnt/pfs/kvstream, capacity: $((node_mib + reuse_mib + 128))MiB, shared: true, miss_ttl: 1s}
 YAML
-  start_daemon "node$i" "$work/node$i.yaml" "$out/kvstreamd-node$i.log"
+  start_daemon "$work/node$i.yaml" "$out/kvstreamd-node$i.log"
 done
 
 echo
@@ -329,7 +322,7 @@ tiers:
   - {name: nvme, path: $work/mnt/nvme2/kvstream-private, capacity: $((reuse_mib + 128))MiB}
   - {name: pfs, path: $work/mnt/pfs/private-node2, capacity: $((reuse_mib + 128))MiB}
 YAML
-  start_daemon node2-private "$work/node2-private.yaml" "$out/kvstreamd-node2-private.log"
+  start_daemon "$work/node2-private.yaml" "$out/kvstreamd-node2-private.log"
   ctl "$work/node2-private.sock" lookup "${keys[@]}" > "$out/reuse-private-lookup.json"
   reuse_read private "$work/node2-private.sock" completion
   "$python" - "$out" "${#keys[@]}" <<'PY'

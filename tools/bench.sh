@@ -102,7 +102,7 @@ if [ -n "$engines" ]; then
   for round in 1 2; do
     [ "$round" = 1 ] || daemon_start "$out/kvstreamd-io_uring-$round.log"
     engines_run "io_uring-$round"
-    daemon_stop
+    kvstreamd_stop
     daemon_start "$out/kvstreamd-threads-$round.log" "$build/tests/deny_io_uring"
     "$build/tools/kvstreamctl" --socket "$sock" --json tiers | python3 -c '
 import json, sys
@@ -110,7 +110,7 @@ engines = {t["name"]: t["io_engine"] for t in json.load(sys.stdin)}
 print("tiers under the filter:", engines)
 sys.exit(0 if set(engines.values()) == {"threads"} else 1)' || die "the daemon under the filter is not on threads"
     engines_run "threads-seccomp-$round"
-    daemon_stop
+    kvstreamd_stop
   done
   echo
   python3 - "$out" <<'PY'
@@ -148,7 +148,7 @@ if [ -n "$busy" ]; then
         daemon_start "$out/kvstreamd-defer-$defer-$round.log"
       }
       busy_run "defer-$defer-$round"
-      daemon_stop
+      kvstreamd_stop
     done
   done
   echo

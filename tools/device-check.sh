@@ -17,6 +17,8 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 # shellcheck source-path=SCRIPTDIR source=lib/options.sh
 source "$root/tools/lib/options.sh"
+# shellcheck source-path=SCRIPTDIR source=lib/kvstreamd.sh
+source "$root/tools/lib/kvstreamd.sh"
 
 bundle() {
   local dir=$1 lib
@@ -63,9 +65,8 @@ shm=/dev/shm/kvstream-device-check
 disk="${DISK_DIR:-$root/.device-check-disk}"
 out="${OUT:-/tmp}/device-check"
 mkdir -p "$out"
-daemon=""
 cleanup() {
-  [ -z "$daemon" ] || { kill -TERM "$daemon" 2>/dev/null; wait "$daemon" 2>/dev/null; }
+  kvstreamd_stop_all
   rm -rf "$shm" "$disk"
 }
 trap cleanup EXIT
@@ -83,16 +84,13 @@ run() {
     echo "  - {name: t$i, path: $d, capacity: 8GiB, queue_depth: 8}" >> "$yaml"
     dirs="${dirs:+$dirs,}$d"; i=$((i + 1))
   done
-  KVSTREAM_COPY_THREADS=$copy "$kvstreamd" --config "$yaml" 2> "$out/$name.log" &
-  daemon=$!
-  wait_socket "$sock" || die "kvstreamd did not start: $(cat "$out/$name.log")"
+  KVSTREAM_COPY_THREADS=$copy kvstreamd_start "$yaml" "$out/$name.log"
   fio_args=()
   command -v fio > /dev/null && fio_args=(--fio-all "$dirs")
   "$kvbench" --socket "$sock" --ranks 2 --steps 4 --requests 4 --chunks 4 --hit-ratio 1 --chunk-size 16MiB \
     --write-policies "" --policies completion --no-alone --drain-probe 0 --warm-up --allow-buffered \
     "${fio_args[@]}" --json "$out/$name.json" > "$out/$name.txt" 2>&1 || die "kvbench failed: $(tail -5 "$out/$name.txt")"
-  kill -TERM "$daemon" && wait "$daemon" || true
-  daemon=""
+  kvstreamd_stop
   rm -rf "$@"
   python3 -c 'import json,sys; j=json.load(open(sys.argv[1]))
 r=[r for r in j["runs"] if r["label"]=="completion"][0]

@@ -8,6 +8,8 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 # shellcheck source-path=SCRIPTDIR source=lib/options.sh
 source "$root/tools/lib/options.sh"
+# shellcheck source-path=SCRIPTDIR source=lib/kvstreamd.sh
+source "$root/tools/lib/kvstreamd.sh"
 state=/var/tmp/kvstream-quickstart
 parse_options 'STATE_DIR state' "$@"
 "$root/deploy/install-deps.sh"
@@ -24,10 +26,8 @@ tiers:
   - {name: pfs, path: $state/tier-pfs, capacity: 1GiB}
 YAML
 echo "== starting kvstreamd ($state/kvstreamd.yaml)"
-"$build/daemon/kvstreamd" --config "$state/kvstreamd.yaml" 2> "$state/kvstreamd.log" &
-daemon=$!
-trap 'kill $daemon 2>/dev/null || true' EXIT
-wait_socket "$sock" 100 || { cat "$state/kvstreamd.log"; echo "kvstreamd did not start" >&2; exit 1; }
+trap kvstreamd_stop_all EXIT
+kvstreamd_start "$state/kvstreamd.yaml" "$state/kvstreamd.log"
 echo "== demo client"
 "$build/tools/kvdemo" --socket "$sock" --chunks 16 --chunk-size 4MiB
 echo "== kvstreamctl steps"
@@ -37,8 +37,6 @@ echo "== kvstreamctl tiers"
 echo "== kvstreamctl stats"
 "$build/tools/kvstreamctl" --socket "$sock" stats
 echo "== stopping kvstreamd (SIGTERM drains staged writes)"
-kill -TERM $daemon
-wait $daemon
-trap - EXIT
+kvstreamd_stop
 echo "== daemon log"
 cat "$state/kvstreamd.log"

@@ -1,11 +1,13 @@
-# shellcheck shell=bash
-# Sourced by tools/bench.sh, tools/bench-lmcache.sh and tools/bench-sglang.sh: two emulated tiers
+# shellcheck shell=bash disable=SC2154  # the caller sets root, build, work, out, fast, slow ...
+# Sourced by tools/bench.sh, bench-lmcache.sh, bench-sglang.sh and bench-vllm.sh: two emulated tiers
 # (tools/tierlab) capped at $fast and $slow MB/s under $work, and kvstreamd on them inside the
 # capped cgroup, torn down on exit. The caller has sourced tools/lib/common.sh (root, build,
 # tierlab and the helpers) and sets work, fast, slow and out (and pace=1 for tierlab's pacing FUSE
 # layer instead of the blkio throttle, shared=1 for t1 as a shared tier, key=1 for a cluster key:
 # every chunk written carries a MAC and segment tags, checked on reads from the shared t1);
-# this sets sock and daemon.
+# this sets sock and daemon (tools/lib/kvstreamd.sh: kvstreamd_stop stops it).
+# shellcheck source-path=SCRIPTDIR source=kvstreamd.sh
+source "$root/tools/lib/kvstreamd.sh"
 
 # bench_up T0_CAPACITY DAEMON_LOG: checks root and the build, brings the tiers and the daemon up.
 bench_up() {
@@ -14,7 +16,6 @@ bench_up() {
   need_built "$build/daemon/kvstreamd" "$build/tools/kvbench"
   mkdir -p "$out"
   "$tierlab" down --dir "$work"
-  daemon=""
   trap bench_down EXIT
   [ -z "${pace:-}" ] || export TIERLAB_KVFAULTFS="${TIERLAB_KVFAULTFS:-$build/tools/kvfaultfs}"
   "$tierlab" up --dir "$work" ${pace:+--pace} --tier "t0:8G:$fast" --tier "t1:8G:$slow"
@@ -40,19 +41,11 @@ YAML
 # seccomp filter), inside the capped cgroup (it does the reads), as are the benchmarks.
 daemon_start() {
   local log=$1; shift
-  "$tierlab" run --dir "$work" -- "$@" "$build/daemon/kvstreamd" --config "$work/kvstreamd.yaml" 2> "$log" &
-  daemon=$!
-  wait_socket "$sock" || { cat "$log"; die "kvstreamd did not start"; }
-}
-
-# daemon_stop: stops the daemon started last (the tiers stay up).
-daemon_stop() {
-  kill -TERM "$daemon" && wait "$daemon" || true
-  daemon=""
+  kvstreamd_start "$work/kvstreamd.yaml" "$log" "$tierlab" run --dir "$work" -- "$@"
 }
 
 bench_down() {
   set +e
-  [ -n "$daemon" ] && kill -TERM "$daemon" 2>/dev/null && wait "$daemon"
+  kvstreamd_stop_all
   "$tierlab" down --dir "$work"
 }
