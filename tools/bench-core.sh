@@ -6,8 +6,6 @@
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
-# shellcheck source-path=SCRIPTDIR source=lib/options.sh
-source "$root/tools/lib/options.sh"
 fast=300 slow=150 bench_args=()
 parse_options '
   FAST_MBPS  fast

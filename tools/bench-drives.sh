@@ -18,10 +18,6 @@
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
-# shellcheck source-path=SCRIPTDIR source=lib/options.sh
-source "$root/tools/lib/options.sh"
-# shellcheck source-path=SCRIPTDIR source=lib/kvstreamd.sh
-source "$root/tools/lib/kvstreamd.sh"
 
 drive=250 pfs=500 steps=6 out=/var/tmp/kvstream-bench-results
 parse_options '

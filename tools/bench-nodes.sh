@@ -44,10 +44,6 @@
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
-# shellcheck source-path=SCRIPTDIR source=lib/options.sh
-source "$root/tools/lib/options.sh"
-# shellcheck source-path=SCRIPTDIR source=lib/kvstreamd.sh
-source "$root/tools/lib/kvstreamd.sh"
 help_plain=1  # --help: the header without its comment marks
 nodes=4 nvme=300 pfs=300 work="${BENCH_DIR:-/var/tmp/kvstream-bench-nodes}" out=/var/tmp/kvstream-bench-nodes-results
 seconds=60 loads="1,0.5,0.25,0.1" steps=4 chunk=8MiB

@@ -13,8 +13,6 @@
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
-# shellcheck source-path=SCRIPTDIR source=lib/options.sh
-source "$root/tools/lib/options.sh"
 fast="" slow="" pages="" batch=16 out=/var/tmp/kvstream-bench-results gbs=""
 parse_options '
   --gbs    gbs=1

@@ -14,8 +14,6 @@
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
-# shellcheck source-path=SCRIPTDIR source=lib/options.sh
-source "$root/tools/lib/options.sh"
 fast="" slow="" steps="" requests=4 chunks=8 passes=3 gbs="" out=/var/tmp/kvstream-bench-results
 parse_options '
   --gbs       gbs=1

@@ -43,8 +43,6 @@
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
-# shellcheck source-path=SCRIPTDIR source=lib/options.sh
-source "$root/tools/lib/options.sh"
 fast=300 slow=150 steps=8 out=/var/tmp/kvstream-bench-results check="" gbs="" replication="" pace="" shared="" key="" engines="" busy=""
 parse_options '
   --gbs          gbs=1

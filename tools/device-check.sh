@@ -15,10 +15,6 @@
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
-# shellcheck source-path=SCRIPTDIR source=lib/options.sh
-source "$root/tools/lib/options.sh"
-# shellcheck source-path=SCRIPTDIR source=lib/kvstreamd.sh
-source "$root/tools/lib/kvstreamd.sh"
 
 bundle() {
   local dir=$1 lib

@@ -8,8 +8,6 @@
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
-# shellcheck source-path=SCRIPTDIR source=lib/options.sh
-source "$root/tools/lib/options.sh"
 parse_options '' "$@"  # none: --help
 build="${BUILD_DIR:-$root/build-gpu}"
 "$root/deploy/install-deps.sh"

@@ -8,8 +8,6 @@
 set -uo pipefail
 # shellcheck source-path=SCRIPTDIR source=../../tools/lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../../tools/lib/common.sh"
-# shellcheck source-path=SCRIPTDIR source=../../tools/lib/kvstreamd.sh
-source "$root/tools/lib/kvstreamd.sh"
 failures=0
 check() {  # check DESCRIPTION COMMAND...
   local what=$1; shift
@@ -30,7 +28,6 @@ if [ "$part" = all ] || [ "$part" = options ]; then
 # Usage: opts.sh [--fast MBPS] [--gbs] [--key] [NAME] [-- ARGS]
 set -euo pipefail
 source "$root/tools/lib/common.sh"
-source "$root/tools/lib/options.sh"
 fast=300 gbs="" key="" shared="" name=default rest=()
 [ -z "\${PLAIN:-}" ] || help_plain=1
 parse_options '
@@ -80,7 +77,6 @@ SH
   cat > "$work/bad.sh" <<SH
 #!/usr/bin/env bash
 source "$root/tools/lib/common.sh"
-source "$root/tools/lib/options.sh"
 parse_options '--fast fast slow' "\$@"
 SH
   out=$(bash "$work/bad.sh" 2>&1)

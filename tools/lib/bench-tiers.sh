@@ -6,8 +6,6 @@
 # layer instead of the blkio throttle, shared=1 for t1 as a shared tier, key=1 for a cluster key:
 # every chunk written carries a MAC and segment tags, checked on reads from the shared t1);
 # this sets sock and daemon (tools/lib/kvstreamd.sh: kvstreamd_stop stops it).
-# shellcheck source-path=SCRIPTDIR source=kvstreamd.sh
-source "$root/tools/lib/kvstreamd.sh"
 
 # bench_up T0_CAPACITY DAEMON_LOG: checks root and the build, brings the tiers and the daemon up.
 bench_up() {

@@ -7,13 +7,18 @@
 #   build    the build directory: $BUILD_DIR, default $root/build
 #   tierlab  $root/tools/tierlab, the emulated tiers
 #   prog     the script's name without .sh (bench, bench-nodes, tierlab, ...), for messages
-# and defines the helpers below.
+# and defines the helpers below, parse_options (tools/lib/options.sh) and kvstreamd_start and
+# kvstreamd_stop (tools/lib/kvstreamd.sh).
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 build="${BUILD_DIR:-$root/build}"
 tierlab="$root/tools/tierlab"
 prog=${0##*/}
 prog=${prog%.sh}
+# shellcheck source-path=SCRIPTDIR/lib source-path=SCRIPTDIR/../../tools/lib source=options.sh
+source "$root/tools/lib/options.sh"
+# shellcheck source-path=SCRIPTDIR/lib source-path=SCRIPTDIR/../../tools/lib source=kvstreamd.sh
+source "$root/tools/lib/kvstreamd.sh"
 
 # die MESSAGE: "PROG: MESSAGE" on stderr, exit status 1.
 die() { echo "$prog: $*" >&2; exit 1; }

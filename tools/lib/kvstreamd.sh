@@ -1,6 +1,6 @@
 # shellcheck shell=bash disable=SC2154  # build and prog: tools/lib/common.sh
 # kvstreamd for a script of tools/: started in the background on a config, up once its socket is,
-# stopped with its exit status checked. Source it after tools/lib/common.sh (build, die, prog).
+# stopped with its exit status checked. tools/lib/common.sh sources it (build, die, prog are there).
 # The binary is $kvstreamd, default $build/daemon/kvstreamd; the environment of the call reaches
 # the daemon (KVSTREAM_COPY_THREADS=1 kvstreamd_start ...).
 #   kvstreamd_start CONFIG LOG [RUNNER...]   sets daemon (its pid); dies if it does not come up

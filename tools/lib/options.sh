@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # The one option convention of tools/*.sh: a script declares its options in a table and this
-# parses the command line by it. Source it after tools/lib/common.sh (die, usage_error, show_help),
-# set the defaults, then:
+# parses the command line by it. tools/lib/common.sh sources it (die, usage_error, show_help are
+# there); a script sets its defaults, then:
 #   parse_options '
 #     --fast       fast            (takes a value: --fast 300 sets fast=300)
 #     --gbs        gbs=1           (a flag: sets gbs to 1)
