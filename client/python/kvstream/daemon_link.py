@@ -11,22 +11,36 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Callable, Optional, Tuple
+from typing import Any, Callable, Optional, Protocol, Tuple, TypeVar
 
 from .arena_alloc import ArenaAllocator
 from .client import Client
-from .errors import KVStreamError, Unavailable
+from .errors import KVStreamError, Unavailable, is_refusal
+
+T = TypeVar("T")
+logger = logging.getLogger(__name__)
+
+
+class RegionMemory(Protocol):
+    """Where the memory of a client region lies in this process (kvstream.shared_region.SharedRegion)."""
+
+    def offset_of(self, address: int, nbytes: int) -> Optional[int]:
+        """The region offset of [address, address + nbytes), or None when it is not inside the region."""
 
 
 class Session:
-    """One attached session (or a session-less connection), the allocator of its arena and the
-    client region the plugin handed it (0: none)."""
+    """One attached session (or a session-less connection), the allocator of its arena, the client
+    region the plugin handed it (0: none) and, with a region, where its memory lies in this process
+    (`memory`: kvstream.transfer moves pieces in it in place). `dropped` is set once DaemonLink.fail
+    has dropped it."""
 
-    def __init__(self, client: Client, region: int = 0) -> None:
+    def __init__(self, client: Client, region: int = 0, memory: Optional[RegionMemory] = None) -> None:
         self.client = client
         self.attached = client.arena_size > 0
         self.allocator: Optional[ArenaAllocator] = ArenaAllocator(client.arena_size) if client.arena_size else None
         self.region = region
+        self.memory = memory if region else None
+        self.dropped = False
 
 
 def _close_in_background(session: Session) -> None:
@@ -45,7 +59,8 @@ class DaemonLink:
     (`connect_now`) and the one right after the daemon ended the session stream (it stopped or
     restarted, so the attempt is quick either way) run on the caller's thread; every other
     reconnect runs on a background thread at most once per `retry_interval`, and callers get None
-    meanwhile. `fail(session, error)` drops a session whose call failed (daemon gone, timed out).
+    meanwhile. Every call on a session's client goes through `call`, which decides by ONE rule
+    whether a failed call drops the session (see `call`).
     """
 
     def __init__(
@@ -90,6 +105,7 @@ class DaemonLink:
                 # The daemon ended the session (it stopped or restarted): attach again at once, on
                 # this thread (quick either way); other callers see no session meanwhile.
                 self._session = None
+                current.dropped = True
                 self._note_down(self._clock(), "the session stream ended")
                 _close_in_background(current)
                 reattach = not self._connecting
@@ -109,8 +125,23 @@ class DaemonLink:
         with self._lock:
             return self._session
 
+    def call(self, session: Session, what: str, fn: Callable[[], T], failed: Any = None) -> Any:
+        """fn() (a call on `session`'s client, `what` names it in logs), or `failed` when it raised.
+
+        The rule, the same for every engine: a REFUSED call (kvstream.errors.REFUSALS: INVALID_ARGUMENT,
+        OUT_OF_RANGE, RESOURCE_EXHAUSTED, PERMISSION_DENIED, UNAUTHENTICATED, FAILED_PRECONDITION,
+        ALREADY_EXISTS, ABORTED, UNIMPLEMENTED) fails that call alone and keeps the session: the daemon
+        answered, started no I/O for it, and the session is sound. ANYTHING ELSE (UNAVAILABLE,
+        CANCELLED, DEADLINE_EXCEEDED, NOT_FOUND of the session, DATA_LOSS, INTERNAL, UNKNOWN, socket
+        errors, any other exception) drops the session: the daemon is gone, hung or no longer
+        trustworthy, and I/O of the call may still be in flight into the session's memory until the
+        session ends. A dropped session is attached again later (see the class). Never raises an
+        Exception: engines turn `failed` into misses and failed keys."""
+        return call(self, session, what, fn, failed)
+
     def fail(self, session: Session, error: BaseException) -> None:
-        """Drops `session` after a failed call (a no-op if it was already replaced)."""
+        """Drops `session` (a no-op if it was already replaced). REQUIRES: the caller applies call's rule."""
+        session.dropped = True
         with self._lock:
             if self._session is not session:
                 return
@@ -183,3 +214,20 @@ class DaemonLink:
             self._last_log = now
             self._log.warning("kvstream: %s still unavailable after %.0f s (%s)", self._describe,
                               now - self._down_since, reason)
+
+
+class _Failable(Protocol):
+    def fail(self, session: Any, error: BaseException) -> None: ...
+
+
+def call(link: _Failable, session: Any, what: str, fn: Callable[[], T], failed: Any = None) -> Any:
+    """DaemonLink.call's rule for any link that can `fail` a session (a test's stand-in too)."""
+    try:
+        return fn()
+    except Exception as e:  # noqa: BLE001 - the rule decides; nothing reaches the engine
+        if is_refusal(e):
+            logger.warning("kvstream: %s refused (%s); the session is kept", what, e)
+        else:
+            logger.warning("kvstream: %s failed (%s: %s); the session is dropped", what, type(e).__name__, e)
+            link.fail(session, e)
+        return failed

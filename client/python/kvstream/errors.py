@@ -47,6 +47,25 @@ class KVStreamError(Exception):
         super().__init__(f"{self.code.name}: {message}")
 
 
+# Codes with which the daemon (or this client) refuses one call while the session stays sound: the
+# request was wrong, over a limit or not allowed. Every other code, and every other exception, says
+# the session itself can no longer be trusted (DaemonLink.call's rule).
+REFUSALS = frozenset({
+    Code.INVALID_ARGUMENT, Code.OUT_OF_RANGE, Code.RESOURCE_EXHAUSTED, Code.PERMISSION_DENIED,
+    Code.UNAUTHENTICATED, Code.FAILED_PRECONDITION, Code.ALREADY_EXISTS, Code.ABORTED, Code.UNIMPLEMENTED,
+})
+
+
+def is_refusal(error: BaseException) -> bool:
+    """Whether `error` refused one call (a KVStreamError or grpc.RpcError with a code in REFUSALS)."""
+    if isinstance(error, KVStreamError):
+        return error.code in REFUSALS
+    if isinstance(error, grpc.RpcError) and callable(getattr(error, "code", None)):
+        status = error.code()
+        return isinstance(status, grpc.StatusCode) and Code.of(status.value[0]) in REFUSALS
+    return False
+
+
 class Unavailable(KVStreamError):
     """No kvstreamd answers (not running, wrong socket, or it went away)."""
 
