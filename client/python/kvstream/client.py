@@ -12,18 +12,17 @@ import os
 import socket
 import threading
 import weakref
-from typing import Any, Callable, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple, TypeVar
+from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import grpc
 
-from . import _convert, _session
+from . import _convert, _session, _streams
 from ._convert import ChunkLike
 from ._proto import pb, pb_grpc
 from ._session import OP_ADD_PINNED_REGION, OP_ADD_REGION, OP_REMOVE_REGION, Arena, receive_arena_fd, region_request
 from .errors import Code, KVStreamError, Unavailable, from_rpc_error
+from ._streams import PersistError, RetrieveResult, spawn  # noqa: F401 - PersistError: kvstream.client.PersistError
 from .types import ChunkResult, EvictResult, Health, LookupEntry, PersistResult, Policies, Stats, StepRecord
-
-T = TypeVar("T")
 
 CONNECT_TIMEOUT_S = 2.0  # how long connect/attach wait for the daemon to answer
 RPC_TIMEOUT_S = 30.0  # deadline of the unary calls (lookup, stats, ...)
@@ -32,38 +31,6 @@ CLOSE_TIMEOUT_S = 2.0  # how long close() waits for the daemon to end the sessio
 # (sessions.max_lookup_keys, max_chunks_per_call); a daemon refuses more with INVALID_ARGUMENT. A
 # session learns its daemon's own chunk limit at attach (Client.max_chunks_per_call).
 MAX_KEYS_PER_CALL = 16384
-
-
-class RetrieveResult(NamedTuple):
-    """A finished retrieve: one ChunkResult per requested chunk (request order) and the step record."""
-
-    results: List[ChunkResult]
-    step: StepRecord
-
-
-class PersistError(KVStreamError):
-    """Some chunks of a persist did not become durable: the first failure, with every `results`."""
-
-    def __init__(self, first: PersistResult, results: List[PersistResult]) -> None:
-        failed = sum(not r.ok for r in results)
-        super().__init__(first.code, f"{failed} of {len(results)} chunks not durable; chunk {first.index}: {first.message}")
-        self.results = results
-
-
-def _spawn(name: str, fn: Callable[[], T]) -> "concurrent.futures.Future[T]":
-    """Runs `fn` on a new daemon thread; its outcome lands in the returned future."""
-    future: "concurrent.futures.Future[T]" = concurrent.futures.Future()
-
-    def run() -> None:
-        if not future.set_running_or_notify_cancel():
-            return
-        try:
-            future.set_result(fn())
-        except BaseException as e:  # noqa: BLE001 - handed to the future's owner
-            future.set_exception(e)
-
-    threading.Thread(target=run, name=name, daemon=True).start()
-    return future
 
 
 class _SessionRequests:
@@ -327,35 +294,8 @@ class Client:
         the call is cancelled and the exception propagates.
         """
         request = self._data_request(pb.RetrieveRequest, chunks, "retrieve")
-        n = len(request.chunks)
-        results: List[Optional[ChunkResult]] = [None] * n
-        step: Optional[StepRecord] = None
         call = self._stub.Retrieve(request, timeout=timeout, metadata=self._metadata)
-        try:
-            for event in call:
-                kind = event.WhichOneof("kind")
-                if kind == "chunk" or kind == "batch":
-                    # A batch: chunks that landed while the daemon wrote an earlier event.
-                    for done in (event.chunk,) if kind == "chunk" else event.batch.chunks:
-                        r = _convert.chunk_result(done)
-                        if r.index < n:
-                            results[r.index] = r
-                        if on_chunk is not None:
-                            on_chunk(r)
-                elif kind == "step":
-                    step = _convert.step_record(event.step)
-        except grpc.RpcError as e:
-            raise from_rpc_error(e, self._socket_path, "retrieve") from None
-        except BaseException:
-            call.cancel()
-            raise
-        if step is None:
-            raise KVStreamError(Code.DATA_LOSS, "kvstreamd ended the retrieve without a step record")
-        filled = [
-            r if r is not None else ChunkResult(i, Code.DATA_LOSS, "kvstreamd sent no completion for this chunk")
-            for i, r in enumerate(results)
-        ]
-        return RetrieveResult(filled, step)
+        return _streams.retrieve_results(call, len(request.chunks), on_chunk, self._socket_path)
 
     def retrieve_async(
         self,
@@ -370,7 +310,7 @@ class Client:
         """
         self._need_session("retrieve")
         chunks = list(chunks)
-        return _spawn("kvstream-retrieve", lambda: self.retrieve(chunks, on_chunk, timeout))
+        return spawn("kvstream-retrieve", lambda: self.retrieve(chunks, on_chunk, timeout))
 
     def persist(
         self, chunks: Sequence[ChunkLike], check: bool = True, timeout: Optional[float] = None
@@ -394,47 +334,8 @@ class Client:
         thread. A request refused as a whole (e.g. OUT_OF_RANGE) raises here.
         """
         request = self._data_request(pb.PersistRequest, chunks, "persist")
-        n = len(request.chunks)
-        staged = threading.Event()
-        all_staged = [False]
         call = self._stub.Persist(request, timeout=timeout, metadata=self._metadata)
-
-        def run() -> List[PersistResult]:
-            results: List[Optional[PersistResult]] = [None] * n
-            staged_count = 0
-            try:
-                for event in call:
-                    if event.stage == pb.PersistEvent.STAGED:
-                        staged_count += 1
-                        if staged_count == n:
-                            all_staged[0] = True
-                            staged.set()
-                    elif event.stage == pb.PersistEvent.DURABLE and event.index < n:
-                        r = PersistResult(event.index, Code.of(event.code), event.message, event.tier_mask,
-                                          event.lost_mask)
-                        results[event.index] = r
-                        if on_durable is not None:
-                            on_durable(r)
-            except grpc.RpcError as e:
-                raise from_rpc_error(e, self._socket_path, "persist") from None
-            finally:
-                staged.set()
-            filled = [
-                r if r is not None else PersistResult(i, Code.DATA_LOSS, "kvstreamd sent no durability for this chunk")
-                for i, r in enumerate(results)
-            ]
-            failed = next((r for r in filled if not r.ok), None)
-            if check and failed is not None:
-                raise PersistError(failed, filled)
-            return filled
-
-        future = _spawn("kvstream-persist", run)
-        staged.wait()
-        if not all_staged[0]:  # refused as a whole, or the daemon went away: the stream is over
-            error = future.exception()
-            if error is not None:
-                raise error
-        return future
+        return _streams.persist_results(call, len(request.chunks), on_durable, check, self._socket_path)
 
     # -- control ------------------------------------------------------------------------------
 
