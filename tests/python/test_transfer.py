@@ -1,0 +1,235 @@
+"""kvstream.transfer against a real kvstreamd: pieces in place in a client region, pieces through the
+arena in waves, the daemon's per-call limit, per-piece outcomes, and a call that fails mid-wave."""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import mmap
+import os
+import random
+from typing import Iterator, List, Tuple
+
+import pytest
+
+from conftest import Daemon
+from kvstream import Client, Code, KVStreamError, Unavailable
+from kvstream import transfer
+from kvstream.daemon_link import DaemonLink, Session
+from kvstream.shared_region import SharedRegion
+from kvstream.transfer import Piece, Status
+
+PIECE = 256 << 10  # one daemon block
+log = logging.getLogger("test_transfer")
+
+
+class Region:
+    """A memfd of `size` bytes mapped here, handed to sessions as a client region."""
+
+    def __init__(self, size: int) -> None:
+        self.fd = os.memfd_create("kvs-transfer-test")
+        os.ftruncate(self.fd, size)
+        self.size = size
+        self.map = mmap.mmap(self.fd, size)
+        self._anchor = ctypes.c_char.from_buffer(self.map)
+        self.base = ctypes.addressof(self._anchor)
+
+    def memory(self) -> SharedRegion:
+        return SharedRegion(self.fd, self.size, self.base, 0, self.size, "test region")
+
+    def close(self) -> None:
+        del self._anchor
+        self.map.close()
+        os.close(self.fd)
+
+
+def link_to(socket: str, arena_bytes: int = 64 << 20, region: Region | None = None) -> DaemonLink:
+    """A link whose session holds `region` (if any); reattaches only after a minute (a dropped
+    session stays dropped for the test)."""
+
+    def connect() -> Session:
+        client = Client.attach(socket, model="transfer-test", arena_bytes=arena_bytes)
+        if region is None:
+            return Session(client)
+        return Session(client, client.add_region(region.fd, region.size), region.memory())
+
+    link = DaemonLink(f"kvstreamd on {socket}", connect, log, retry_interval=60)
+    assert link.connect_now() is not None
+    return link
+
+
+def payloads(n: int, seed: int, size: int = PIECE) -> List[bytes]:
+    rng = random.Random(seed)
+    return [rng.randbytes(size) for _ in range(n)]
+
+
+def private_buffers(data: List[bytes]) -> List[ctypes.Array]:
+    """Memory no region holds: it goes through the arena."""
+    return [ctypes.create_string_buffer(d, len(d)) for d in data]
+
+
+def pieces_of(keys: List[str], buffers: List[ctypes.Array]) -> List[Piece]:
+    return [Piece(k, ctypes.addressof(b), len(b)) for k, b in zip(keys, buffers)]
+
+
+@pytest.fixture
+def link(daemon: Daemon) -> Iterator[DaemonLink]:
+    link = link_to(daemon.socket, arena_bytes=1 << 20)  # 4 pieces: reads in waves of 4, writes of 2
+    yield link
+    link.close()
+
+
+def test_pieces_in_the_region_move_in_place_and_come_back_byte_identical(daemon):
+    region = Region(16 * PIECE)
+    link = link_to(daemon.socket, arena_bytes=1 << 20, region=region)
+    try:
+        session = link.session()
+        data = payloads(6, seed=1)
+        for i, d in enumerate(data):
+            region.map[i * PIECE:(i + 1) * PIECE] = d
+        keys = [f"region/{i}" for i in range(6)]
+        written = transfer.write(link, session, [Piece(k, region.base + i * PIECE, PIECE) for i, k in enumerate(keys)])
+        assert [r.status for r in written.staged] == [Status.OK] * 6
+        assert written.durable.result(30) == [True] * 6
+        assert written.calls == 1 and written.copied_bytes == 0
+        landed = []
+        report = transfer.read(link, session, [Piece(k, region.base + (8 + i) * PIECE, PIECE) for i, k in enumerate(keys)],
+                               on_piece=lambda r, view: landed.append((r.index, view)))
+        assert [r.status for r in report.results] == [Status.OK] * 6 and report.calls == 1
+        assert report.copied_bytes == 0  # zero copy stays zero copy
+        assert sorted(i for i, _ in landed) == list(range(6)) and all(view is None for _, view in landed)
+        assert [region.map[(8 + i) * PIECE:(9 + i) * PIECE] for i in range(6)] == data
+    finally:
+        link.close()
+        region.close()
+
+
+def test_other_pieces_go_through_the_arena_in_waves(link):
+    session = link.session()
+    data = payloads(10, seed=2)
+    keys = [f"arena/{i}" for i in range(10)]
+    durable: List[Tuple[int, bool]] = []
+    written = transfer.write(link, session, pieces_of(keys, private_buffers(data)),
+                             on_durable=lambda i, ok: durable.append((i, ok)))
+    assert all(r.ok for r in written.staged)
+    assert written.calls == 5  # at most half the 1 MiB arena per write: 2 pieces a wave
+    assert written.copied_bytes == 10 * PIECE
+    assert written.durable.result(30) == [True] * 10
+    assert sorted(durable) == [(i, True) for i in range(10)]  # once per piece
+    targets = private_buffers([bytes(PIECE)] * 10)
+    report = transfer.read(link, session, pieces_of(keys, targets))
+    assert all(r.ok and r.size == PIECE for r in report.results)
+    assert report.calls == 3  # the whole arena per read: 4 + 4 + 2
+    assert report.copied_bytes == 10 * PIECE
+    assert [t.raw for t in targets] == data
+    assert session.allocator.used_bytes == 0
+
+
+def test_pieces_without_memory_are_filled_and_handed_over_from_the_arena(link):
+    session = link.session()
+    data = payloads(3, seed=3, size=5000)  # not a multiple of the alignment
+    keys = [f"fill/{i}" for i in range(3)]
+
+    def fill(i: int, target: memoryview) -> None:
+        target[:] = data[i]
+
+    written = transfer.write(link, session, [Piece(k, None, 5000) for k in keys], fill=fill)
+    assert written.durable.result(30) == [True] * 3 and written.copied_bytes == 0
+    got = {}
+    report = transfer.read(link, session, [Piece(k, None, 5000) for k in keys],
+                           on_piece=lambda r, view: got.__setitem__(r.index, bytes(view)))
+    assert all(r.ok and r.size == 5000 for r in report.results)
+    assert [got[i] for i in range(3)] == data
+
+
+def test_calls_take_at_most_the_sessions_max_chunks_per_call(state_dir):
+    daemon = Daemon(state_dir, sessions="{max_arena: 512MiB, max_chunks_per_call: 3}")
+    daemon.start()
+    region = Region(16 * PIECE)
+    link = link_to(daemon.socket, region=region)
+    try:
+        session = link.session()
+        assert session.client.max_chunks_per_call == 3
+        keys = [f"limit/{i}" for i in range(8)]
+        in_place = [Piece(k, region.base + i * PIECE, PIECE) for i, k in enumerate(keys)]
+        written = transfer.write(link, session, in_place)
+        assert written.calls == 3 and written.durable.result(30) == [True] * 8  # 3 + 3 + 2
+        report = transfer.read(link, session, in_place)
+        assert report.calls == 3 and all(r.ok for r in report.results)
+        # Through the arena (64 MiB: room for all 8), the per-call limit cuts the waves as well.
+        report = transfer.read(link, session, pieces_of(keys, private_buffers([bytes(PIECE)] * 8)))
+        assert report.calls == 3 and all(r.ok for r in report.results)
+    finally:
+        link.close()
+        region.close()
+        daemon.stop()
+
+
+def test_each_piece_is_reported_on_its_own(link):
+    session = link.session()
+    data = payloads(2, seed=4)
+    transfer.write(link, session, pieces_of(["own/0", "own/1"], private_buffers(data))).durable.result(30)
+    targets = private_buffers([bytes(PIECE)] * 2 + [bytes(PIECE // 2)] + [bytes(PIECE)])
+    # A miss; a piece smaller than its stored chunk (its memory would overflow); two that land.
+    keys = ["own/0", "own/absent", "own/1", "own/1"]
+    report = transfer.read(link, session, pieces_of(keys, targets))
+    assert [r.status for r in report.results] == [Status.OK, Status.MISS, Status.FAILED, Status.OK]
+    assert not any(r.abandoned for r in report.results)
+    assert targets[1].raw == bytes(PIECE) and targets[2].raw == bytes(PIECE // 2)  # untouched
+    assert [targets[0].raw, targets[3].raw] == data
+    assert link.session() is session  # per-piece failures are no call failures
+
+
+def test_a_call_that_fails_mid_wave_fails_its_pieces_and_the_rest(link):
+    session = link.session()
+    keys = [f"mid/{i}" for i in range(10)]
+    data = payloads(10, seed=5)
+    transfer.write(link, session, pieces_of(keys, private_buffers(data))).durable.result(30)
+    real = session.client.retrieve
+    calls = []
+
+    def second_call_loses_the_daemon(chunks, on_chunk=None, timeout=None):
+        calls.append(len(chunks))
+        if len(calls) < 2:
+            return real(chunks, on_chunk=on_chunk, timeout=timeout)
+        # Two chunks land, then the stream breaks.
+        real(chunks[:2], on_chunk=on_chunk, timeout=timeout)
+        raise Unavailable("the daemon went away")
+
+    session.client.retrieve = second_call_loses_the_daemon
+    targets = private_buffers([bytes(PIECE)] * 10)
+    report = transfer.read(link, session, pieces_of(keys, targets))
+    statuses = [r.status for r in report.results]
+    assert statuses == [Status.OK] * 6 + [Status.FAILED] * 4, statuses
+    # The wave's unfinished pieces may still be written by the daemon; the third wave never started.
+    assert [r.abandoned for r in report.results[6:]] == [True, True, False, False]
+    assert [t.raw for t in targets[:6]] == data[:6]
+    assert calls == [4, 4] and session.dropped and link.session() is None
+
+
+def test_a_refused_call_fails_its_pieces_and_keeps_the_session(link):
+    session = link.session()
+    real = session.client.persist_async
+
+    def refused(chunks, **kwargs):
+        raise KVStreamError(Code.RESOURCE_EXHAUSTED, "over the staging limit")
+
+    session.client.persist_async = refused
+    written = transfer.write(link, session, pieces_of(["refused/0", "refused/1", "refused/2"],
+                                                      private_buffers(payloads(3, seed=6))))
+    assert [r.status for r in written.staged] == [Status.FAILED] * 3
+    assert not any(r.abandoned for r in written.staged)
+    assert written.durable.result(5) == [False] * 3
+    assert session.allocator.used_bytes == 0  # a refused call started no I/O: its ranges are free
+    assert link.session() is session and not session.dropped
+    session.client.persist_async = real
+    assert transfer.write(link, session, pieces_of(["refused/0"], private_buffers(payloads(1, seed=6)))
+                          ).durable.result(30) == [True]
+
+
+def test_a_piece_larger_than_the_arena_fails_alone(link):
+    session = link.session()
+    big, small = private_buffers([bytes(2 << 20), payloads(1, seed=7)[0]])
+    written = transfer.write(link, session, pieces_of(["big", "small"], [big, small]))
+    assert [r.status for r in written.staged] == [Status.FAILED, Status.OK]
+    assert written.durable.result(30) == [False, True]
