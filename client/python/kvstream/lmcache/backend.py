@@ -83,7 +83,7 @@ class KVStreamBackend(StoragePluginInterface):
                     return Session(client)
                 try:
                     return Session(client, client.add_region(self.pool.fd, self.pool.size,
-                                                             device_pinned=pinned_by_a_device()))
+                                                             device_pinned=pinned_by_a_device()), self.pool)
                 except KVStreamError as e:  # e.g. over the daemon's arena budget: the arena serves
                     logger.warning("kvstream: LMCache's CPU pool (%d bytes) cannot be handed to kvstreamd (%s); "
                                    "chunks are copied through the session arena", self.pool.size, e)
@@ -203,11 +203,7 @@ class KVStreamBackend(StoragePluginInterface):
         session = self.link.session()
         if session is None:
             return False
-        try:
-            return session.client.unlock([key.to_string()]) > 0
-        except Exception as e:  # noqa: BLE001 - never into LMCache
-            self.link.fail(session, e)
-            return False
+        return self.link.call(session, "unlock", lambda: session.client.unlock([key.to_string()]) > 0, failed=False)
 
     def remove(self, key: CacheEngineKey, force: bool = True) -> bool:
         """Evicts the key from every tier of the daemon."""
@@ -215,10 +211,8 @@ class KVStreamBackend(StoragePluginInterface):
         if session is None:
             return False
         name = key.to_string()
-        try:
-            removed = session.client.evict(key=name).replicas > 0
-        except Exception as e:  # noqa: BLE001
-            self.link.fail(session, e)
+        removed = self.link.call(session, "evict", lambda: session.client.evict(key=name).replicas > 0, failed=None)
+        if removed is None:
             return False
         self.lookups.forget(name)
         return removed

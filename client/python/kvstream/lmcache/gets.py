@@ -1,8 +1,10 @@
 """Gets: chunks read from kvstreamd into LMCache MemoryObjs, in place or through the session arena.
 
+Both paths are kvstream.transfer's; this module maps MemoryObjs to its pieces and back.
+
 Zero copy (LMCache's CPU pool is shared memory the session holds as a client region, shared_pool):
-a read allocates, for each chunk, a raw MemoryObj of its stored size from LocalCPUBackend and ONE
-retrieve lands every chunk in its object (by O_DIRECT; through the daemon's bounce buffers when a
+a read allocates, for each chunk, a raw MemoryObj of its stored size from LocalCPUBackend and one
+retrieve (per max_chunks_per_call chunks) lands every chunk in its object (by O_DIRECT; through the daemon's bounce buffers when a
 GPU pinned the pool); as each lands, its header (chunk_codec) is read and the object becomes a
 MemoryObj of the stored layout over the same memory, just past the header: no byte of the chunk
 is copied in Python. After failed retrieves hold back more than a quarter of the pool (a read may
@@ -22,16 +24,15 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import threading
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from lmcache.utils import CacheEngineKey
 from lmcache.v1.memory_management import MemoryFormat, MemoryObj, MemoryObjMetadata, TensorMemoryObj
 
-from ..errors import Code, KVStreamError
-from ..types import Chunk
+from .. import transfer
+from ..daemon_link import DaemonLink
 from . import chunk_codec
-from ..daemon_link import DaemonLink, Session
 from .lookups import Lookups
 from .shared_pool import SharedPool
 
@@ -156,8 +157,8 @@ class Gets:
     def _read(self, keys: Sequence[CacheEngineKey],
               futures: Optional[Sequence["concurrent.futures.Future[Optional[MemoryObj]]"]] = None
               ) -> List[Optional[MemoryObj]]:
-        """Reads `keys` in as few retrieves as the arena allows (one when it holds them all), also
-        setting futures[i] (a prefetch) as chunk i lands or fails."""
+        """Reads `keys` (kvstream.transfer: in place into raw MemoryObjs of the pool the session
+        holds, else through the arena), also setting futures[i] (a prefetch) as chunk i lands or fails."""
         out: List[Optional[MemoryObj]] = [None] * len(keys)
 
         def deliver(i: int, obj: Optional[MemoryObj]) -> None:
@@ -172,73 +173,53 @@ class Gets:
             return out
         names = [k.to_string() for k in keys]
         sizes = self._lookups.payload_sizes(session, names)
-        pending = [i for i, size in enumerate(sizes) if size]
+        on_demand = futures is None
+        in_place = self._pool is not None and session.region != 0 and not self._holding_too_much()
+        wanted: List[int] = []  # key index of each piece
+        raws: Dict[int, MemoryObj] = {}  # piece -> the raw pool allocation it lands in (in place)
+        pieces: List[transfer.Piece] = []
         for i, size in enumerate(sizes):
-            if not size:
+            raw = self._raw_in_pool(names[i], size, on_demand) if size and in_place else None
+            if not size or raw is False:
                 deliver(i, None)
-        if self._pool is not None and session.region and not self._holding_too_much():
-            pending = self._read_in_place(session, names, sizes, pending, deliver, prefetch=futures is not None)
-        allocator = session.allocator
-        while pending:
-            # As many chunks as the arena holds now: wait for room only for the first one.
-            wave: List[Tuple[int, int]] = []
-            for i in pending:
-                if wave:
-                    offset = allocator.try_allocate(sizes[i])
-                else:
-                    offset = allocator.allocate(sizes[i], timeout=self._io_timeout)
-                if offset is None:
-                    break
-                wave.append((i, offset))
-            if not wave:
-                if not allocator.closed:
-                    self._log.error("kvstream: no room for a chunk of %d bytes in the %d-byte arena within %g s "
-                                    "(kvstream.arena_bytes)", sizes[pending[0]], allocator.capacity, self._io_timeout)
-                break
-            pending = pending[len(wave):]
-            if not self._read_wave(session, names, sizes, wave, deliver, prefetch=futures is not None):
-                break
-        for i in pending:
-            deliver(i, None)
+                continue
+            if raw is not None:
+                raws[len(pieces)] = raw
+                pieces.append(transfer.Piece(names[i], raw.data_ptr, raw.get_physical_size()))
+            else:
+                pieces.append(transfer.Piece(names[i], None, size))
+            wanted.append(i)
+
+        def on_piece(r: transfer.PieceResult, landed: Optional[memoryview]) -> None:
+            i, raw = wanted[r.index], raws.get(r.index)
+            obj = None
+            if raw is not None and r.ok:
+                obj = self._in_place(names[i], raw, r.size, on_demand)
+            elif raw is not None and r.abandoned:
+                with self._lock:  # a read may still land in it: LMCache must never reuse it
+                    self._held_back.append(raw)
+                    self._counts["held_back_bytes"] += raw.get_physical_size()
+            elif raw is not None:
+                raw.ref_count_down()
+            elif landed is not None:
+                obj = self._to_memory_obj(names[i], landed, on_demand)
+            deliver(i, obj)
+
+        transfer.read(self._link, session, pieces, on_piece, timeout=self._io_timeout)
         return out
 
-    def _read_in_place(self, session: Session, names: List[str], sizes: List[Optional[int]], pending: List[int],
-                       deliver: Callable[[int, Optional[MemoryObj]], None], prefetch: bool) -> List[int]:
-        """ONE retrieve of the `pending` chunks straight into raw MemoryObjs of LMCache's pool (the
-        session's client region). Returns the indices left for the arena path (an object LMCache
-        placed outside the pool); every other chunk is delivered, None where it failed."""
+    def _raw_in_pool(self, name: str, size: int, on_demand: bool) -> "Optional[MemoryObj] | bool":
+        """A raw MemoryObj of `size` bytes in the pool the session holds; None when LMCache placed
+        it outside the pool (the arena serves), False when there is no memory (a miss)."""
         pool = self._pool
         assert pool is not None
-        wave: List[Tuple[int, MemoryObj]] = []
-        rest: List[int] = []
-        for i in pending:
-            raw = self._allocate(names[i], torch.Size([sizes[i] or 0]), torch.uint8, MemoryFormat.KV_2LTD,
-                                 on_demand=not prefetch)
-            if raw is None:
-                deliver(i, None)
-            elif pool.offset_of(raw.data_ptr, raw.get_physical_size()) is None:
-                raw.ref_count_down()
-                rest.append(i)
-            else:
-                wave.append((i, raw))
-        if not wave:
-            return rest
-        chunks = [Chunk(names[i], pool.offset_of(raw.data_ptr, raw.get_physical_size()), raw.get_physical_size(),
-                        session.region) for i, raw in wave]
-
-        def land(r: Any) -> Optional[MemoryObj]:
-            i, raw = wave[r.index]
-            if r.ok:
-                return self._in_place(names[i], raw, r.size, on_demand=not prefetch)
+        raw = self._allocate(name, torch.Size([size]), torch.uint8, MemoryFormat.KV_2LTD, on_demand)
+        if raw is None:
+            return False
+        if pool.offset_of(raw.data_ptr, raw.get_physical_size()) is None:
             raw.ref_count_down()
             return None
-
-        lost = self._retrieve(session, chunks, [i for i, _ in wave], land, deliver) or []
-        held = [wave[n][1] for n in lost]
-        with self._lock:  # a read may still land in these: LMCache must never reuse them
-            self._held_back.extend(held)
-            self._counts["held_back_bytes"] += sum(raw.get_physical_size() for raw in held)
-        return rest
+        return raw
 
     def _in_place(self, name: str, raw: MemoryObj, size: int, on_demand: bool) -> Optional[MemoryObj]:
         """The MemoryObj of the stored layout over the chunk that landed in `raw` (its header
@@ -275,52 +256,6 @@ class Gets:
             self._counts["in_place"] += 1
         return obj
 
-    def _read_wave(self, session: Session, names: List[str], sizes: List[Optional[int]],
-                   wave: List[Tuple[int, int]], deliver: Callable[[int, Optional[MemoryObj]], None],
-                   prefetch: bool) -> bool:
-        """One retrieve of the (index, arena offset) chunks of `wave`. False if it failed (the
-        session is then dropped and every chunk not delivered yet is delivered as None)."""
-        allocator = session.allocator
-        assert allocator is not None
-        chunks = [Chunk(names[i], offset, allocator.rounded(sizes[i] or 0)) for i, offset in wave]
-
-        def land(r: Any) -> Optional[MemoryObj]:
-            i, offset = wave[r.index]
-            obj = self._to_memory_obj(session, names[i], offset, r.size, on_demand=not prefetch) if r.ok else None
-            allocator.free(offset)
-            return obj
-
-        # Reads may still land in the arena ranges of lost chunks: the arena is dropped with the session.
-        return self._retrieve(session, chunks, [i for i, _ in wave], land, deliver) is None
-
-    def _retrieve(self, session: Session, chunks: List[Chunk], indices: List[int],
-                  land: Callable[[Any], Optional[MemoryObj]],
-                  deliver: Callable[[int, Optional[MemoryObj]], None]) -> Optional[List[int]]:
-        """ONE retrieve of `chunks` (chunk n is key indices[n]): as each completes, land(result)
-        makes its MemoryObj (None for a miss) and it is delivered. When the retrieve fails, or ends
-        without completing every chunk, the session is dropped and the chunks not delivered are
-        delivered as None. Returns None when it succeeded, else the positions in `chunks` of those
-        not delivered (reads may still land in their memory)."""
-        delivered = [False] * len(chunks)
-
-        def on_chunk(r: Any) -> None:
-            obj = land(r)
-            delivered[r.index] = True
-            deliver(indices[r.index], obj)
-
-        try:
-            session.client.retrieve(chunks, on_chunk=on_chunk, timeout=self._io_timeout)
-            if not all(delivered):
-                raise KVStreamError(Code.DATA_LOSS, "kvstreamd ended a retrieve without completing every chunk")
-        except Exception as e:  # noqa: BLE001 - daemon gone or call refused: misses
-            self._log.error("kvstream: retrieve of %d chunks failed: %s", len(chunks), e)
-            self._link.fail(session, e)
-            lost = [n for n, done in enumerate(delivered) if not done]
-            for n in lost:
-                deliver(indices[n], None)
-            return lost
-        return None
-
     def _drop_landed_prefetches(self) -> int:
         """Releases prefetched chunks that have landed and no get has taken yet (a later get of
         one reads it again). Returns how many were released."""
@@ -332,12 +267,11 @@ class Gets:
             _release_result(future)
         return len(landed)
 
-    def _to_memory_obj(self, session: Session, name: str, offset: int, size: int,
-                       on_demand: bool = True) -> Optional[MemoryObj]:
-        """A MemoryObj holding a copy of the chunk that landed at `offset` of the arena. None
-        (logged) if the chunk is unreadable or no CPU memory is left."""
+    def _to_memory_obj(self, name: str, landed: memoryview, on_demand: bool = True) -> Optional[MemoryObj]:
+        """A MemoryObj holding a copy of the chunk that `landed` (in the arena). None (logged) if
+        the chunk is unreadable or no CPU memory is left."""
         try:
-            layout, data = chunk_codec.decode(session.client.arena[offset: offset + size])
+            layout, data = chunk_codec.decode(landed)
         except chunk_codec.ChunkFormatError as e:
             self._log.error("kvstream: chunk %s is not readable as an LMCache chunk: %s", name, e)
             return None

@@ -32,7 +32,7 @@ Data path (which one is used: report_status()["zero_copy"]):
   out of them by the daemon: no byte passes through Python.
 - copy (a lazy or anonymous/pinned L1 pool, objects outside it, the region refused by the daemon's
   arena budget, or zero_copy false): one copy per chunk between the session arena and the MemoryObj
-  (torch copy_, which releases the GIL). Loads copy each chunk as it lands, while the others of the
+  (a memmove without the GIL). Both paths are kvstream.transfer's, chosen per object. Loads copy each chunk as it lands, while the others of the
   retrieve are still in flight (per-chunk completion). A task larger than the arena goes in waves
   (one retrieve / persist per wave): size arena_bytes to the largest batch to keep one per task.
 
@@ -49,21 +49,20 @@ import os
 import queue
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
-import torch
 from lmcache.lmcache_native import Bitmap
 from lmcache.logging import init_logger
 from lmcache.v1.distributed.api import ObjectKey
 from lmcache.v1.distributed.internal_api import L2StoreResult
 from lmcache.v1.distributed.l2_adapters.base import L2AdapterInterface, L2TaskId
-from lmcache.v1.distributed.l2_adapters.config import L2AdapterConfigBase
 
-from ..client import CONNECT_TIMEOUT_S, Client
+from .. import transfer
+from ..client import Client
 from ..daemon_link import DaemonLink, Session
 from ..errors import KVStreamError
-from ..plugin_settings import DEFAULT_SOCKET, MAX_PIN_LEASE
-from ..types import Chunk
+from ..plugin_settings import DEFAULT_SOCKET
+from .l2_config import KVStreamL2AdapterConfig
 from .shared_pool import SharedPool, pinned_by_a_device
 
 logger = init_logger(__name__)
@@ -93,65 +92,6 @@ def object_key_name(key: ObjectKey, prefix: str = "lmcache") -> str:
     (model names and salts cannot contain '@', so the fields split unambiguously)."""
     name = f"{prefix}/{key.model_name}@{key.kv_rank:#010x}@{key.object_group_id:x}@{key.chunk_hash.hex()}"
     return f"{name}@{key.cache_salt}" if key.cache_salt else name
-
-
-class KVStreamL2AdapterConfig(L2AdapterConfigBase):
-    """adapter_params of the kvstream L2 adapter (all optional)."""
-
-    # param -> (type, default); numbers must be positive unless noted in _NON_NEGATIVE.
-    PARAMS: Dict[str, Tuple[type, Any]] = {
-        "socket": (str, DEFAULT_SOCKET),  # kvstreamd's socket ("socket_path" is accepted too)
-        "arena_bytes": (int, 256 << 20),  # the session arena (copy path), <= the daemon's sessions.max_arena
-        "io_timeout": (float, 60.0),  # seconds for one retrieve / persist
-        "lookup_timeout": (float, 5.0),  # seconds for a lookup / unlock / evict
-        "connect_timeout": (float, CONNECT_TIMEOUT_S),
-        "retry_interval": (float, 1.0),  # seconds between reattach attempts while the daemon is down
-        "lock_seconds": (float, 60.0),  # lease of a lookup-and-lock (kvstreamd caps it at 3600)
-        "zero_copy": (bool, True),  # hand the L1 pool to the daemon when it is shared memory
-        "key_prefix": (str, "lmcache"),
-        "max_capacity_bytes": (int, 0),  # > 0 enables LMCache's global L2 eviction on this adapter
-    }
-    _NON_NEGATIVE = {"max_capacity_bytes"}
-
-    def __init__(self, **values: Any) -> None:
-        for name, (_, default) in self.PARAMS.items():
-            setattr(self, name, values.get(name, default))
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "KVStreamL2AdapterConfig":
-        d = dict(d)
-        d.pop("type", None)
-        if "socket_path" in d:
-            d.setdefault("socket", d.pop("socket_path"))
-        unknown = sorted(set(d) - set(cls.PARAMS))
-        if unknown:
-            raise ValueError(f"unknown kvstream adapter_params {unknown}; known: {sorted(cls.PARAMS)}")
-        values: Dict[str, Any] = {}
-        for name, (kind, default) in cls.PARAMS.items():
-            raw = d.get(name, default)
-            if kind is bool:
-                if not isinstance(raw, bool):
-                    raise ValueError(f"kvstream adapter_params {name} must be true or false, got {raw!r}")
-                value: Any = raw
-            else:
-                try:
-                    value = kind(raw)
-                except (TypeError, ValueError):
-                    raise ValueError(f"kvstream adapter_params {name}: cannot read {raw!r} as {kind.__name__}") from None
-                if kind is str and not value:
-                    raise ValueError(f"kvstream adapter_params {name} must be a non-empty string")
-                if kind is not str and (value < 0 if name in cls._NON_NEGATIVE else value <= 0):
-                    raise ValueError(f"kvstream adapter_params {name} must be positive, got {raw!r}")
-            values[name] = value
-        if values["lock_seconds"] > MAX_PIN_LEASE:
-            raise ValueError(f"kvstream adapter_params lock_seconds must be at most {MAX_PIN_LEASE:g}")
-        return cls(**values)
-
-    @classmethod
-    def help(cls) -> str:
-        return ("kvstream L2 adapter (type plugin, module_path kvstream.lmcache.l2_adapter, class_name "
-                "KVStreamL2Adapter); adapter_params, all optional:\n"
-                + "\n".join(f"- {n} ({k.__name__}, default {d!r})" for n, (k, d) in cls.PARAMS.items()))
 
 
 def _bitmap(n: int, hits: Sequence[int]) -> Bitmap:
@@ -211,7 +151,8 @@ class KVStreamL2Adapter(L2AdapterInterface):
         if self._l1 is None:
             return Session(client)
         try:
-            return Session(client, client.add_region(self._l1.fd, self._l1.size, device_pinned=pinned_by_a_device()))
+            return Session(client, client.add_region(self._l1.fd, self._l1.size, device_pinned=pinned_by_a_device()),
+                           self._l1)
         except KVStreamError as e:  # e.g. over sessions.arena_budget: the copy path serves
             logger.warning("kvstream: the L1 pool (%d bytes) cannot be handed to kvstreamd (%s); chunks are "
                            "copied through the session arena", self._l1.size, e)
@@ -228,18 +169,10 @@ class KVStreamL2Adapter(L2AdapterInterface):
     def _names(self, keys: Sequence[ObjectKey]) -> List[str]:
         return [object_key_name(k, self.config.key_prefix) for k in keys]
 
-    def _region_chunks(self, session: Session, names: List[str], objects: Sequence[Any]) -> Optional[List[Chunk]]:
-        """The chunks of a task addressed in the L1 region, or None when some object lies outside it."""
-        if not session.region or self._l1 is None:
-            return None
-        chunks = []
-        for name, obj in zip(names, objects):
-            size = obj.get_size()
-            offset = self._l1.offset_of(obj.data_ptr, size)
-            if offset is None:
-                return None
-            chunks.append(Chunk(name, offset, size, session.region))
-        return chunks
+    @staticmethod
+    def _pieces(names: List[str], objects: Sequence[Any], indices: Iterable[int]) -> List[transfer.Piece]:
+        """The MemoryObjs as pieces: in the L1 pool when the session holds it (kvstream.transfer)."""
+        return [transfer.Piece(names[i], objects[i].data_ptr, objects[i].get_size()) for i in indices]
 
     # -- workers ------------------------------------------------------------------------------
 
@@ -327,75 +260,22 @@ class KVStreamL2Adapter(L2AdapterInterface):
         if not keys:
             return L2StoreResult(True, 0)
         session = self.link.session()
-        if session is None:
-            self._count(store_failed=len(keys))
-            return L2StoreResult(False, 0)
         names = self._names(keys)
-        try:
-            entries, _ = session.client.lookup(names)
-        except Exception as e:  # noqa: BLE001
-            self.link.fail(session, e)
+        found = self.link.call(session, "lookup", lambda: session.client.lookup(names)) if session else None
+        if found is None:
             self._count(store_failed=len(keys))
             return L2StoreResult(False, 0)
-        todo = [i for i, e in enumerate(entries) if not e.present]  # the daemon keeps what it holds
+        todo = [i for i, e in enumerate(found[0]) if not e.present]  # the daemon keeps what it holds
         if not todo:
             return L2StoreResult(True, 0)
-        try:
-            ok = self._persist(session, [names[i] for i in todo], [objects[i] for i in todo])
-        except Exception as e:  # noqa: BLE001 - the daemon went away or refused the call
-            logger.error("kvstream: persist of %d chunks failed: %s", len(todo), e)
-            self.link.fail(session, e)
-            ok = [False] * len(todo)
-        stored = [i for i, good in zip(todo, ok) if good]
+        # One persist per task (waves when the arena cannot stage them all); done once durable.
+        report = transfer.write(self.link, session, self._pieces(names, objects, todo), timeout=self.config.io_timeout)
+        stored = [todo[n] for n, durable in enumerate(report.durable.result()) if durable]
         sizes = [objects[i].get_size() for i in stored]
         self._count(stored=len(stored), store_failed=len(todo) - len(stored))
         if stored:
             self._notify_keys_stored([keys[i] for i in stored], sizes)
         return L2StoreResult(len(stored) == len(todo), sum(sizes))
-
-    def _persist(self, session: Session, names: List[str], objects: List[Any]) -> List[bool]:
-        """Persists the objects (one persist per task; waves when the arena cannot stage them all);
-        whether each is durable."""
-        timeout = self.config.io_timeout
-        chunks = self._region_chunks(session, names, objects)
-        if chunks is not None:  # zero copy: the daemon copies them out of the L1 pool into staging
-            return [r.ok for r in session.client.persist(chunks, check=False, timeout=timeout)]
-        allocator = session.allocator
-        assert allocator is not None
-        arena = session.client.arena
-        ok = [False] * len(names)
-        waits: List[Tuple[List[int], Any]] = []
-        todo = list(range(len(names)))
-        while todo:
-            staged: List[Tuple[int, int, int]] = []  # (index, arena offset, bytes)
-            wave_bytes = 0
-            for i in todo:
-                size = objects[i].get_size()
-                if staged and wave_bytes + allocator.rounded(size) > allocator.capacity // 2:
-                    break  # stores stage at most half the arena at once: loads keep room
-                wave_bytes += allocator.rounded(size)
-                offset = allocator.allocate(size, timeout) if not staged else allocator.try_allocate(size)
-                if offset is None:
-                    break
-                torch.frombuffer(arena, dtype=torch.uint8, count=size, offset=offset).copy_(
-                    torch.frombuffer(objects[i].byte_array, dtype=torch.uint8))
-                staged.append((i, offset, size))
-            if not staged:
-                logger.error("kvstream: no room to stage a %d-byte chunk in the %d-byte arena (arena_bytes)",
-                             objects[todo[0]].get_size(), allocator.capacity)
-                break
-            todo = todo[len(staged):]
-            try:
-                future = session.client.persist_async([Chunk(names[i], off, n) for i, off, n in staged],
-                                                      check=False, timeout=timeout)
-            finally:  # staged (or refused): the arena ranges are free again
-                for _, off, _ in staged:
-                    allocator.free(off)
-            waits.append(([i for i, _, _ in staged], future))
-        for indices, future in waits:
-            for i, r in zip(indices, future.result()):
-                ok[i] = r.ok
-        return ok
 
     # -- lookup and lock, unlock --------------------------------------------------------------
 
@@ -411,12 +291,11 @@ class KVStreamL2Adapter(L2AdapterInterface):
     def _lookup(self, keys: List[ObjectKey]) -> Bitmap:
         session = self.link.session() if keys else None
         hits: List[int] = []
-        if session is not None:
-            try:
-                entries, _ = session.client.lookup(self._names(keys), lock_seconds=self.config.lock_seconds)
-                hits = [i for i, e in enumerate(entries) if e.present and e.locked]
-            except Exception as e:  # noqa: BLE001
-                self.link.fail(session, e)
+        found = None if session is None else self.link.call(
+            session, "lookup and lock", lambda: session.client.lookup(self._names(keys),
+                                                                      lock_seconds=self.config.lock_seconds))
+        if found is not None:
+            hits = [i for i, e in enumerate(found[0]) if e.present and e.locked]
         self._count(lookup_hits=len(hits), lookup_misses=len(keys) - len(hits))
         return _bitmap(len(keys), hits)
 
@@ -429,12 +308,8 @@ class KVStreamL2Adapter(L2AdapterInterface):
     def _unlock(self, names: List[str], give_up: float) -> None:
         """REQUIRES: the lookup worker. Unlocks, or keeps the keys for a retry."""
         session = self.link.session()
-        if session is not None:
-            try:
-                session.client.unlock(names)
-                return
-            except Exception as e:  # noqa: BLE001
-                self.link.fail(session, e)
+        if session is not None and self.link.call(session, "unlock", lambda: session.client.unlock(names)) is not None:
+            return
         if time.monotonic() < give_up:
             self._pending_unlocks.append((names, give_up))
 
@@ -473,59 +348,20 @@ class KVStreamL2Adapter(L2AdapterInterface):
             return self._loads.pop(task_id, None)
 
     def _load_hits(self, keys: List[ObjectKey], objects: List[Any]) -> List[int]:
-        """One retrieve of `keys` into `objects`; the indices loaded."""
+        """ONE retrieve of `keys` into `objects` (waves only when the arena cannot hold them); the
+        indices loaded: a key loads when exactly its object's get_size() bytes landed."""
         n = len(keys)
         session = self.link.session() if n and n == len(objects) else None
         hits: List[int] = []
         if session is not None:
-            try:
-                hits = self._retrieve(session, self._names(keys), objects)
-            except Exception as e:  # noqa: BLE001 - daemon gone, timed out or call refused: misses
-                logger.error("kvstream: retrieve of %d chunks failed: %s", n, e)
-                self.link.fail(session, e)  # reads may still land in its arena: it is dropped with it
-                hits = []
+            sizes = [obj.get_size() for obj in objects]
+            report = transfer.read(self.link, session, self._pieces(self._names(keys), objects, range(n)),
+                                   timeout=self.config.io_timeout)
+            hits = [r.index for r in report.results if r.ok and r.size == sizes[r.index]]
         self._count(loaded=len(hits), load_failed=n - len(hits))
         if hits:
             self._notify_keys_accessed([keys[i] for i in hits])
         return hits
-
-    def _retrieve(self, session: Session, names: List[str], objects: List[Any]) -> List[int]:
-        """ONE retrieve of every key (waves only when the arena cannot hold them); the indices loaded."""
-        timeout = self.config.io_timeout
-        sizes = [obj.get_size() for obj in objects]
-        chunks = self._region_chunks(session, names, objects)
-        if chunks is not None:  # zero copy: the daemon reads straight into the MemoryObjs
-            results = session.client.retrieve(chunks, timeout=timeout).results
-            return [r.index for r in results if r.ok and r.size == sizes[r.index]]
-        allocator = session.allocator
-        assert allocator is not None
-        arena = session.client.arena
-        hits: List[int] = []
-        todo = list(range(len(names)))
-        while todo:
-            wave: List[Tuple[int, int]] = []  # (index, arena offset)
-            for i in todo:
-                offset = allocator.allocate(sizes[i], timeout) if not wave else allocator.try_allocate(sizes[i])
-                if offset is None:
-                    break
-                wave.append((i, offset))
-            if not wave:
-                logger.error("kvstream: no room for a %d-byte chunk in the %d-byte arena (arena_bytes)",
-                             sizes[todo[0]], allocator.capacity)
-                break
-            todo = todo[len(wave):]
-
-            def on_chunk(r: Any, wave: List[Tuple[int, int]] = wave) -> None:
-                i, offset = wave[r.index]
-                if r.ok and r.size == sizes[i]:  # copy it out while the others are still in flight
-                    torch.frombuffer(objects[i].byte_array, dtype=torch.uint8).copy_(
-                        torch.frombuffer(arena, dtype=torch.uint8, count=sizes[i], offset=offset))
-                    hits.append(i)
-                allocator.free(offset)
-
-            session.client.retrieve([Chunk(names[i], off, allocator.rounded(sizes[i])) for i, off in wave],
-                                    on_chunk=on_chunk, timeout=timeout)
-        return sorted(hits)
 
     # -- delete, status, close ----------------------------------------------------------------
 
@@ -536,15 +372,15 @@ class KVStreamL2Adapter(L2AdapterInterface):
         names = self._names(keys)
         deleted: List[ObjectKey] = []
         sizes: List[int] = []
-        try:
+
+        def delete() -> None:
             entries, _ = session.client.lookup(names)
             for key, name, entry in zip(keys, names, entries):
                 if entry.present and session.client.evict(key=name).replicas > 0:
                     deleted.append(key)
                     sizes.append(entry.size)
-        except Exception as e:  # noqa: BLE001
-            logger.warning("kvstream: delete of %d keys failed: %s", len(keys), e)
-            self.link.fail(session, e)
+
+        self.link.call(session, f"delete of {len(keys)} keys", delete)
         if deleted:
             self._notify_keys_deleted(deleted, sizes)
 

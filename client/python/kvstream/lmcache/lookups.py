@@ -3,7 +3,8 @@
 Prefix lookups (LMCache's contains), payload sizes for gets and put dedupe all go through
 `lookup`, which remembers the payload size of every key found present (an LRU of
 SIZE_CACHE_ENTRIES names), so a get right after LMCache's lookup needs no second lookup.
-A failed call drops the session (DaemonLink.fail) and reads as a miss, never an exception.
+A failed call reads as a miss, never an exception; DaemonLink.call's rule says whether it drops
+the session.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import List, Optional, Sequence, Tuple
 from lmcache.utils import CacheEngineKey
 
 from ..types import LookupEntry
-from ..daemon_link import DaemonLink, Session
+from ..daemon_link import DaemonLink, Session, call
 
 SIZE_CACHE_ENTRIES = 1 << 16
 
@@ -40,12 +41,13 @@ class Lookups:
     def lookup(self, session: Session, names: List[str],
                lock_seconds: float = 0) -> Optional[Tuple[List[LookupEntry], int]]:
         """One daemon lookup (entries, prefix hits), remembering the sizes of the keys present.
-        None when the call failed: the session is then dropped (a miss, never an exception)."""
-        try:
-            entries, prefix = session.client.lookup(names, lock_seconds=lock_seconds)
-        except Exception as e:  # noqa: BLE001 - the daemon went away
-            self._link.fail(session, e)
+        None when the call failed (a miss, never an exception)."""
+        # daemon_link.call: DaemonLink.call's rule for any link (the tests hand Lookups a stand-in).
+        found = call(self._link, session, f"lookup of {len(names)} keys",
+                     lambda: session.client.lookup(names, lock_seconds=lock_seconds))
+        if found is None:
             return None
+        entries, prefix = found
         with self._lock:
             for name, entry in zip(names, entries):
                 if entry.present:

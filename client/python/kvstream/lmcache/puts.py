@@ -1,9 +1,9 @@
 """Puts: LMCache chunks persisted into kvstreamd by one worker thread, off LMCache's path.
 
 `submit` takes a reference on each MemoryObj and returns at once with one future per chunk. The
-worker drops the chunks the daemon already holds (one lookup), copies the others into the session
-arena behind their chunk_codec header in waves of at most half the arena (gets keep room), and
-persists each wave. Once the daemon has staged a wave its arena ranges and MemoryObj references
+worker drops the chunks the daemon already holds (one lookup) and writes the others through the
+session arena behind their chunk_codec header (kvstream.transfer: waves of at most half the arena,
+so gets keep room; one persist per wave). Once the daemon has staged a wave its arena ranges and MemoryObj references
 are released; each chunk then finishes exactly once: its future gets True and on_complete(key) is
 called when the daemon reports it durable, and its future gets False when it was dropped.
 """
@@ -15,14 +15,14 @@ import logging
 import queue
 import threading
 import time
-from typing import Any, Callable, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set
 
 from lmcache.utils import CacheEngineKey
 from lmcache.v1.memory_management import MemoryObj
 
-from ..types import Chunk
-from . import chunk_codec
+from .. import transfer
 from ..daemon_link import DaemonLink, Session
+from . import chunk_codec
 from .lookups import Lookups
 
 
@@ -135,47 +135,34 @@ class Puts:
         entries = found[0]
         self._finish(batch, [i for i, e in enumerate(entries) if e.present], durable=True)
         todo = [i for i, e in enumerate(entries) if not e.present]
-        allocator = session.allocator
-        while todo:
-            staged: List[Tuple[int, int, int]] = []  # (index in batch, arena offset, bytes)
-            taken = 0  # chunks of `todo` handled in this wave (staged or failed)
-            wave_bytes = 0
-            for i in todo:
-                obj = batch.objs[i]
-                assert obj is not None
-                header = self._encode_header(obj, batch.keys[i])
-                if header is None:
-                    self._finish(batch, [i], durable=False)
-                    taken += 1
-                    continue
-                size = len(header) + obj.get_size()
-                if staged and wave_bytes + size > allocator.capacity // 2:
-                    break  # puts never hold more than half the arena: gets keep room
-                offset = allocator.allocate(size, self._io_timeout) if not staged else allocator.try_allocate(size)
-                if offset is None:
-                    break
-                wave_bytes += allocator.rounded(size)
-                try:
-                    arena = session.client.arena
-                    arena[offset: offset + len(header)] = header
-                    arena[offset + len(header): offset + size] = obj.byte_array.cast("B")
-                except Exception as e:  # noqa: BLE001 - e.g. the session was dropped meanwhile
-                    self._log.error("kvstream: cannot stage %s into the arena: %s", batch.keys[i], e)
-                    allocator.free(offset)
-                    self._finish(batch, [i], durable=False)
-                    taken += 1
-                    continue
-                staged.append((i, offset, size))
-                taken += 1
-            todo = todo[taken:]
-            if staged:
-                self._persist_wave(session, batch, names, staged)
-            elif todo:
-                if not allocator.closed:
-                    self._log.error("kvstream: no room to stage a chunk in the %d-byte arena within %g s "
-                                    "(kvstream.arena_bytes)", allocator.capacity, self._io_timeout)
-                self._finish(batch, todo, durable=False)
-                return
+        headers = {i: self._encode_header(batch.objs[i], batch.keys[i]) for i in todo}
+        self._finish(batch, [i for i in todo if headers[i] is None], durable=False)
+        todo = [i for i in todo if headers[i] is not None]
+        if todo:
+            self._write(session, batch, names, todo, headers)
+
+    def _write(self, session: Session, batch: _PutBatch, names: List[str], todo: List[int],
+               headers: Dict[int, Optional[bytes]]) -> None:
+        """Persists chunks `todo` of the batch, each its header then its bytes, through the arena
+        (kvstream.transfer); each finishes on its DURABLE event, or as not durable."""
+        sizes = {i: len(headers[i] or b"") + batch.objs[i].get_size() for i in todo}  # type: ignore[union-attr]
+
+        def fill(n: int, target: memoryview) -> None:
+            i = todo[n]
+            header, obj = headers[i], batch.objs[i]
+            assert header is not None and obj is not None
+            target[:len(header)] = header
+            target[len(header):] = obj.byte_array.cast("B")
+
+        report = transfer.write(self._link, session, [transfer.Piece(names[i], None, sizes[i]) for i in todo],
+                                fill, lambda n, ok: self._finish(batch, [todo[n]], durable=ok),
+                                timeout=self._io_timeout)
+        # Staged: the daemon has copied the bytes, so the MemoryObjs are free; the rest failed.
+        with self._lock:
+            batch.submitted.update(todo[r.index] for r in report.staged if r.ok)
+        for r in report.staged:
+            self._release_obj(batch, todo[r.index])
+        self._finish(batch, [todo[r.index] for r in report.staged if not r.ok], durable=False)
 
     def _encode_header(self, obj: MemoryObj, key: CacheEngineKey) -> Optional[bytes]:
         """The chunk_codec header describing `obj`; None (logged) if it cannot be described."""
@@ -186,42 +173,6 @@ class Puts:
         except Exception as e:  # noqa: BLE001 - a MemoryObj this plugin cannot describe
             self._log.error("kvstream: cannot store %s: %s", key, e)
             return None
-
-    def _persist_wave(self, session: Session, batch: _PutBatch, names: List[str],
-                      staged: List[Tuple[int, int, int]]) -> None:
-        """Persists the staged (index, arena offset, bytes) chunks; each finishes on its DURABLE
-        event, or as not durable when the stream ends without one."""
-        allocator = session.allocator
-        assert allocator is not None
-        chunks = [Chunk(names[i], offset, size) for i, offset, size in staged]
-        with self._lock:
-            batch.submitted.update(i for i, _, _ in staged)
-
-        def on_durable(r: Any) -> None:
-            self._finish(batch, [staged[r.index][0]], durable=r.ok)
-
-        try:
-            durable = session.client.persist_async(chunks, on_durable=on_durable, check=False,
-                                                   timeout=self._io_timeout)
-        except Exception as e:  # noqa: BLE001
-            self._log.error("kvstream: persist of %d chunks failed: %s", len(chunks), e)
-            self._link.fail(session, e)
-            self._finish(batch, [i for i, _, _ in staged], durable=False)
-            return
-
-        def on_stream_end(future: "concurrent.futures.Future[Any]") -> None:
-            # Every DURABLE event has been handled by now; chunks without one (the daemon went
-            # away after staging them) are not durable.
-            if future.exception() is not None:
-                self._log.error("kvstream: persist stream of %d chunks ended early: %s", len(chunks),
-                                future.exception())
-            self._finish(batch, [i for i, _, _ in staged], durable=False)
-
-        durable.add_done_callback(on_stream_end)
-        # Staged: the daemon has copied the bytes, so the arena ranges and the MemoryObjs are free.
-        for i, offset, _ in staged:
-            allocator.free(offset)
-            self._release_obj(batch, i)
 
     def _release_obj(self, batch: _PutBatch, i: int) -> None:
         """Drops the put's reference on chunk i (once: the persist and durable paths both call it)."""
