@@ -44,13 +44,10 @@ one model and layout share chunks through the daemon and different layouts never
 from __future__ import annotations
 
 import concurrent.futures
-import hashlib
-import json
 import logging
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -68,42 +65,18 @@ from vllm.v1.kv_offload.base import (
 from vllm.v1.kv_offload.tiering.async_lookup import AsyncLookupManager
 from vllm.v1.kv_offload.tiering.base import JobResult, SecondaryTierManager, TransferJob
 
-from . import engine_versions
-from .arena_alloc import ArenaAllocator
-from .client import Client
-from .daemon_link import DaemonLink, Session
-from .errors import Code, KVStreamError
-from .shared_region import SharedRegion, gpu_present
+from .. import engine_versions, transfer
+from ..client import Client
+from ..daemon_link import DaemonLink, Session
+from ..shared_region import SharedRegion, gpu_present
+from .jobs import Batch, batch_of, batch_of_failed
+from .namespace import default_namespace
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("kvstream.vllm_tier")  # the name user configs know
 engine_versions.check("vllm")
 
 DEFAULT_SOCKET = "/run/kvstream/kvstreamd.sock"
 METRIC_PREFIX = "vllm:kv_offload_kvstream_"
-
-
-@dataclass
-class _Batch:
-    """One step's loads (or stores): the jobs, in order, and for each chunk its job and key."""
-
-    jobs: List[TransferJob]
-    keys: List[OffloadKey]
-    rows: List[int]
-    owners: List[int]  # index into jobs, per chunk
-
-
-def _batch(jobs: List[TransferJob]) -> _Batch:
-    keys: List[OffloadKey] = []
-    rows: List[int] = []
-    owners: List[int] = []
-    for j, job in enumerate(jobs):
-        job_keys = list(job.keys)
-        if len(job_keys) != len(job.chunk_ids):
-            raise ValueError(f"vLLM job {job.job_id} has {len(job_keys)} keys and {len(job.chunk_ids)} chunk ids")
-        keys += job_keys
-        rows += [int(c) for c in job.chunk_ids]
-        owners += [j] * len(job_keys)
-    return _Batch(jobs, keys, rows, owners)
 
 
 class _Lookups(AsyncLookupManager):
@@ -171,11 +144,11 @@ class KVStreamTier(SecondaryTierManager):
             raise ValueError(f"KVStreamTier: arena_bytes must be a positive integer, got {arena_bytes!r}")
         self.locality = Locality(locality) if locality is not None else None
         self._lease = float(lease_seconds)
-        self._namespace = namespace or _default_namespace(offloading_spec, self.block_size_bytes)
+        self._namespace = namespace or default_namespace(offloading_spec, self.block_size_bytes)
         self._row = self.block_size_bytes
         self._rows = len(primary_kv_view)
         view = primary_kv_view.cast("B") if primary_kv_view.ndim != 1 or primary_kv_view.format != "B" else primary_kv_view
-        self._bytes = view  # the primary rows as bytes (the copy path's source and target)
+        self._bytes = view  # the primary rows as bytes
         self._own_view = view is not primary_kv_view  # ours to release at shutdown
         base = np.frombuffer(view, dtype=np.uint8).ctypes.data  # its address (the array is dropped at once)
         self._region: Optional[SharedRegion] = SharedRegion.find(base, view.nbytes) if zero_copy else None
@@ -196,7 +169,7 @@ class KVStreamTier(SecondaryTierManager):
             except BaseException:
                 client.close()
                 raise
-            return Session(client, region)
+            return Session(client, region, self._region)
 
         def connect_for_lookups() -> Session:
             return Session(Client.connect(socket_path, timeout=connect_timeout, rpc_timeout=lookup_timeout))
@@ -204,7 +177,6 @@ class KVStreamTier(SecondaryTierManager):
         self._link = DaemonLink(f"kvstreamd at {socket_path}", connect, logger, retry_interval=retry_interval)
         self._lookup_link = DaemonLink(f"kvstreamd at {socket_path} (lookups)", connect_for_lookups, logger,
                                        retry_interval=retry_interval)
-        self._arena_lock = threading.Lock()  # the copy path: one thread's rounds at a time use the arena
         self._stats_lock = threading.Lock()
         self._counters: Dict[str, float] = {}  # GUARDED_BY(_stats_lock); reset by get_stats
         self._totals: Dict[str, float] = {}  # GUARDED_BY(_stats_lock); never reset (status())
@@ -342,14 +314,15 @@ class KVStreamTier(SecondaryTierManager):
             with self._idle:
                 self._in_flight += len(jobs)
             try:
-                batch = _batch(jobs)
+                batch = batch_of(jobs)
                 executor.submit(self._run, batch, run)
             except Exception as e:  # noqa: BLE001 - a bad job or a shut-down executor: fail, never raise into vLLM
                 logger.error("kvstream: could not send %d vLLM jobs: %s", len(jobs), e)
-                self._finish(_batch_of_failed(jobs), [False] * sum(len(j.keys) for j in jobs), 0.0)
+                self._finish(batch_of_failed(jobs), [False] * sum(len(j.keys) for j in jobs), 0.0)
 
-    def _run(self, batch: _Batch, run: Callable[[Session, _Batch], List[bool]]) -> None:
-        """On an I/O thread: moves the batch and reports one JobResult per job."""
+    def _run(self, batch: Batch, run: Callable[[Session, Batch], List[bool]]) -> None:
+        """On an I/O thread: moves the batch and reports one JobResult per job. A failed daemon call
+        fails its chunks (kvstream.transfer; DaemonLink.call's rule drops the session or keeps it)."""
         start = time.monotonic()
         ok = [False] * len(batch.keys)
         session = self._link.session()
@@ -357,18 +330,13 @@ class KVStreamTier(SecondaryTierManager):
             logger.debug("kvstream: no daemon; %d chunks fail", len(batch.keys))
         else:
             try:
+                self._check_rows(batch)
                 ok = run(session, batch)
-            except KVStreamError as e:
-                # The call ended: the daemon refused it as a whole, or went away (then its I/O
-                # into the rows ended with it).
-                logger.warning("kvstream: a step of %d chunks failed (%s); vLLM recomputes them", len(batch.keys), e)
-                if e.code in (Code.UNAVAILABLE, Code.CANCELLED):
-                    self._link.fail(session, e)
-            except Exception as e:  # noqa: BLE001 - anything else fails the jobs, never the engine
+            except Exception as e:  # noqa: BLE001 - a bad job fails, never the engine
                 logger.exception("kvstream: a step of %d chunks failed: %s", len(batch.keys), e)
         self._finish(batch, ok, time.monotonic() - start)
 
-    def _finish(self, batch: _Batch, ok: Sequence[bool], seconds: float) -> None:
+    def _finish(self, batch: Batch, ok: Sequence[bool], seconds: float) -> None:
         per_job: List[List[bool]] = [[] for _ in batch.jobs]
         for owner, good in zip(batch.owners, ok):
             per_job[owner].append(good)
@@ -390,176 +358,80 @@ class KVStreamTier(SecondaryTierManager):
             self._in_flight -= len(batch.jobs)
             self._idle.notify_all()
 
-    def _check_rows(self, batch: _Batch) -> None:
+    def _check_rows(self, batch: Batch) -> None:
         for row in batch.rows:
             if not 0 <= row < self._rows:
                 raise ValueError(f"vLLM chunk id {row} is outside the primary tier's {self._rows} rows")
 
-    def _load(self, session: Session, batch: _Batch) -> List[bool]:
-        """One retrieve of the step's chunks (of at most the daemon's max_chunks_per_call each), straight into the
-        primary rows (or through the arena)."""
-        self._check_rows(batch)
+    def _load(self, session: Session, batch: Batch) -> List[bool]:
+        """One retrieve of the step's chunks (of at most the daemon's max_chunks_per_call each), straight
+        into the primary rows (or through the arena). No deadline: see the module docstring."""
+        report = transfer.read(self._link, session, self._pieces(batch))
+        ok = [self._whole(r) for r in report.results]
+        self._count("retrieves", report.calls)
+        self._count("loaded_bytes", sum(ok) * self._row)
+        self._count("copied_bytes", report.copied_bytes)
+        _log_failures(report.results)
+        return ok
+
+    def _store(self, session: Session, batch: Batch) -> List[bool]:
+        """One persist of the step's chunks the daemon does not hold yet (of at most its
+        max_chunks_per_call each), read by the daemon out of the primary rows; a chunk is done once
+        staged (out of its row: vLLM may reuse it)."""
         names = [self._name(k) for k in batch.keys]
-        if self._region is not None:
-            chunks = [(name, self._region_offset(row), self._row, session.region) for name, row in zip(names, batch.rows)]
-            results = []
-            per_call = session.client.max_chunks_per_call
-            for first in range(0, len(chunks), per_call):
-                self._count("retrieves", 1)
-                results += session.client.retrieve(chunks[first:first + per_call]).results
-            ok = [self._whole(r) for r in results]
-            self._count("loaded_bytes", sum(ok) * self._row)
-            _log_failures(results)
-            return ok
-        return self._through_arena(session, batch, names, loading=True)
-
-    def _store(self, session: Session, batch: _Batch) -> List[bool]:
-        """One persist of the step's chunks (of at most the daemon's max_chunks_per_call each), read
-        by the daemon out of the primary rows; a job is done once its chunks are staged (out of the
-        rows: vLLM may reuse them)."""
-        self._check_rows(batch)
-        missing = self._missing(session, [self._name(k) for k in batch.keys])
-        keep = [i for i, m in enumerate(missing) if m]
+        found = self._link.call(session, f"lookup of {len(names)} chunks", lambda: session.client.lookup(names))
+        if found is None:
+            return [False] * len(batch.keys)
+        keep = [i for i, e in enumerate(found[0]) if not self._holds(e)]  # vLLM asks to skip the others
+        ok = [True] * len(batch.keys)
         if keep:
-            part = _Batch(batch.jobs, [batch.keys[i] for i in keep], [batch.rows[i] for i in keep],
-                          [batch.owners[i] for i in keep])
-            names = [self._name(k) for k in part.keys]
-            if self._region is not None:
-                chunks = [(name, self._region_offset(row), self._row, session.region)
-                          for name, row in zip(names, part.rows)]
-                per_call = session.client.max_chunks_per_call
-                for first in range(0, len(chunks), per_call):
-                    durable = session.client.persist_async(chunks[first:first + per_call], check=False)
-                    durable.add_done_callback(self._note_durable)
-                self._count("stored_bytes", len(chunks) * self._row)
-            else:
-                self._through_arena(session, part, names, loading=False)
-        return [True] * len(batch.keys)
+            report = transfer.write(self._link, session, self._pieces(batch, keep))
+            for r in report.staged:
+                ok[keep[r.index]] = r.ok
+            staged = [r.index for r in report.staged if r.ok]
+            self._count("stored_bytes", len(staged) * self._row)
+            self._count("copied_bytes", report.copied_bytes)
+            report.durable.add_done_callback(lambda f: self._note_durable(staged, f.result()))
+        return ok
 
-    def _note_durable(self, future: "concurrent.futures.Future[Any]") -> None:
+    def _pieces(self, batch: Batch, indices: Optional[Sequence[int]] = None) -> List[transfer.Piece]:
+        """The batch's chunks (all, or `indices`) as pieces: their rows of the primary tier."""
+        chosen = range(len(batch.keys)) if indices is None else indices
+        return [transfer.Piece(self._name(batch.keys[i]), self._base + batch.rows[i] * self._row, self._row)
+                for i in chosen]
+
+    def _note_durable(self, staged: List[int], durable: List[bool]) -> None:
         """Counts staged chunks that then reached no tier (vLLM already has them as stored)."""
-        error = future.exception()
-        if error is not None:
-            logger.warning("kvstream: staged chunks may not have reached a tier: %s", error)
-            return
-        results = future.result()
-        failed = sum(1 for r in results if not r.ok)
+        failed = sum(1 for i in staged if not durable[i])
         if failed:
-            logger.warning("kvstream: %d of %d staged chunks reached no tier", failed, len(results))
+            logger.warning("kvstream: %d of %d staged chunks reached no tier", failed, len(staged))
             self._count("failed_keys:durable", failed)
 
-    def _whole(self, result: Any) -> bool:
+    def _whole(self, result: transfer.PieceResult) -> bool:
         """A chunk landed whole: OK and exactly one row (a shorter chunk under the key is a miss)."""
-        return result.code == Code.OK and result.size == self._row
+        return result.ok and result.size == self._row
 
     def _holds(self, entry: Any) -> bool:
         """A lookup entry of a whole row (a chunk of another size under the key is not ours)."""
         return entry.present and entry.size == self._row
 
-    def _missing(self, session: Session, names: List[str]) -> List[bool]:
-        """Which of the chunks the daemon does not hold yet (a store skips the others, as vLLM asks)."""
-        entries, _ = session.client.lookup(names)
-        return [not self._holds(e) for e in entries]
-
-    def _region_offset(self, row: int) -> int:
-        offset = self._region.offset_of(self._base + row * self._row, self._row) if self._region else None
-        if offset is None:
-            raise ValueError(f"row {row} is outside the shared region")
-        return offset
-
-    def _through_arena(self, session: Session, batch: _Batch, names: List[str], loading: bool) -> List[bool]:
-        """The copy path: as many chunks as fit in the arena at a time, copied in Python."""
-        with self._arena_lock:
-            return self._through_arena_locked(session, batch, names, loading)
-
-    def _through_arena_locked(self, session: Session, batch: _Batch, names: List[str], loading: bool) -> List[bool]:
-        allocator = session.allocator
-        if allocator is None:
-            raise KVStreamError(Code.FAILED_PRECONDITION, "the session has no arena")
-        per_round = max(1, min(allocator.capacity // allocator.rounded(self._row), session.client.max_chunks_per_call))
-        ok: List[bool] = []
-        for first in range(0, len(names), per_round):
-            part = range(first, min(first + per_round, len(names)))
-            spans = [(allocator.try_allocate(self._row), i) for i in part]
-            try:
-                if any(offset is None for offset, _ in spans):
-                    raise KVStreamError(Code.RESOURCE_EXHAUSTED, "the session arena is in use")
-                arena = session.client.arena
-                chunks = [(names[i], offset, self._row) for offset, i in spans]
-                if loading:
-                    results, _ = session.client.retrieve(chunks)
-                    self._count("retrieves", 1)
-                    for (offset, i), r in zip(spans, results):
-                        if self._whole(r):
-                            row = batch.rows[i] * self._row
-                            self._bytes[row:row + self._row] = arena[offset:offset + self._row]
-                    good = [self._whole(r) for r in results]
-                    self._count("loaded_bytes", sum(good) * self._row)
-                    _log_failures(results)
-                else:
-                    for offset, i in spans:
-                        row = batch.rows[i] * self._row
-                        arena[offset:offset + self._row] = self._bytes[row:row + self._row]
-                    durable = session.client.persist_async(chunks, check=False)
-                    durable.add_done_callback(self._note_durable)
-                    good = [True] * len(chunks)
-                    self._count("stored_bytes", len(chunks) * self._row)
-                self._count("copied_bytes", sum(good) * self._row)
-                ok += good
-            finally:
-                for offset, _ in spans:
-                    if offset is not None:
-                        allocator.free(offset)
-        return ok
-
     def _present(self, keys: List[OffloadKey]) -> List[bool]:
-        """On the lookup thread: which keys the daemon holds, each locked for the lease."""
+        """On the lookup thread: which keys the daemon holds, each locked for the lease (a failed
+        lookup: misses)."""
         session = self._lookup_link.session()
-        if session is None:
-            return [False] * len(keys)
-        try:
-            entries, _ = session.client.lookup([self._name(k) for k in keys], lock_seconds=self._lease)
-            return [self._holds(e) for e in entries]
-        except KVStreamError as e:
-            logger.warning("kvstream: a lookup of %d chunks failed (%s); they count as misses", len(keys), e)
-            if e.code in (Code.UNAVAILABLE, Code.DEADLINE_EXCEEDED, Code.CANCELLED):
-                self._lookup_link.fail(session, e)
-            return [False] * len(keys)
+        names = [self._name(k) for k in keys]
+        found = None if session is None else self._lookup_link.call(
+            session, f"lookup of {len(keys)} chunks", lambda: session.client.lookup(names, lock_seconds=self._lease))
+        return [self._holds(e) for e in found[0]] if found is not None else [False] * len(keys)
 
 
-def _log_failures(results: Sequence[Any]) -> None:
-    """One line per retrieve with failed chunks: how many, and the first one's code and message."""
-    failed = [r for r in results if r.code != Code.OK]
+def _log_failures(results: Sequence[transfer.PieceResult]) -> None:
+    """One line per load with failed chunks: how many, and the first one's reason."""
+    failed = [r for r in results if not r.ok]
     if failed:
-        misses = sum(1 for r in failed if r.code == Code.NOT_FOUND)
+        misses = sum(1 for r in failed if r.status is transfer.Status.MISS)
         logger.info("kvstream: %d of %d chunks not loaded (%d misses; first: %s %s); vLLM recomputes them",
-                    len(failed), len(results), misses, Code(failed[0].code).name, failed[0].message)
-
-
-def _batch_of_failed(jobs: List[TransferJob]) -> _Batch:
-    """A batch for jobs that could not even be batched: one owner entry per key."""
-    owners = [j for j, job in enumerate(jobs) for _ in job.keys]
-    return _Batch(jobs, [k for job in jobs for k in job.keys], [0] * len(owners), owners)
-
-
-def _default_namespace(spec: Any, row_bytes: int) -> str:
-    """The model and a digest of everything that shapes a row, from vLLM's OffloadingConfig."""
-    config = getattr(spec, "config", None)
-    model = getattr(getattr(config, "model", None), "name", None) or "model"
-    parallel = getattr(config, "parallel", None)
-    agnostic = bool(getattr(parallel, "is_parallelism_agnostic", False))
-    shape = {
-        "row_bytes": row_bytes,
-        "dtype": str(getattr(getattr(config, "model", None), "dtype", "")),
-        "tokens_per_hash": getattr(getattr(config, "cache", None), "tokens_per_hash", None),
-        "blocks_per_chunk": getattr(getattr(config, "cache", None), "blocks_per_chunk", None),
-        "groups": [repr(g) for g in getattr(config, "groups", ())],
-        "layout": [str(getattr(config, n, "")) for n in ("kv_cache_layout", "replicated_layout", "canonical_layout")],
-        "parallel": None if agnostic else [getattr(parallel, n, None) for n in (
-            "world_size", "tp_size", "pp_size", "pcp_size", "dcp_size")],
-    }
-    digest = hashlib.sha256(json.dumps(shape, sort_keys=True, default=str).encode()).hexdigest()[:12]
-    return f"vllm/{model.replace('/', '_')}/{digest}"
+                    len(failed), len(results), misses, failed[0].status.value, failed[0].message)
 
 
 __all__ = ["KVStreamTier"]
