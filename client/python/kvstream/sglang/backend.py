@@ -10,7 +10,9 @@ Two data paths, chosen when SGLang registers its host pool:
   the daemon as a client region, reads land in the pool's pages by O_DIRECT and writes are copied
   out of them into staging, by the daemon;
 - copy (any other pool, or a region the daemon refuses): pieces go through the session's arena
-  (one memmove each way), in batches that fit it.
+  (one memmove each way), in waves that fit it.
+Both are kvstream.transfer's (each piece takes the path its address allows); this module maps
+SGLang's pages to pieces and results back to pages.
 The v1 calls take one daemon retrieve (or one lookup and one persist) per SGLang batch. batch_set_v1
 returns once the pages are staged: SGLang may reuse them at once; durability follows in the
 background (a page that fails to become durable is a miss later, and logged).
@@ -21,7 +23,6 @@ SGLang; the backend reattaches by itself (DaemonLink) and hands its region over 
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import threading
@@ -30,12 +31,12 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 from sglang.srt.mem_cache.hicache_storage import HiCacheStorage, HiCacheStorageConfig
 
+from .. import transfer
 from ..client import Client
 from ..daemon_link import DaemonLink, Session
 from ..errors import KVStreamError
 from ..plugin_settings import DEFAULT_SOCKET, Settings
-from ..shared_region import gpu_present
-from ..types import Chunk, PersistResult
+from ..shared_region import SharedRegion, gpu_present
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ BACKEND_CLASS = "KVStreamHiCache"
 COPY_ARENA_BYTES = 256 << 20
 REGION_ARENA_BYTES = 4 << 20
 
-Piece = Tuple[int, int]  # (address in this process, bytes)
+PagePart = Tuple[int, int]  # (address in this process, bytes)
 
 
 def namespace(config: HiCacheStorageConfig, layout: str) -> str:
@@ -92,7 +93,6 @@ class KVStreamHiCache(HiCacheStorage):
         self._shm_fd: Optional[int] = None  # the pool's memfd, when it is one
         self._shm_base = 0
         self._shm_size = 0
-        self._copy_lock = threading.Lock()  # one batch at a time through the arena
         self._counts_lock = threading.Lock()  # SGLang gets and sets on different threads
         self._counts = {"pages_read": 0, "pages_missed": 0, "pages_written": 0, "pages_failed": 0}
         s = self.settings
@@ -117,8 +117,10 @@ class KVStreamHiCache(HiCacheStorage):
             client = self._attach(REGION_ARENA_BYTES)
             try:
                 # With a GPU, SGLang pins its host pool (cudaHostRegister): the daemon must know.
-                return Session(client, client.add_region(self._shm_fd, self._shm_size,
-                                                         device_pinned=gpu_present()))
+                region = client.add_region(self._shm_fd, self._shm_size, device_pinned=gpu_present())
+                # The pool's memfd as SGLang maps it: from its start, its whole size.
+                return Session(client, region, SharedRegion(self._shm_fd, self._shm_size, self._shm_base, 0,
+                                                            self._shm_size, "SGLang's host pool"))
             except KVStreamError as e:  # e.g. over the daemon's arena budget: the copy path serves
                 logger.warning("kvstream: the host pool cannot be handed to kvstreamd (%s); pages are copied "
                                "through the session's arena", e)
@@ -244,7 +246,7 @@ class KVStreamHiCache(HiCacheStorage):
         ptrs, _ = host.get_page_buffer_meta(torch.arange(0, host.page_size, dtype=torch.int64))
         return len(ptrs)
 
-    def _page_pieces(self, keys: Sequence[str], host_indices: torch.Tensor) -> List[List[Piece]]:
+    def _page_pieces(self, keys: Sequence[str], host_indices: torch.Tensor) -> List[List[PagePart]]:
         """Per page, its pieces in the host pool, as the pool names them."""
         ptrs, sizes = self.mem_pool_host.get_page_buffer_meta(host_indices)
         if len(keys) == 0 or len(ptrs) % len(keys) != 0:
@@ -258,170 +260,77 @@ class KVStreamHiCache(HiCacheStorage):
             return 0
         names = [k for key in keys for k in self._keys(key, pieces, flat or not self.interface_v1)]
         per = 1 if (flat or not self.interface_v1) else pieces
-        try:
-            entries, _ = session.client.lookup(names)
-        except KVStreamError as e:
-            self.link.fail(session, e)
+        found = self.link.call(session, f"lookup of {len(names)} keys", lambda: session.client.lookup(names))
+        if found is None:
             return 0
+        entries = found[0]
         for i in range(len(keys)):
             if not all(e.present for e in entries[i * per:(i + 1) * per]):
                 return i
         return len(keys)
 
-    def _in_region(self, piece: Piece) -> bool:
-        address, size = piece
-        return self._shm_fd is not None and self._shm_base <= address and address + size <= self._shm_base + self._shm_size
+    def _pieces(self, names: List[List[str]], pages: List[List[PagePart]]) -> List[transfer.Piece]:
+        return [transfer.Piece(n, address, size) for ns, p in zip(names, pages) for n, (address, size) in zip(ns, p)]
 
-    def _read(self, keys: Sequence[str], pages: List[List[Piece]], flat: bool = False) -> List[bool]:
+    def _read(self, keys: Sequence[str], pages: List[List[PagePart]], flat: bool = False) -> List[bool]:
+        """Reads the pages' parts (kvstream.transfer: in place in the pool, else through the arena);
+        per page, whether every part landed."""
         session = self.link.session()
         if session is None:
             return [False] * len(keys)
         names = [self._keys(key, len(p), flat) for key, p in zip(keys, pages)]
-        try:
-            if session.region and all(self._in_region(x) for p in pages for x in p):
-                chunks = [Chunk(n, addr - self._shm_base, size, session.region)
-                          for ns, p in zip(names, pages) for n, (addr, size) in zip(ns, p)]
-                result = session.client.retrieve(chunks, timeout=self.settings.io_timeout)
-                codes = [r.ok for r in result.results]
-            else:
-                codes = self._read_through_arena(session, names, pages)
-        except KVStreamError as e:
-            self.link.fail(session, e)
-            return [False] * len(keys)
-        except Exception as e:  # noqa: BLE001 - never into SGLang
-            logger.error("kvstream: reading %d pages: %s", len(keys), e)
-            return [False] * len(keys)
+        report = transfer.read(self.link, session, self._pieces(names, pages), timeout=self.settings.io_timeout)
         out, at = [], 0
         for p in pages:
-            out.append(all(codes[at:at + len(p)]))
+            out.append(all(r.ok and r.size == size for r, (_, size) in zip(report.results[at:at + len(p)], p)))
             at += len(p)
         return out
 
-    def _write(self, keys: Sequence[str], pages: List[List[Piece]], flat: bool = False) -> List[bool]:
+    def _write(self, keys: Sequence[str], pages: List[List[PagePart]], flat: bool = False) -> List[bool]:
+        """Stores the pages not stored yet; per page, True once every part is staged (or it was stored)."""
         session = self.link.session()
         if session is None:
             self._count(pages_failed=len(keys))
             return [False] * len(keys)
         stored = self._stored_prefix_set(session, keys, pages, flat)
         todo = [i for i in range(len(keys)) if i not in stored]
-        names = {i: self._keys(keys[i], len(pages[i]), flat) for i in todo}
-        try:
-            if session.region and all(self._in_region(x) for i in todo for x in pages[i]):
-                chunks = [Chunk(n, addr - self._shm_base, size, session.region)
-                          for i in todo for n, (addr, size) in zip(names[i], pages[i])]
-                if chunks:
-                    self._durable_later(session.client.persist_async(chunks, check=False,
-                                                                     timeout=self.settings.io_timeout))
-            else:
-                self._write_through_arena(session, [names[i] for i in todo], [pages[i] for i in todo])
-        except Exception as e:  # noqa: BLE001 - never into SGLang
-            if isinstance(e, KVStreamError):
-                self.link.fail(session, e)
-            else:
-                logger.error("kvstream: writing %d pages: %s", len(todo), e)
-            self._count(pages_failed=len(todo))
-            return [i in stored for i in range(len(keys))]
-        self._count(pages_written=len(todo))
-        return [True] * len(keys)
+        names = [self._keys(keys[i], len(pages[i]), flat) for i in todo]
+        report = transfer.write(self.link, session, self._pieces(names, [pages[i] for i in todo]),
+                                timeout=self.settings.io_timeout)
+        staged = [r.index for r in report.staged if r.ok]
+        report.durable.add_done_callback(lambda f: self._durable_later(staged, f.result()))
+        ok = [True] * len(keys)
+        at = 0
+        for i in todo:
+            ok[i] = all(r.ok for r in report.staged[at:at + len(pages[i])])
+            at += len(pages[i])
+        written = sum(ok[i] for i in todo)
+        self._count(pages_written=written, pages_failed=len(todo) - written)
+        return ok
 
-    def _stored_prefix_set(self, session: Session, keys: Sequence[str], pages: List[List[Piece]],
+    def _stored_prefix_set(self, session: Session, keys: Sequence[str], pages: List[List[PagePart]],
                            flat: bool) -> set:
         """Indices of the pages already stored (whole): they are not written again."""
         names = [n for key, p in zip(keys, pages) for n in self._keys(key, len(p), flat)]
-        try:
-            entries, _ = session.client.lookup(names)
-        except KVStreamError:
-            return set()  # the write that follows says what is wrong
+        found = self.link.call(session, f"lookup of {len(names)} keys", lambda: session.client.lookup(names))
+        if found is None:
+            return set()  # the write that follows fails or succeeds on its own
         stored, at = set(), 0
         for i, p in enumerate(pages):
-            if all(e.present for e in entries[at:at + len(p)]):
+            if all(e.present for e in found[0][at:at + len(p)]):
                 stored.add(i)
             at += len(p)
         return stored
 
-    def _durable_later(self, future: Any) -> None:
-        """Logs pages that fail to become durable (they are misses later; SGLang is not waiting)."""
-        def done(f: Any) -> None:
-            try:
-                results: List[PersistResult] = f.result()
-            except Exception as e:  # noqa: BLE001 - the daemon went away meanwhile
-                logger.warning("kvstream: pages staged but not confirmed durable: %s", e)
-                return
-            failed = [r for r in results if not r.ok]
-            if failed:
-                self._count(pages_failed=len(failed))
-                logger.warning("kvstream: %d page pieces failed to become durable (first: %s)", len(failed),
-                               failed[0].message)
-        future.add_done_callback(done)
+    def _durable_later(self, staged: List[int], durable: List[bool]) -> None:
+        """Counts and logs page parts staged that then failed to become durable (they are misses
+        later; SGLang is not waiting)."""
+        failed = sum(1 for i in staged if not durable[i])
+        if failed:
+            self._count(pages_failed=failed)
+            logger.warning("kvstream: %d of %d staged page parts failed to become durable", failed, len(staged))
 
-    def _read_through_arena(self, session: Session, names: List[List[str]], pages: List[List[Piece]]) -> List[bool]:
-        flat_names = [n for ns in names for n in ns]
-        pieces = [x for p in pages for x in p]
-        # Held for the whole copy: the arena stays mapped while exported, even if the session is
-        # dropped meanwhile on another thread.
-        anchor = ctypes.c_char.from_buffer(session.client.arena)
-        base = ctypes.addressof(anchor)
-        codes: List[bool] = []
-        with self._copy_lock:
-            for start, end in self._arena_runs(session, pieces):
-                offsets = _offsets(pieces[start:end])
-                chunks = [Chunk(flat_names[start + j], off, pieces[start + j][1]) for j, off in enumerate(offsets)]
-                result = session.client.retrieve(chunks, timeout=self.settings.io_timeout)
-                for j, r in enumerate(result.results):
-                    if r.ok:
-                        address, size = pieces[start + j]
-                        ctypes.memmove(address, base + offsets[j], size)
-                    codes.append(r.ok)
-        del anchor
-        return codes
-
-    def _write_through_arena(self, session: Session, names: List[List[str]], pages: List[List[Piece]]) -> None:
-        flat_names = [n for ns in names for n in ns]
-        pieces = [x for p in pages for x in p]
-        anchor = ctypes.c_char.from_buffer(session.client.arena)  # as in _read_through_arena
-        base = ctypes.addressof(anchor)
-        with self._copy_lock:
-            for start, end in self._arena_runs(session, pieces):
-                offsets = _offsets(pieces[start:end])
-                for j, off in enumerate(offsets):
-                    address, size = pieces[start + j]
-                    ctypes.memmove(base + off, address, size)
-                chunks = [Chunk(flat_names[start + j], off, pieces[start + j][1]) for j, off in enumerate(offsets)]
-                self._durable_later(session.client.persist_async(chunks, check=False,  # returns once staged
-                                                                 timeout=self.settings.io_timeout))
-        del anchor
-
-    def _arena_runs(self, session: Session, pieces: List[Piece]) -> List[Tuple[int, int]]:
-        """[start, end) runs of `pieces` that fit the arena together."""
-        limit, runs, start, used = session.client.arena_size, [], 0, 0
-        for i, (_, size) in enumerate(pieces):
-            need = _rounded(size)
-            if need > limit:
-                raise ValueError(f"a page piece of {size} bytes exceeds the arena of {limit} bytes "
-                                 "(raise kvstream.arena_bytes)")
-            if used + need > limit:
-                runs.append((start, i))
-                start, used = i, 0
-            used += need
-        if start < len(pieces):
-            runs.append((start, len(pieces)))
-        return runs
-
-
-def _rounded(size: int) -> int:
-    return (size + 4095) // 4096 * 4096
-
-
-def _offsets(pieces: Sequence[Piece]) -> List[int]:
-    """Arena offsets for `pieces` laid end to end, each 4 KiB aligned (the daemon's O_DIRECT)."""
-    out, at = [], 0
-    for _, size in pieces:
-        out.append(at)
-        at += _rounded(size)
-    return out
-
-
-def _tensor_piece(tensor: torch.Tensor) -> Piece:
+def _tensor_piece(tensor: torch.Tensor) -> PagePart:
     if not tensor.is_contiguous() or tensor.device.type != "cpu":
         raise ValueError("a flat page must be a contiguous CPU tensor")
     return tensor.data_ptr(), tensor.numel() * tensor.element_size()
