@@ -63,13 +63,15 @@ def payloads(n: int, seed: int, size: int = PIECE) -> List[bytes]:
     return [rng.randbytes(size) for _ in range(n)]
 
 
-def private_buffers(data: List[bytes]) -> List[ctypes.Array]:
-    """Memory no region holds: it goes through the arena."""
-    return [ctypes.create_string_buffer(d, len(d)) for d in data]
+class Private:
+    """Memory no region holds (it goes through the arena): a buffer per key, alive as long as this."""
 
+    def __init__(self, keys: List[str], data: List[bytes]) -> None:
+        self.buffers = [ctypes.create_string_buffer(d, len(d)) for d in data]
+        self.pieces = [Piece(k, ctypes.addressof(b), len(b)) for k, b in zip(keys, self.buffers)]
 
-def pieces_of(keys: List[str], buffers: List[ctypes.Array]) -> List[Piece]:
-    return [Piece(k, ctypes.addressof(b), len(b)) for k, b in zip(keys, buffers)]
+    def contents(self) -> List[bytes]:
+        return [b.raw for b in self.buffers]
 
 
 @pytest.fixture
@@ -109,19 +111,19 @@ def test_other_pieces_go_through_the_arena_in_waves(link):
     data = payloads(10, seed=2)
     keys = [f"arena/{i}" for i in range(10)]
     durable: List[Tuple[int, bool]] = []
-    written = transfer.write(link, session, pieces_of(keys, private_buffers(data)),
-                             on_durable=lambda i, ok: durable.append((i, ok)))
+    source = Private(keys, data)
+    written = transfer.write(link, session, source.pieces, on_durable=lambda i, ok: durable.append((i, ok)))
     assert all(r.ok for r in written.staged)
     assert written.calls == 5  # at most half the 1 MiB arena per write: 2 pieces a wave
     assert written.copied_bytes == 10 * PIECE
     assert written.durable.result(30) == [True] * 10
     assert sorted(durable) == [(i, True) for i in range(10)]  # once per piece
-    targets = private_buffers([bytes(PIECE)] * 10)
-    report = transfer.read(link, session, pieces_of(keys, targets))
+    target = Private(keys, [bytes(PIECE)] * 10)
+    report = transfer.read(link, session, target.pieces)
     assert all(r.ok and r.size == PIECE for r in report.results)
     assert report.calls == 3  # the whole arena per read: 4 + 4 + 2
     assert report.copied_bytes == 10 * PIECE
-    assert [t.raw for t in targets] == data
+    assert target.contents() == data
     assert session.allocator.used_bytes == 0
 
 
@@ -157,7 +159,8 @@ def test_calls_take_at_most_the_sessions_max_chunks_per_call(state_dir):
         report = transfer.read(link, session, in_place)
         assert report.calls == 3 and all(r.ok for r in report.results)
         # Through the arena (64 MiB: room for all 8), the per-call limit cuts the waves as well.
-        report = transfer.read(link, session, pieces_of(keys, private_buffers([bytes(PIECE)] * 8)))
+        target = Private(keys, [bytes(PIECE)] * 8)
+        report = transfer.read(link, session, target.pieces)
         assert report.calls == 3 and all(r.ok for r in report.results)
     finally:
         link.close()
@@ -168,15 +171,16 @@ def test_calls_take_at_most_the_sessions_max_chunks_per_call(state_dir):
 def test_each_piece_is_reported_on_its_own(link):
     session = link.session()
     data = payloads(2, seed=4)
-    transfer.write(link, session, pieces_of(["own/0", "own/1"], private_buffers(data))).durable.result(30)
-    targets = private_buffers([bytes(PIECE)] * 2 + [bytes(PIECE // 2)] + [bytes(PIECE)])
+    source = Private(["own/0", "own/1"], data)
+    transfer.write(link, session, source.pieces).durable.result(30)
     # A miss; a piece smaller than its stored chunk (its memory would overflow); two that land.
-    keys = ["own/0", "own/absent", "own/1", "own/1"]
-    report = transfer.read(link, session, pieces_of(keys, targets))
+    target = Private(["own/0", "own/absent", "own/1", "own/1"], [bytes(PIECE)] * 2 + [bytes(PIECE // 2), bytes(PIECE)])
+    report = transfer.read(link, session, target.pieces)
     assert [r.status for r in report.results] == [Status.OK, Status.MISS, Status.FAILED, Status.OK]
     assert not any(r.abandoned for r in report.results)
-    assert targets[1].raw == bytes(PIECE) and targets[2].raw == bytes(PIECE // 2)  # untouched
-    assert [targets[0].raw, targets[3].raw] == data
+    got = target.contents()
+    assert got[1] == bytes(PIECE) and got[2] == bytes(PIECE // 2)  # untouched
+    assert [got[0], got[3]] == data
     assert link.session() is session  # per-piece failures are no call failures
 
 
@@ -184,7 +188,8 @@ def test_a_call_that_fails_mid_wave_fails_its_pieces_and_the_rest(link):
     session = link.session()
     keys = [f"mid/{i}" for i in range(10)]
     data = payloads(10, seed=5)
-    transfer.write(link, session, pieces_of(keys, private_buffers(data))).durable.result(30)
+    source = Private(keys, data)
+    transfer.write(link, session, source.pieces).durable.result(30)
     real = session.client.retrieve
     calls = []
 
@@ -197,13 +202,13 @@ def test_a_call_that_fails_mid_wave_fails_its_pieces_and_the_rest(link):
         raise Unavailable("the daemon went away")
 
     session.client.retrieve = second_call_loses_the_daemon
-    targets = private_buffers([bytes(PIECE)] * 10)
-    report = transfer.read(link, session, pieces_of(keys, targets))
+    target = Private(keys, [bytes(PIECE)] * 10)
+    report = transfer.read(link, session, target.pieces)
     statuses = [r.status for r in report.results]
     assert statuses == [Status.OK] * 6 + [Status.FAILED] * 4, statuses
     # The wave's unfinished pieces may still be written by the daemon; the third wave never started.
     assert [r.abandoned for r in report.results[6:]] == [True, True, False, False]
-    assert [t.raw for t in targets[:6]] == data[:6]
+    assert target.contents()[:6] == data[:6]
     assert calls == [4, 4] and session.dropped and link.session() is None
 
 
@@ -215,21 +220,20 @@ def test_a_refused_call_fails_its_pieces_and_keeps_the_session(link):
         raise KVStreamError(Code.RESOURCE_EXHAUSTED, "over the staging limit")
 
     session.client.persist_async = refused
-    written = transfer.write(link, session, pieces_of(["refused/0", "refused/1", "refused/2"],
-                                                      private_buffers(payloads(3, seed=6))))
+    source = Private(["refused/0", "refused/1", "refused/2"], payloads(3, seed=6))
+    written = transfer.write(link, session, source.pieces)
     assert [r.status for r in written.staged] == [Status.FAILED] * 3
     assert not any(r.abandoned for r in written.staged)
     assert written.durable.result(5) == [False] * 3
     assert session.allocator.used_bytes == 0  # a refused call started no I/O: its ranges are free
     assert link.session() is session and not session.dropped
     session.client.persist_async = real
-    assert transfer.write(link, session, pieces_of(["refused/0"], private_buffers(payloads(1, seed=6)))
-                          ).durable.result(30) == [True]
+    assert transfer.write(link, session, source.pieces[:1]).durable.result(30) == [True]
 
 
 def test_a_piece_larger_than_the_arena_fails_alone(link):
     session = link.session()
-    big, small = private_buffers([bytes(2 << 20), payloads(1, seed=7)[0]])
-    written = transfer.write(link, session, pieces_of(["big", "small"], [big, small]))
+    source = Private(["big", "small"], [bytes(2 << 20), payloads(1, seed=7)[0]])
+    written = transfer.write(link, session, source.pieces)
     assert [r.status for r in written.staged] == [Status.FAILED, Status.OK]
     assert written.durable.result(30) == [False, True]
