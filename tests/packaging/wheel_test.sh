@@ -51,7 +51,7 @@ import sys, zipfile
 names = set(zipfile.ZipFile(sys.argv[1]).namelist())
 need = {f"kvstream/_proto/{n}" for n in ("kvstream_pb2.py", "kvstream_pb2_grpc.py", "kvstream_pb2.pyi",
                                          "kvstream.proto")} | {"kvstream/py.typed", "kvstream/lmcache/__init__.py",
-                                                             "kvstream/sglang/__init__.py"}
+                                                             "kvstream/sglang/__init__.py", "kvstream/vllm/__init__.py"}
 missing = need - names
 assert not missing, f"missing from the wheel: {sorted(missing)}"
 stubs = zipfile.ZipFile(sys.argv[1]).read("kvstream/_proto/kvstream_pb2_grpc.py").decode()

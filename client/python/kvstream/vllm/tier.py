@@ -10,8 +10,9 @@ TP rank's part), and secondary tiers built in the scheduler process, one per eng
 
 This tier is one kvstreamd session. The primary region goes to the daemon as a client region, so
 loads land in the primary rows by O_DIRECT and stores are read out of them by the daemon: no byte
-of a chunk passes through Python (`bytes_copied` counts any that do, on the copy path taken only
-when the region is not shared memory or `zero_copy` is false). Every load job submitted during a
+of a chunk passes through Python (`copied_bytes` counts any that do, on the copy path taken only
+when the region is not shared memory or `zero_copy` is false; kvstream.transfer moves the rows
+either way, and DaemonLink.call decides whether a failed call drops the session). Every load job submitted during a
 scheduler step goes to the daemon as ONE retrieve at the end of the step (M1: all requests of the
 step read from every kvstreamd tier at once), and the step's stores as one persist (the daemon
 stages them and writes them while no read is pending, M2). Lookups never block the scheduler:
