@@ -135,13 +135,18 @@ class _Transfer:
         self.arena_base = 0
 
     def run(self) -> None:
-        in_place, through_arena = self._split()
-        for first in range(0, len(in_place), self.per_call):
-            if self.stopped:
-                break
-            self.move(in_place[first:first + self.per_call], in_arena=False)
-        if through_arena and not self.stopped:
-            self._through_arena(through_arena)
+        """Moves every piece; each ends with a result. Never raises (a bug fails what is left, loudly)."""
+        try:
+            in_place, through_arena = self._split()
+            for first in range(0, len(in_place), self.per_call):
+                if self.stopped:
+                    break
+                self.move(in_place[first:first + self.per_call], in_arena=False)
+            if through_arena and not self.stopped:
+                self._through_arena(through_arena)
+        except Exception as e:  # noqa: BLE001 - never into the engine
+            logger.exception("kvstream: a transfer of %d pieces failed: %s", len(self.pieces), e)
+            self.unattempted = f"the transfer failed ({e})"
         for i, result in enumerate(self.results):
             if result is None:
                 self.report(PieceResult(i, Status.FAILED, message=f"not attempted: {self.unattempted}"))
