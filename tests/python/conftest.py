@@ -1,7 +1,9 @@
-"""Fixtures: a real kvstreamd (the built binary) on a temporary socket and two tier directories."""
+"""Fixtures: a real kvstreamd (the built binary) on a temporary socket and two tier directories,
+and one whose second tier is kvfaultfs (reads that hang on demand)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -10,12 +12,13 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Tuple
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 KVSTREAMD = os.environ.get("KVSTREAMD", str(REPO / "build" / "daemon" / "kvstreamd"))
+KVFAULTFS = os.environ.get("KVFAULTFS", str(Path(KVSTREAMD).parents[1] / "tools" / "kvfaultfs"))
 
 
 class Daemon:
@@ -77,6 +80,37 @@ class Daemon:
             return False
         finally:
             s.close()
+
+
+@contextlib.contextmanager
+def daemon_on_faultfs(state_dir: Path, extra_yaml: str = "", **daemon: str) -> Iterator[Tuple[Daemon, Path]]:
+    """kvstreamd whose second tier (`slow`) is kvfaultfs, a FUSE file system over a real directory
+    whose rules file (re-read at every operation) can make its reads hang until the rule is
+    removed; yields the started daemon and the rules file. Skips where FUSE or kvfaultfs is missing."""
+    if not os.access(KVFAULTFS, os.X_OK) or not os.path.exists("/dev/fuse") or not shutil.which("fusermount3"):
+        pytest.skip("needs kvfaultfs (built with libfuse3-dev), /dev/fuse and fusermount3")
+    rules, mount = state_dir / "rules", state_dir / "t1"
+    rules.write_text("")
+    (state_dir / "back").mkdir()
+    mount.mkdir()
+    fs = subprocess.Popen([KVFAULTFS, f"--backing={state_dir / 'back'}", f"--rules={rules}", str(mount), "-f"],
+                          stderr=subprocess.DEVNULL)
+    d = None
+    try:
+        deadline = time.monotonic() + 5
+        while not os.path.ismount(mount):
+            if fs.poll() is not None or time.monotonic() > deadline:
+                pytest.skip("kvfaultfs could not mount here")
+            time.sleep(0.02)
+        d = Daemon(state_dir, extra_yaml, **daemon)
+        d.start()
+        yield d, rules
+    finally:
+        rules.write_text("")  # releases hung reads
+        if d is not None:
+            d.stop()
+        subprocess.run(["fusermount3", "-u", str(mount)], stderr=subprocess.DEVNULL)
+        fs.wait(10)
 
 
 def wait_stopped(pid: int, timeout: float = 5.0) -> None:

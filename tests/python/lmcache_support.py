@@ -1,19 +1,31 @@
-"""Builds LMCache objects (config, metadata, StorageManager) that load the kvstream plugin."""
+"""Builds LMCache objects (config, metadata, StorageManager) that load the kvstream plugin, and
+the kvstream L2 adapter of LMCache's multi-process server as LMCache builds it (its --l2-adapter
+parsing and adapter factory, on its L1 memory), with the calls LMCache's controllers make."""
 
 from __future__ import annotations
 
+import argparse
 import itertools
+import json
 import os
-from typing import List, Optional
+import select
+import time
+from typing import Any, List, Optional
 
 import torch
 from lmcache.utils import CacheEngineKey
 from lmcache.v1.config import LMCacheEngineConfig
+from lmcache.v1.distributed.api import MemoryLayoutDesc, ObjectKey
+from lmcache.v1.distributed.config import L1MemoryManagerConfig
+from lmcache.v1.distributed.l2_adapters import create_l2_adapter
+from lmcache.v1.distributed.l2_adapters.config import add_l2_adapters_args, parse_args_to_l2_adapters_config
+from lmcache.v1.distributed.memory_manager.l1_memory_manager import L1MemoryManager
 from lmcache.v1.event_manager import EventManager
 from lmcache.v1.metadata import LMCacheMetadata
 from lmcache.v1.storage_backend.storage_manager import StorageManager
 
 from kvstream.lmcache import KVStreamBackend, extra_config
+from kvstream.lmcache.l2_adapter import l2_adapter_spec
 
 MODEL = "test/model"
 KV_SHAPE = (4, 2, 256, 8, 128)  # layers, K/V, chunk tokens, heads, head dim
@@ -102,3 +114,90 @@ def put(sm: StorageManager, keys: List[CacheEngineKey], seed: int = 0) -> list:
     sm.batched_put(keys, objs)  # LMCache drops its references right after submitting
     assert backend_of(sm).flush(30)
     return tensors
+
+
+# -- the MP server's L2 adapter ---------------------------------------------------------------
+
+LAYOUT = MemoryLayoutDesc([torch.Size((4, 2, 64, 256))], [torch.bfloat16])  # 256 KiB per chunk
+
+
+def parse_spec(spec: dict):
+    """The adapter config exactly as `lmcache server --l2-adapter JSON` parses it."""
+    parser = argparse.ArgumentParser()
+    add_l2_adapters_args(parser)
+    args = parser.parse_args(["--l2-adapter", json.dumps(spec)])
+    return parse_args_to_l2_adapters_config(args).adapters[0]
+
+
+def make_l1(kind: str) -> L1MemoryManager:
+    """LMCache's L1 memory: a POSIX-shm pool (as lmcache server --shm-name makes it: zero copy),
+    kind "shm", or an anonymous one (the copy path), kind "anonymous"; `kind` is kept on it."""
+    shm_name = f"lmcache_l1_pool_kvstest{os.getpid()}" if kind == "shm" else ""
+    manager = L1MemoryManager(L1MemoryManagerConfig(size_in_bytes=64 << 20, use_lazy=False, shm_name=shm_name))
+    manager.kind = kind
+    return manager
+
+
+def create_adapter(socket_path: str, l1: L1MemoryManager, **params: Any):
+    """The adapter built by LMCache's factory from the --l2-adapter JSON, on `l1`."""
+    params.setdefault("retry_interval", 0.05)
+    params.setdefault("connect_timeout", 1.0)
+    params.setdefault("arena_bytes", 32 << 20)
+    return create_l2_adapter(parse_spec(l2_adapter_spec(socket_path, **params)), l1.get_l1_memory_desc())
+
+
+def keys_for(n: int, start: int = 0, **fields: Any) -> List[ObjectKey]:
+    fields.setdefault("model_name", MODEL)
+    fields.setdefault("kv_rank", 0)
+    return [ObjectKey(chunk_hash=(start + i).to_bytes(8, "big") * 2, **fields) for i in range(n)]
+
+
+def allocate(l1: L1MemoryManager, n: int, seed: Optional[int] = 0) -> list:
+    """n L1 objects of LAYOUT, random (from `seed`) or zeroed (seed None)."""
+    err, objs = l1.allocate(LAYOUT, n)
+    assert objs, err
+    if seed is not None:
+        gen = torch.Generator().manual_seed(seed)
+        for obj in objs:
+            obj.tensor.copy_(torch.randn(obj.tensor.shape, generator=gen).to(torch.bfloat16))
+    else:
+        for obj in objs:
+            obj.tensor.zero_()
+    return objs
+
+
+def wait_for(fd: int, poll_result, timeout: float = 30.0):
+    """As LMCache's controllers do: poll the eventfd, drain it, then query the result."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        poller.poll(100)
+        try:
+            os.eventfd_read(fd)
+        except BlockingIOError:
+            pass
+        result = poll_result()
+        if result is not None and result != {}:
+            return result
+    raise TimeoutError("the adapter signalled no completion")
+
+
+def store(adapter, keys, objs):
+    tid = adapter.submit_store_task(keys, objs)
+    results = wait_for(adapter.get_store_event_fd(), adapter.pop_completed_store_tasks)
+    assert list(results) == [tid]
+    return results[tid]
+
+
+def lookup(adapter, keys) -> List[int]:
+    tid = adapter.submit_lookup_and_lock_task(keys, {})
+    bitmap = wait_for(adapter.get_lookup_and_lock_event_fd(), lambda: adapter.query_lookup_and_lock_result(tid))
+    assert adapter.query_lookup_and_lock_result(tid) is None  # a result is handed out once
+    return bitmap.get_indices_list()
+
+
+def load(adapter, keys, objs) -> List[int]:
+    tid = adapter.submit_load_task(keys, objs)
+    bitmap = wait_for(adapter.get_load_event_fd(), lambda: adapter.query_load_result(tid))
+    return bitmap.get_indices_list()

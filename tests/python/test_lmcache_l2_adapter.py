@@ -3,10 +3,8 @@ adapter factory, on real LMCache L1 memory (L1MemoryManager), against a real kvs
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -19,13 +17,7 @@ pytest.importorskip("lmcache", reason="the LMCache L2 adapter tests need LMCache
 
 import torch  # noqa: E402
 from lmcache.v1.distributed.api import MemoryLayoutDesc, ObjectKey  # noqa: E402
-from lmcache.v1.distributed.config import L1MemoryManagerConfig  # noqa: E402
 from lmcache.v1.distributed.l2_adapters import create_l2_adapter  # noqa: E402
-from lmcache.v1.distributed.l2_adapters.config import (  # noqa: E402
-    add_l2_adapters_args,
-    parse_args_to_l2_adapters_config,
-)
-from lmcache.v1.distributed.memory_manager.l1_memory_manager import L1MemoryManager  # noqa: E402
 
 import kvstream  # noqa: E402
 from kvstream.lmcache.l2_adapter import (  # noqa: E402
@@ -34,26 +26,14 @@ from kvstream.lmcache.l2_adapter import (  # noqa: E402
     l2_adapter_spec,
     object_key_name,
 )
-
-MODEL = "test/model"
-LAYOUT = MemoryLayoutDesc([torch.Size((4, 2, 64, 256))], [torch.bfloat16])  # 256 KiB per chunk
-
-
-def parse_spec(spec: dict):
-    """The adapter config exactly as `lmcache server --l2-adapter JSON` parses it."""
-    parser = argparse.ArgumentParser()
-    add_l2_adapters_args(parser)
-    args = parser.parse_args(["--l2-adapter", json.dumps(spec)])
-    return parse_args_to_l2_adapters_config(args).adapters[0]
+from lmcache_support import (allocate, create_adapter, keys_for, load, lookup, make_l1, parse_spec,  # noqa: E402
+                             store, wait_for)
 
 
 @pytest.fixture(params=["shm", "anonymous"])
 def l1(request):
-    """LMCache's L1 memory: a POSIX-shm pool (as lmcache server --shm-name makes it: zero copy)
-    or an anonymous one (the copy path)."""
-    shm_name = f"lmcache_l1_pool_kvstest{os.getpid()}" if request.param == "shm" else ""
-    manager = L1MemoryManager(L1MemoryManagerConfig(size_in_bytes=64 << 20, use_lazy=False, shm_name=shm_name))
-    manager.kind = request.param
+    """LMCache's L1 memory: a POSIX-shm pool (zero copy) or an anonymous one (the copy path)."""
+    manager = make_l1(request.param)
     yield manager
     manager.close()
 
@@ -63,72 +43,13 @@ def make_adapter(l1):
     adapters = []
 
     def make(socket_path: str, **params):
-        params.setdefault("retry_interval", 0.05)
-        params.setdefault("connect_timeout", 1.0)
-        params.setdefault("arena_bytes", 32 << 20)
-        adapter = create_l2_adapter(parse_spec(l2_adapter_spec(socket_path, **params)), l1.get_l1_memory_desc())
+        adapter = create_adapter(socket_path, l1, **params)
         adapters.append(adapter)
         return adapter
 
     yield make
     for adapter in adapters:
         adapter.close()
-
-
-def keys_for(n: int, start: int = 0, **fields) -> list:
-    fields.setdefault("model_name", MODEL)
-    fields.setdefault("kv_rank", 0)
-    return [ObjectKey(chunk_hash=(start + i).to_bytes(8, "big") * 2, **fields) for i in range(n)]
-
-
-def allocate(l1, n: int, seed: int | None = 0) -> list:
-    err, objs = l1.allocate(LAYOUT, n)
-    assert objs, err
-    if seed is not None:
-        gen = torch.Generator().manual_seed(seed)
-        for obj in objs:
-            obj.tensor.copy_(torch.randn(obj.tensor.shape, generator=gen).to(torch.bfloat16))
-    else:
-        for obj in objs:
-            obj.tensor.zero_()
-    return objs
-
-
-def wait_for(fd: int, poll_result, timeout: float = 30.0):
-    """As LMCache's controllers do: poll the eventfd, drain it, then query the result."""
-    poller = select.poll()
-    poller.register(fd, select.POLLIN)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        poller.poll(100)
-        try:
-            os.eventfd_read(fd)
-        except BlockingIOError:
-            pass
-        result = poll_result()
-        if result is not None and result != {}:
-            return result
-    raise TimeoutError("the adapter signalled no completion")
-
-
-def store(adapter, keys, objs):
-    tid = adapter.submit_store_task(keys, objs)
-    results = wait_for(adapter.get_store_event_fd(), adapter.pop_completed_store_tasks)
-    assert list(results) == [tid]
-    return results[tid]
-
-
-def lookup(adapter, keys):
-    tid = adapter.submit_lookup_and_lock_task(keys, {})
-    bitmap = wait_for(adapter.get_lookup_and_lock_event_fd(), lambda: adapter.query_lookup_and_lock_result(tid))
-    assert adapter.query_lookup_and_lock_result(tid) is None  # a result is handed out once
-    return bitmap.get_indices_list()
-
-
-def load(adapter, keys, objs):
-    tid = adapter.submit_load_task(keys, objs)
-    bitmap = wait_for(adapter.get_load_event_fd(), lambda: adapter.query_load_result(tid))
-    return bitmap.get_indices_list()
 
 
 def daemon_stats(socket_path):

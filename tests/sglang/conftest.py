@@ -1,11 +1,12 @@
 """Fixtures for the SGLang backend tests (run in the environment of deploy/python-env.sh --sglang):
-the real kvstreamd of tests/python/conftest.py, and SGLang's own host KV pools built on CPU."""
+the real kvstreamd of tests/python/conftest.py, SGLang's own host KV pools built on CPU, and the
+backend as SGLang's factory creates it."""
 
 from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
-from typing import Any, Tuple
+from typing import Any, List, Tuple
 
 import pytest
 import torch
@@ -18,9 +19,14 @@ Daemon = _fixtures.Daemon
 state_dir = _fixtures.state_dir
 daemon = _fixtures.daemon
 
-from sglang.srt.mem_cache.hicache_storage import HiCacheStorageConfig  # noqa: E402
+from sglang.srt.mem_cache.hicache_storage import HiCacheStorageConfig, HiCacheStorageExtraInfo  # noqa: E402
 from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool  # noqa: E402
 from sglang.srt.mem_cache.pool_host.mha import MHATokenToKVPoolHost  # noqa: E402
+from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory  # noqa: E402
+
+from kvstream.sglang import KVStreamHiCache, extra_config  # noqa: E402
+
+EXTRA_INFO = HiCacheStorageExtraInfo(prefix_keys=[])
 
 # A small model: pages of 16 tokens x 4 layers x 2 KV heads x 64 dims, bf16 (16 KiB per K or V piece).
 PAGE, LAYERS, HEADS, DIM = 16, 4, 2, 64
@@ -56,6 +62,21 @@ def fill(host: Any, indices: torch.Tensor, seed: int) -> None:
 def same_pages(host: Any, a: torch.Tensor, b: torch.Tensor) -> bool:
     return all(torch.equal(host.get_data_page(int(a[i])), host.get_data_page(int(b[i])))
                for i in range(0, a.numel(), PAGE))
+
+
+def page_keys(n: int, tag: str = "") -> List[str]:
+    return [f"{i:02d}{tag}".ljust(64, "a") for i in range(n)]  # SGLang's keys: 64-hex page hashes
+
+
+def make_backend(daemon: Any, host: Any, **kw: Any) -> KVStreamHiCache:
+    """The backend as SGLang's `dynamic` factory creates it (extra config: kw["extra"]; the other
+    kw go to storage_config), with `host` registered as SGLang's cache controller does."""
+    extra = extra_config(daemon.socket, shm=getattr(host, "fd", None) is not None, retry_interval=0.05)
+    extra.update(kw.pop("extra", {}))
+    backend = StorageBackendFactory.create_backend("dynamic", storage_config(extra, **kw), host)
+    assert isinstance(backend, KVStreamHiCache)
+    backend.register_mem_pool_host(host)  # as SGLang's cache controller does right after
+    return backend
 
 
 @pytest.fixture

@@ -6,30 +6,12 @@ HiCacheFile, SGLang's file backend, is driven the same way as the reference."""
 from __future__ import annotations
 
 import time
-from typing import Any, List
+from typing import Any
 
 import pytest
 import torch
-from conftest import PAGE, fill, same_pages, storage_config
-from sglang.srt.mem_cache.hicache_storage import HiCacheStorageExtraInfo
+from conftest import EXTRA_INFO, PAGE, fill, make_backend, page_keys, same_pages, storage_config
 from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory
-
-from kvstream.sglang import KVStreamHiCache, extra_config
-
-EXTRA_INFO = HiCacheStorageExtraInfo(prefix_keys=[])
-
-
-def page_keys(n: int, tag: str = "") -> List[str]:
-    return [f"{i:02d}{tag}".ljust(64, "a") for i in range(n)]  # SGLang's keys: 64-hex page hashes
-
-
-def make_backend(daemon: Any, host: Any, **kw: Any) -> KVStreamHiCache:
-    extra = extra_config(daemon.socket, shm=getattr(host, "fd", None) is not None, retry_interval=0.05)
-    extra.update(kw.pop("extra", {}))
-    backend = StorageBackendFactory.create_backend("dynamic", storage_config(extra, **kw), host)
-    assert isinstance(backend, KVStreamHiCache)
-    backend.register_mem_pool_host(host)  # as SGLang's cache controller does right after
-    return backend
 
 
 def until(predicate: Any, timeout: float = 10.0) -> bool:
