@@ -1,8 +1,10 @@
-"""Fixtures: a real kvstreamd (the built binary) on a temporary socket and two tier directories,
-and one whose second tier is kvfaultfs (reads that hang on demand)."""
+"""Fixtures: a real kvstreamd (the built binary) on a temporary socket and two tier directories;
+one whose second tier is kvfaultfs (reads that hang on demand); and the two failure cases every
+engine integration must answer alike (check_a_refused_call, check_a_kill_inside_a_retrieve)."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import os
 import shutil
@@ -12,7 +14,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Iterator, Tuple
+from typing import Any, Callable, Iterator, List, Sequence, Tuple
 
 import pytest
 
@@ -82,6 +84,17 @@ class Daemon:
             s.close()
 
 
+def until(predicate: Callable[[], object], what: str, timeout: float = 20.0, interval: float = 0.02) -> object:
+    """Polls `predicate` until it returns something true (returned); fails naming `what` after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"{what} (not within {timeout:g} s)"
+        time.sleep(interval)
+
+
 @contextlib.contextmanager
 def daemon_on_faultfs(state_dir: Path, extra_yaml: str = "", **daemon: str) -> Iterator[Tuple[Daemon, Path]]:
     """kvstreamd whose second tier (`slow`) is kvfaultfs, a FUSE file system over a real directory
@@ -111,6 +124,121 @@ def daemon_on_faultfs(state_dir: Path, extra_yaml: str = "", **daemon: str) -> I
             d.stop()
         subprocess.run(["fusermount3", "-u", str(mount)], stderr=subprocess.DEVNULL)
         fs.wait(10)
+
+
+# A read past its deadline (here 100 to 200 ms) marks its tier stalled; a late read no other tier
+# can take over waits (give_up 0) instead of failing its chunk: a retrieve of a chunk only the
+# hung tier holds stays inside the daemon until the daemon dies.
+READS_WAIT_FOR_A_HUNG_TIER = "reads: {deadline_floor: 100ms, deadline_cap: 200ms, give_up: 0}\n"
+
+
+def only_on_the_slow_tier(daemon: Daemon, names: List[str]) -> None:
+    """Waits until every chunk is on both tiers, then evicts it from `fast`: `slow` holds the only replica."""
+    import kvstream
+
+    with kvstream.Client.connect(daemon.socket) as c:
+        until(lambda: all(e.tier_mask == 0b11 for e in c.lookup(names)[0]), "the chunks never reached both tiers")
+        for name in names:
+            assert c.evict(key=name, tier="fast").replicas == 1
+        assert [e.tier_mask for e in c.lookup(names)[0]] == [0b10] * len(names)
+
+
+def hang_reads(rules: Path) -> None:
+    """From the next read on, every read of a chunk file on the faultfs tier hangs."""
+    rules.write_text("read *.kvc hang\n")
+
+
+def wait_until_a_read_hangs(daemon: Daemon) -> None:
+    """Until the daemon has marked `slow` stalled: a read it issued there is late (and still hanging)."""
+    import kvstream
+
+    def stalled() -> bool:
+        with kvstream.Client.connect(daemon.socket) as c:
+            return any(t.name == "slow" and t.stalled for t in c.stats().tiers)
+
+    until(stalled, "no read hung on the faultfs tier")
+
+
+def sigkill(daemon: Daemon, rules: Path) -> None:
+    """SIGKILLs the daemon, then releases the hung reads (so that no read it issued keeps the dying
+    process in the kernel) and waits until it is gone. Its socket files stay behind."""
+    assert daemon.process is not None
+    daemon.process.kill()
+    rules.write_text("")
+    daemon.process.wait(15)
+    daemon.process = None
+
+
+# The failure classification every integration follows (the engine's link to the daemon,
+# kvstream.daemon_link): a call the daemon refuses (INVALID_ARGUMENT, OUT_OF_RANGE,
+# RESOURCE_EXHAUSTED, PERMISSION_DENIED, UNAUTHENTICATED, FAILED_PRECONDITION, ALREADY_EXISTS,
+# ABORTED, UNIMPLEMENTED) fails that call and keeps the session; any other failure drops it. Either
+# way the engine sees misses or failed keys, never an exception. The two cases below drive an
+# engine through a driver with these members:
+#   store()       stores `chunks` chunks (SGLang: pages) of random bytes through the engine;
+#                 returns their daemon key names
+#   hits(more)    the engine's lookup of those chunks (plus one unknown, past the daemon's
+#                 sessions.max_lookup_keys, with more=True): how many it reports present
+#   read()        the engine's retrieve of those chunks: per chunk, whether it landed byte-identical
+#   sessions()    the sessions of the engine's links to the daemon (None: none now)
+#   connected()   whether the link the engine retrieves on holds a session now
+#   close()
+
+# A daemon whose lookups name at most 4 keys: each driver's store() and hits() stay within it.
+MAX_LOOKUP_KEYS = 4
+SESSIONS_WITH_A_LOOKUP_LIMIT = f"{{max_arena: 512MiB, max_lookup_keys: {MAX_LOOKUP_KEYS}}}"
+
+
+def same_sessions(now: Sequence[Any], before: Sequence[Any]) -> bool:
+    return len(now) == len(before) and all(a is b for a, b in zip(now, before))
+
+
+def check_a_refused_call(driver: Any) -> None:
+    """A lookup past sessions.max_lookup_keys, refused with INVALID_ARGUMENT: the engine sees
+    misses, nothing is raised, and the same sessions go on serving."""
+    driver.store()
+    n = driver.chunks
+    until(lambda: driver.hits() == n, "the engine never saw the chunks it stored")
+    before = driver.sessions()
+    assert all(s is not None for s in before), before
+    assert driver.hits(more=True) == 0  # refused: a miss
+    assert same_sessions(driver.sessions(), before), "a refused call dropped the session"
+    assert driver.hits() == n and driver.read() == [True] * n
+    assert same_sessions(driver.sessions(), before)
+
+
+def kill_inside_a_retrieve(daemon: Daemon, rules: Path, retrieve: Callable[[], Any]) -> Any:
+    """Runs `retrieve` (an engine call reading chunks only the faultfs tier holds) on a thread
+    while that tier's reads hang; once the daemon holds one of its reads hanging, SIGKILLs the
+    daemon. Returns what the call returned (it re-raises what the call raised)."""
+    hang_reads(rules)
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    try:
+        future = pool.submit(retrieve)
+        wait_until_a_read_hangs(daemon)
+        assert not future.done(), "the retrieve ended while its read hung"
+        sigkill(daemon, rules)
+        return future.result(timeout=60)
+    finally:
+        rules.write_text("")  # should this fail midway, no read stays hung behind it
+        pool.shutdown(wait=False)
+
+
+def check_a_kill_inside_a_retrieve(driver: Any, daemon: Daemon, rules: Path) -> None:
+    """The daemon SIGKILLed while a retrieve waits inside it on a hung read: the engine sees
+    misses, nothing is raised, the session is dropped; a daemon started again on the same socket
+    serves the engine again, byte-identical."""
+    names = driver.store()
+    n = driver.chunks
+    only_on_the_slow_tier(daemon, names)
+    until(lambda: driver.hits() == n, "the engine never saw the chunks it stored")
+    before = driver.sessions()
+    assert driver.connected() and all(s is not None for s in before), before
+    assert kill_inside_a_retrieve(daemon, rules, driver.read) == [False] * n
+    assert not driver.connected(), "the session outlived its daemon"
+    daemon.start()  # the same config, state and socket path
+    until(lambda: driver.read() == [True] * n, "the engine was not served again", timeout=30)
+    assert driver.connected() and driver.sessions()[0] is not before[0]
 
 
 def wait_stopped(pid: int, timeout: float = 5.0) -> None:

@@ -1,6 +1,6 @@
 """Fixtures for the SGLang backend tests (run in the environment of deploy/python-env.sh --sglang):
-the real kvstreamd of tests/python/conftest.py, SGLang's own host KV pools built on CPU, and the
-backend as SGLang's factory creates it."""
+the real kvstreamd of tests/python/conftest.py (and its daemon on a kvfaultfs tier), SGLang's own
+host KV pools built on CPU, and the backend as SGLang's factory creates it."""
 
 from __future__ import annotations
 
@@ -18,6 +18,13 @@ _spec.loader.exec_module(_fixtures)
 Daemon = _fixtures.Daemon
 state_dir = _fixtures.state_dir
 daemon = _fixtures.daemon
+# The failure cases every integration answers alike (tests/python/conftest.py).
+daemon_on_faultfs = _fixtures.daemon_on_faultfs
+READS_WAIT_FOR_A_HUNG_TIER = _fixtures.READS_WAIT_FOR_A_HUNG_TIER
+MAX_LOOKUP_KEYS = _fixtures.MAX_LOOKUP_KEYS
+SESSIONS_WITH_A_LOOKUP_LIMIT = _fixtures.SESSIONS_WITH_A_LOOKUP_LIMIT
+check_a_refused_call = _fixtures.check_a_refused_call
+check_a_kill_inside_a_retrieve = _fixtures.check_a_kill_inside_a_retrieve
 
 from sglang.srt.mem_cache.hicache_storage import HiCacheStorageConfig, HiCacheStorageExtraInfo  # noqa: E402
 from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool  # noqa: E402
