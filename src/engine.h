@@ -19,7 +19,6 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "histogram.h"
 #include "index/index.h"
 #include "index/shared_lookup.h"
 #include "io/reactor.h"
@@ -31,6 +30,7 @@
 #include "read/step_reader.h"
 #include "read/step_record.h"
 #include "tier.h"
+#include "util/histogram.h"
 #include "write/replicator.h"
 #include "write/write_stager.h"
 

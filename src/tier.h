@@ -11,10 +11,10 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "histogram.h"
 #include "index/index.h"
 #include "io/tier_device.h"
 #include "kvstream/tier_counters.h"
+#include "util/histogram.h"
 
 namespace kvstream {
 

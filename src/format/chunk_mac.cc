@@ -15,9 +15,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "errno_status.h"
 #include "io/safe_open.h"
 #include "spdlog/spdlog.h"
+#include "util/errno_status.h"
 
 namespace kvstream {
 namespace {

@@ -8,7 +8,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "errno_status.h"
+#include "util/errno_status.h"
 
 namespace kvstream {
 namespace {

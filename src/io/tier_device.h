@@ -11,8 +11,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "errno_status.h"  // ErrnoStatus, for every device
 #include "format/chunk_format.h"
+#include "util/errno_status.h"  // ErrnoStatus, for every device
 
 namespace kvstream {
 

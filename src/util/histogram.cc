@@ -1,4 +1,4 @@
-#include "histogram.h"
+#include "util/histogram.h"
 
 #include <algorithm>
 

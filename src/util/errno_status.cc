@@ -1,4 +1,4 @@
-#include "errno_status.h"
+#include "util/errno_status.h"
 
 #include <cerrno>
 #include <cstring>

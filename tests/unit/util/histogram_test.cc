@@ -1,8 +1,8 @@
-// AtomicHistogram (histogram.h): Prometheus-style buckets kept with atomics. A value is counted in
+// AtomicHistogram (util/histogram.h): Prometheus-style buckets kept with atomics. A value is counted in
 // the first bucket whose bound is at least it (Prometheus' `le`), or in the overflow bucket past
 // the last bound; the count and the sum follow every value; a snapshot taken while other threads
 // observe never goes backwards, and none of their values is lost.
-#include "histogram.h"
+#include "util/histogram.h"
 
 #include <catch2/catch.hpp>
 
