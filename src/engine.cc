@@ -9,6 +9,7 @@
 #include "index/recovery.h"
 #include "spdlog/spdlog.h"
 #include "thread_name.h"
+#include "util/unix_time.h"
 
 namespace kvstream {
 namespace {
@@ -116,8 +117,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(StoreConfig config,
 }
 
 void Engine::Reconcile(const std::vector<bool>& tiers) {
-  const int64_t started = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                              std::chrono::system_clock::now().time_since_epoch()).count();
+  const int64_t started = UnixNowNs();
   for (size_t t = 0; t < tiers.size() && !reconcile_stop_; ++t) {
     if (!tiers[t]) continue;
     const ReconcileReport r = ReconcileTier(tiers_, static_cast<int>(t), &index_, started, reconcile_stop_);

@@ -2,22 +2,14 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "memory/client_memory.h"
 #include "spdlog/spdlog.h"
+#include "util/unix_time.h"
 
 namespace kvstream {
-namespace {
-
-int64_t UnixNowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-}  // namespace
 
 StepReader::StepReader(const StoreConfig& config, const Tiers& tiers, GuardedIndex* index,
                        const WriteStager* staging, StepPool* pool, MemoryRegions* regions, Reactor* reactor,

@@ -8,17 +8,13 @@
 #include "absl/strings/str_cat.h"
 #include "format/chunk_mac.h"
 #include "memory/client_memory.h"
+#include "util/unix_time.h"
 
 namespace kvstream {
 namespace {
 
 // absl's own string_view, which its hash maps look keys up by.
 absl::string_view Key(std::string_view s) { return {s.data(), s.size()}; }
-
-int64_t UnixNowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 }  // namespace
 
