@@ -11,7 +11,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "index/index.h"
+#include "index/victim.h"
 #include "io/tier_device.h"
 #include "kvstream/tier_counters.h"
 #include "util/histogram.h"

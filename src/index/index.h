@@ -24,6 +24,7 @@
 #include "absl/container/node_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "format/chunk_format.h"
+#include "index/victim.h"
 #include "kvstream/types.h"  // kMaxTiers
 
 namespace kvstream {
@@ -63,14 +64,6 @@ struct Tenant {
   uint64_t entries = 0;                      // index entries of its keys
   uint64_t locked_bytes = 0;                 // of the entries in `locked`
   std::list<IndexEntry*> locked;             // entries whose bytes count in locked_bytes
-};
-
-// A replica taken out of the index whose file must now be removed.
-struct Victim {
-  std::string key;
-  std::string stem;
-  int tier;
-  uint64_t bytes;
 };
 
 class Index {
