@@ -13,7 +13,7 @@
 #include <cstdint>
 
 #include "index/index.h"
-#include "tier.h"
+#include "io/tier.h"
 
 namespace kvstream {
 

@@ -7,7 +7,7 @@
 
 #include "absl/status/status.h"
 #include "index/index.h"
-#include "tier.h"
+#include "io/tier.h"
 
 namespace kvstream {
 

@@ -22,8 +22,8 @@
 #include "index/index.h"
 #include "index/miss_cache.h"
 #include "io/reactor.h"
+#include "io/tier.h"
 #include "kvstream/config.h"
-#include "tier.h"
 
 namespace kvstream {
 

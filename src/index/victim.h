@@ -1,5 +1,5 @@
 // Victim: a replica taken out of the index (evicted, stale or bad) whose file must now be removed
-// from its tier (RemoveReplicaFiles, tier.h). Apart from index.h so that what removes files need
+// from its tier (RemoveReplicaFiles, io/tier.h). Apart from index.h so that what removes files need
 // not see the index.
 #pragma once
 

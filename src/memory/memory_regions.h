@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "tier.h"
+#include "io/tier.h"
 
 namespace kvstream {
 

@@ -40,6 +40,7 @@
 #include "index/index.h"
 #include "io/aligned_buffer.h"
 #include "io/reactor.h"
+#include "io/tier.h"
 #include "kvstream/config.h"
 #include "kvstream/store.h"
 #include "memory/memory_regions.h"
@@ -47,7 +48,6 @@
 #include "read/depth_tuner.h"
 #include "read/step_pool.h"
 #include "read/step_record.h"
-#include "tier.h"
 #include "write/write_stager.h"
 
 namespace kvstream {

@@ -23,8 +23,8 @@
 #include "absl/status/status.h"
 #include "index/index.h"
 #include "io/reactor.h"
+#include "io/tier.h"
 #include "kvstream/config.h"
-#include "tier.h"
 #include "write/write_stager.h"
 
 namespace kvstream {

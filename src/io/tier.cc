@@ -1,4 +1,4 @@
-#include "tier.h"
+#include "io/tier.h"
 
 #include <chrono>
 
