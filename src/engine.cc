@@ -5,8 +5,8 @@
 #include <future>
 
 #include "absl/strings/str_cat.h"
-#include "index/reconcile.h"
-#include "index/recovery.h"
+#include "catalog/reconcile.h"
+#include "catalog/recovery.h"
 #include "spdlog/spdlog.h"
 #include "thread_name.h"
 #include "util/unix_time.h"

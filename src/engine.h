@@ -19,8 +19,8 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "catalog/shared_lookup.h"
 #include "index/index.h"
-#include "index/shared_lookup.h"
 #include "io/reactor.h"
 #include "io/tier.h"
 #include "kvstream/config.h"
@@ -136,7 +136,7 @@ class Engine final : public Store {
 
   absl::Mutex join_mu_;  // serialises Shutdown's join and commands run after the loop exited
   std::thread thread_;
-  // The reconcile pass after a start from saved indexes (index/reconcile.h), off the loop.
+  // The reconcile pass after a start from saved indexes (catalog/reconcile.h), off the loop.
   void Reconcile(const std::vector<bool>& tiers);
   std::thread reconcile_thread_;
   std::atomic<bool> reconcile_stop_{false};

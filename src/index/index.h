@@ -1,5 +1,5 @@
 // Index: key -> chunk metadata, the tiers holding a durable replica, and each tier's LRU order
-// and used bytes. Rebuilt at start from the tiers' headers (index/recovery.h). Not thread-safe by
+// and used bytes. Rebuilt at start from the tiers' headers (catalog/recovery.h). Not thread-safe by
 // itself: GuardedIndex puts it behind its own lock.
 //
 // Tenants (TenantLimits): with a tier share, the chunks of each key namespace (KeyNamespace) are

@@ -137,7 +137,7 @@ class TierDevice {
   // any more).
   virtual absl::Status SaveIndex(const std::vector<ChunkMeta>& chunks) = 0;
 
-  // The reconcile pass after a start from a saved index (index/reconcile.h): every committed chunk
+  // The reconcile pass after a start from a saved index (catalog/reconcile.h): every committed chunk
   // file's stem and size by its name only (no header read); one file's header; one file's size
   // now (NotFound when it is gone).
   virtual absl::StatusOr<std::vector<ListedChunk>> ListChunks() = 0;

@@ -1,10 +1,10 @@
-// SharedLookup (index/shared_lookup.h): keys this node's index lacks, looked for on a shared tier
+// SharedLookup (catalog/shared_lookup.h): keys this node's index lacks, looked for on a shared tier
 // (a real FileDevice on a directory shared with node "other", whose files a case writes as that
 // node would publish them). A key another node published is indexed as a foreign replica; a miss
 // is not looked for again until it ends; a file that failed its checksum is passed over while it
 // holds that version; a foreign-only key is checked again once the miss TTL has passed. Time is
 // the lookup's own clock, moved by hand. Skipped (exit code 77) where the kernel has no io_uring.
-#include "index/shared_lookup.h"
+#include "catalog/shared_lookup.h"
 
 #include <catch2/catch.hpp>
 

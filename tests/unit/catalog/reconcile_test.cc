@@ -1,9 +1,9 @@
-// ReconcileTier (index/reconcile.h): after a start from the index saved at the last clean shutdown,
+// ReconcileTier (catalog/reconcile.h): after a start from the index saved at the last clean shutdown,
 // the index is compared with the files actually on the tier, as a full scan would have judged
 // them: a replica whose file is gone leaves the index, one whose file has another size leaves it
 // with its file, and a file the index lacks is indexed if valid or removed if invalid or older than
 // the version indexed. State of this run (created at or after its start) is left alone.
-#include "index/reconcile.h"
+#include "catalog/reconcile.h"
 
 #include <catch2/catch.hpp>
 

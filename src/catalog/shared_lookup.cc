@@ -1,4 +1,4 @@
-#include "index/shared_lookup.h"
+#include "catalog/shared_lookup.h"
 
 #include <algorithm>
 

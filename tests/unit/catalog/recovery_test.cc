@@ -1,7 +1,7 @@
 // Recovery: the index rebuilt from the tiers' files at start, on simulated tiers prefilled with
 // chunk files: replicas found on every tier, the newer of two versions kept, temporaries and
 // invalid files removed, each tier evicted down to its capacity, a scan failure named.
-#include "index/recovery.h"
+#include "catalog/recovery.h"
 
 #include <catch2/catch.hpp>
 

@@ -1,4 +1,4 @@
-#include "index/reconcile.h"
+#include "catalog/reconcile.h"
 
 #include <map>
 #include <string>

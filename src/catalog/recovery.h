@@ -11,7 +11,7 @@
 
 namespace kvstream {
 
-// `from_checkpoint` (if given) gets, per tier, whether it came from a saved index (index/reconcile.h).
+// `from_checkpoint` (if given) gets, per tier, whether it came from a saved index (catalog/reconcile.h).
 absl::Status RecoverIndex(const Tiers& tiers, Index* index, std::vector<bool>* from_checkpoint = nullptr);
 // Saves each tier's chunks for the next start. REQUIRES: the loop has stopped (nothing changes).
 void SaveIndexes(const Tiers& tiers, const Index& index);

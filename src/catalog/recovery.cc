@@ -1,4 +1,4 @@
-#include "index/recovery.h"
+#include "catalog/recovery.h"
 
 #include <algorithm>
 #include <utility>
