@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine.h"
 #include "format/chunk_mac.h"
+#include "io/cluster_key_file.h"
 #include "io/event_reactor.h"
 #include "io/file_device.h"
 #include "spdlog/spdlog.h"
@@ -19,7 +20,7 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StoreConfig& raw) {
   if (!reactor.ok()) return reactor.status();
   std::shared_ptr<const ChunkMacKey> mac_key;
   if (!config->shared_key_file.empty()) {
-    absl::StatusOr<std::shared_ptr<const ChunkMacKey>> key = ChunkMacKey::Load(config->shared_key_file);
+    absl::StatusOr<std::shared_ptr<const ChunkMacKey>> key = LoadClusterKeyFile(config->shared_key_file);
     if (!key.ok()) return key.status();
     mac_key = *std::move(key);
   }

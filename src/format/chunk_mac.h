@@ -29,15 +29,8 @@ class ChunkMacKey {
   static constexpr size_t kMinKeyFileBytes = 32;
   static constexpr size_t kMaxKeyFileBytes = 4096;
 
-  // Loads the key file at `path`: an absolute path without a symlink in any component, to a
-  // regular file (never opened blocking) owned by this process's uid or root that no group or
-  // other user may read or write (mode & 077 == 0), holding 32 to 4096 bytes of key
-  // material, taken exactly as they are (raw bytes; a trailing newline is part of the key, so
-  // every node needs the identical file: e.g. `head -c 32 /dev/urandom > key; chmod 0600 key`).
-  // The MAC and segment keys are derived from those bytes (above). InvalidArgument / PermissionDenied / NotFound,
-  // with the path and the reason, otherwise.
-  static absl::StatusOr<std::shared_ptr<const ChunkMacKey>> Load(const std::string& path);
-  // A key from bytes in memory (tests, benchmarks); at least kMinKeyFileBytes of them.
+  // A key from its material in memory: a key file's bytes (io/cluster_key_file.h reads the file),
+  // or any bytes in tests and benchmarks; kMinKeyFileBytes to kMaxKeyFileBytes of them.
   static absl::StatusOr<std::shared_ptr<const ChunkMacKey>> FromBytes(const void* data, size_t size);
 
   ~ChunkMacKey();  // zeroes and frees the key (sodium_free)
@@ -77,7 +70,7 @@ class ChunkMacKey {
   // `touch`; false when OpenSSL fails or `touch` did not run to its end.
   bool TagSegment(const ChunkNonce& nonce, uint32_t segment, const uint8_t* data, size_t size, SegmentTag* tag,
                   Touch touch) const;
-  // Both in sodium_malloc'd memory, read-only after Load.
+  // Both in sodium_malloc'd memory, read-only once FromBytes has derived them.
   unsigned char* key_ = nullptr;          // 32 bytes: the header MAC's key
   unsigned char* segment_key_ = nullptr;  // 32 bytes: derives each chunk version's GMAC key
 };

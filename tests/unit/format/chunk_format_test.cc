@@ -2,14 +2,8 @@
 
 #include <catch2/catch.hpp>
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 
 #include "format/chunk_mac.h"
 #include "test_util.h"
@@ -18,7 +12,6 @@ namespace kvstream {
 namespace {
 
 using testing::Payload;
-using testing::TempDir;
 
 std::vector<uint8_t> Image(const ChunkMeta& meta, const std::vector<uint8_t>& payload) {
   std::vector<uint8_t> image(meta.file_size(), 0xee);
@@ -359,79 +352,6 @@ TEST_CASE("a version 1 header's MAC does not make it servable where payloads mus
   REQUIRE(plain.ok());
   CHECK(absl::IsPermissionDenied(VerifyChunkMac(*plain, key.get(), /*require=*/true)));
   CHECK(VerifyChunkMac(*plain, key.get(), /*require=*/false).ok());
-}
-
-TEST_CASE("a key file is a private regular file of 32 to 4096 bytes") {
-  TempDir dir;
-  const std::string path = dir.sub("cluster.key");
-  std::ofstream(path) << std::string(32, 'x');
-  chmod(path.c_str(), 0600);
-  auto key = ChunkMacKey::Load(path);
-  REQUIRE(key.ok());
-  CHECK((*key)->Compute(DescribeChunk("k", "abc", 3, 4096, 0)) == Key('x')->Compute(DescribeChunk("k", "abc", 3, 4096, 0)));
-
-  chmod(path.c_str(), 0644);
-  auto readable = ChunkMacKey::Load(path);
-  CHECK(absl::IsPermissionDenied(readable.status()));
-  CHECK(readable.status().message().find("0644") != std::string::npos);
-  chmod(path.c_str(), 0620);
-  CHECK(absl::IsPermissionDenied(ChunkMacKey::Load(path).status()));
-  chmod(path.c_str(), 0400);
-  CHECK(ChunkMacKey::Load(path).ok());
-
-  const std::string link = dir.sub("link.key");
-  std::filesystem::create_symlink(path, link);
-  CHECK(absl::IsInvalidArgument(ChunkMacKey::Load(link).status()));
-
-  const std::string fifo = dir.sub("fifo.key");
-  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
-  const auto started = std::chrono::steady_clock::now();
-  CHECK(absl::IsInvalidArgument(ChunkMacKey::Load(fifo).status()));  // never blocks on it
-  CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(2));
-
-  const std::string dir_key = dir.sub("keydir");
-  std::filesystem::create_directory(dir_key);
-  chmod(dir_key.c_str(), 0700);
-  CHECK(!ChunkMacKey::Load(dir_key).ok());
-
-  const std::string short_key = dir.sub("short.key");
-  std::ofstream(short_key) << std::string(31, 'x');
-  chmod(short_key.c_str(), 0600);
-  CHECK(absl::IsInvalidArgument(ChunkMacKey::Load(short_key).status()));
-  const std::string long_key = dir.sub("long.key");
-  std::ofstream(long_key) << std::string(4097, 'x');
-  chmod(long_key.c_str(), 0600);
-  CHECK(absl::IsInvalidArgument(ChunkMacKey::Load(long_key).status()));
-  std::filesystem::resize_file(long_key, 4096);
-  CHECK(ChunkMacKey::Load(long_key).ok());
-  CHECK(absl::IsNotFound(ChunkMacKey::Load(dir.sub("missing.key")).status()));
-  CHECK(!ChunkMacKey::FromBytes("short", 5).ok());
-}
-
-TEST_CASE("a key file is owned by the daemon's uid or root and reached without a symlink on the way") {
-  TempDir dir;
-  const std::string real = dir.sub("keys"), path = real + "/cluster.key";
-  std::filesystem::create_directory(real);
-  std::ofstream(path) << std::string(32, 'k');
-  chmod(path.c_str(), 0600);
-  REQUIRE(ChunkMacKey::Load(path).ok());
-  // A directory on the way that is a symlink (whoever can change it picks the key).
-  const std::string linked = dir.sub("linked");
-  std::filesystem::create_directory_symlink(real, linked);
-  auto through_link = ChunkMacKey::Load(linked + "/cluster.key");
-  CHECK(absl::IsInvalidArgument(through_link.status()));
-  CHECK(through_link.status().message().find("symbolic link") != std::string::npos);
-  CHECK(absl::IsInvalidArgument(ChunkMacKey::Load("keys/cluster.key").status()));  // relative: refused
-  if (geteuid() != 0) {
-    WARN("the owner cases need root (to give the file away)");
-    return;
-  }
-  REQUIRE(chown(path.c_str(), 65534, 65534) == 0);  // another user's key
-  auto others = ChunkMacKey::Load(path);
-  CHECK(absl::IsPermissionDenied(others.status()));
-  CHECK(others.status().message().find("owned by uid 65534") != std::string::npos);
-  REQUIRE(chown(path.c_str(), 0, 0) == 0);  // root's: the daemon's own uid here
-  CHECK(ChunkMacKey::Load(path).ok());
 }
 
 // The MAC's cost per chunk: a 16 MiB chunk in 1 MiB blocks (16 segments), and in 64 KiB blocks
