@@ -1,6 +1,6 @@
 // The per-tier counters: the one place a counter of a tier is declared. Each counts up from the
 // daemon's start. A line X(field, metric, labels, help) gives it
-//   - an atomic in the engine's TierCounters (src/tier.h) and a number in TierStats (types.h),
+//   - an atomic in the engine's TierCounters (src/io/tier.h) and a number in TierStats (types.h),
 //   - its entry in kvstream.proto's TierStats.counters (carried by `field` as the map key),
 //   - its samples in /metrics: `metric`{tier="...",labels}, a counter with `help` (lines that
 //     share a metric name are one family, told apart by their labels),
