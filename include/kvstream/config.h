@@ -112,8 +112,19 @@ uint32_t DefaultQueueDepth(uint32_t block_size);
 // at about 1 ms per read), at least DefaultQueueDepth and at most 128.
 uint32_t AutoMaxQueueDepth(uint32_t block_size);
 
-// Checks ranges and names; fills queue_depth = 0 with the default (and queue_depth_max). Returns the completed config.
-absl::StatusOr<StoreConfig> ValidateConfig(StoreConfig config);
+// What ValidateConfig refused: the field at fault as StoreConfig or TierConfig names it
+// ("tenant_tier_share", "capacity_bytes"; empty where no one field is), and for a tier's field
+// the tier's place in `config.tiers` as given (-1 otherwise). A caller that read the config from
+// somewhere names the place from it (kvstreamd: the key and its line).
+struct ConfigFault {
+  std::string field;
+  int tier = -1;
+};
+
+// Checks ranges and names; fills queue_depth = 0 with the default (and queue_depth_max). Returns
+// the completed config; on an error, says in `fault` (where given) what was refused. The one owner
+// of every check on a StoreConfig's values: kvstreamd checks only the YAML's shape and its own keys.
+absl::StatusOr<StoreConfig> ValidateConfig(StoreConfig config, ConfigFault* fault = nullptr);
 
 Policies PoliciesOf(const StoreConfig& config);
 
