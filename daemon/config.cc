@@ -8,27 +8,18 @@
 #include <fstream>
 #include <set>
 #include <sstream>
-#include <string_view>
 #include <vector>
 
 #include <yaml-cpp/yaml.h>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "config_keys.h"
+#include "config_value.h"
 
 namespace kvstream {
 namespace {
-
-// Thrown inside the parser and turned into InvalidArgument at the edge.
-struct ConfigError {
-  std::string message;
-};
-
-std::string Where(const YAML::Node& node, const std::string& key) {
-  const YAML::Mark mark = node.Mark();
-  return mark.is_null() ? "'" + key + "'" : "'" + key + "' (line " + std::to_string(mark.line + 1) + ")";
-}
 
 // One scalar with ${NAME} and ${NAME:-default} replaced from the environment; $${ is a literal ${.
 std::string Substitute(const std::string& text, const YAML::Node& node) {
@@ -82,6 +73,27 @@ void SubstituteEnvironment(YAML::Node node, std::vector<YAML::Node>* done) {
   }
 }
 
+// A dotted key's section and its name there: "sessions" and "max_arena" of "sessions.max_arena",
+// "tiers" and "name" of "tiers[].name", "" and "node" of "node".
+std::pair<std::string, std::string> SectionAndName(const std::string& dotted) {
+  const size_t dot = dotted.find('.');
+  if (dot == std::string::npos) return {"", dotted};
+  std::string section = dotted.substr(0, dot);
+  if (section.ends_with("[]")) section.resize(section.size() - 2);
+  return {section, dotted.substr(dot + 1)};
+}
+
+// The keys the table allows in `section`; in "" the top-level keys and the sections.
+std::set<std::string> AllowedIn(const std::string& section) {
+  std::set<std::string> allowed;
+  for (const ConfigKey& key : ConfigKeys()) {
+    const auto [in, name] = SectionAndName(key.name);
+    if (in == section) allowed.insert(name);
+    if (section.empty() && !in.empty()) allowed.insert(in);
+  }
+  return allowed;
+}
+
 void RequireMap(const YAML::Node& node, const std::string& key, const std::set<std::string>& allowed) {
   if (!node.IsMap()) throw ConfigError{Where(node, key) + " must be a mapping"};
   std::set<std::string> seen;
@@ -98,75 +110,30 @@ void RequireMap(const YAML::Node& node, const std::string& key, const std::set<s
   }
 }
 
-bool IsAuto(const YAML::Node& node) { return node.IsScalar() && node.Scalar() == "auto"; }
-
-std::string Str(const YAML::Node& node, const std::string& key) {
-  if (!node.IsScalar()) throw ConfigError{Where(node, key) + " must be a string"};
-  return node.as<std::string>();
+// The node of `name` in `map`, or an undefined one where `map` has none.
+YAML::Node Child(const YAML::Node& map, const std::string& name) {
+  return map.IsDefined() && map.IsMap() ? map[name] : YAML::Node(YAML::NodeType::Undefined);
 }
 
-uint64_t Bytes(const YAML::Node& node, const std::string& key) {
-  auto v = ParseBytes(Str(node, key));
-  if (!v.ok()) throw ConfigError{Where(node, key) + ": " + std::string(v.status().message())};
-  return *v;
-}
-
-uint32_t Uint(const YAML::Node& node, const std::string& key) {
-  uint32_t v;
-  if (!node.IsScalar() || !absl::SimpleAtoi(node.as<std::string>(), &v)) {
-    throw ConfigError{Where(node, key) + " must be a non-negative integer"};
+// One key, `where` as messages name it ("tiers[0].capacity"): its value where `map` has it, its
+// default where not and it has one.
+void ReadKey(const ConfigKey& key, const YAML::Node& map, const std::string& where, DaemonConfig& config,
+             TierConfig* tier) {
+  const YAML::Node node = Child(map, SectionAndName(key.name).second);
+  if (node.IsDefined()) {
+    if (key.when != nullptr && !key.when->holds(config, tier)) {
+      throw ConfigError{Where(node, where) + " applies to " + key.when->doc + " only"};
+    }
+    key.read(ConfigValue(node, where), config, tier);
+  } else if (!key.default_value.empty()) {
+    key.read(ConfigValue(YAML::Node(key.default_value), where), config, tier);
   }
-  return v;
-}
-
-// "50ms", "2s", "1.5" (seconds), "500us".
-double Seconds(const YAML::Node& node, const std::string& key) {
-  const std::string text = Str(node, key);
-  size_t end = 0;
-  while (end < text.size() && (std::isdigit(static_cast<unsigned char>(text[end])) || text[end] == '.')) ++end;
-  double value;
-  const std::string unit = text.substr(end);
-  const double scale = unit.empty() || unit == "s" ? 1 : unit == "ms" ? 1e-3 : unit == "us" ? 1e-6 : -1;
-  if (end == 0 || scale < 0 || !absl::SimpleAtod(text.substr(0, end), &value)) {
-    throw ConfigError{Where(node, key) + " must be a duration such as 50ms, 2s or 0.5"};
-  }
-  return value * scale;
-}
-
-double Number(const YAML::Node& node, const std::string& key) {
-  double v;
-  if (!node.IsScalar() || !absl::SimpleAtod(node.as<std::string>(), &v)) {
-    throw ConfigError{Where(node, key) + " must be a number"};
-  }
-  return v;
-}
-
-bool Bool(const YAML::Node& node, const std::string& key) {
-  const std::string s = Str(node, key);
-  if (s == "true" || s == "yes" || s == "on") return true;
-  if (s == "false" || s == "no" || s == "off") return false;
-  throw ConfigError{Where(node, key) + " must be true or false"};
-}
-
-template <typename T>
-T Policy(const YAML::Node& node, const std::string& key, absl::StatusOr<T> (*parse)(std::string_view)) {
-  auto v = parse(Str(node, key));
-  if (!v.ok()) throw ConfigError{Where(node, key) + ": " + std::string(v.status().message())};
-  return *v;
 }
 
 // Under isolation uid: every uid a tenant of every tier, and a shared tier only where the operator
-// says uids are the same accounts on every node. The settings are errors, never ignored, under none.
-void ApplyIsolation(const YAML::Node& sessions, DaemonConfig* c) {
-  if (c->isolation != DaemonConfig::Isolation::kUid) {
-    for (const char* key : {"tier_share_per_uid", "locked_bytes_per_uid", "uids_same_on_all_nodes"}) {
-      if (sessions && sessions[key]) {
-        const std::string name = std::string("sessions.") + key;
-        throw ConfigError{Where(sessions[key], name) + " applies to sessions.isolation uid only"};
-      }
-    }
-    return;
-  }
+// says uids are the same accounts on every node.
+void ApplyIsolation(DaemonConfig* c) {
+  if (c->isolation != DaemonConfig::Isolation::kUid) return;
   for (size_t i = 0; i < c->store.tiers.size(); ++i) {
     if (c->store.tiers[i].shared && !c->uids_same_on_all_nodes) {
       throw ConfigError{"sessions.isolation uid with the shared tier tiers[" + std::to_string(i) +
@@ -176,209 +143,72 @@ void ApplyIsolation(const YAML::Node& sessions, DaemonConfig* c) {
     }
   }
   c->store.tenant_tier_share = c->tier_share_per_uid;
-  if (c->locked_bytes_per_uid && c->tier_share_per_uid == 0) {
-    throw ConfigError{Where(sessions["locked_bytes_per_uid"], "sessions.locked_bytes_per_uid") +
-                      " needs tenants (sessions.tier_share_per_uid > 0)"};
+  if (c->locked_bytes_per_uid) {
+    c->store.tenant_locked_bytes = *c->locked_bytes_per_uid;
+    return;
   }
-  if (c->tier_share_per_uid == 0) return;
+  if (!(c->tier_share_per_uid > 0 && c->tier_share_per_uid <= 1)) return;  // none, or ValidateConfig refuses it
   uint64_t smallest = UINT64_MAX;  // a drive's share of its tier is what one drive holds
   for (const TierConfig& t : c->store.tiers) {
     smallest = std::min<uint64_t>(smallest, t.capacity_bytes / std::max<size_t>(1, t.drives.size()));
   }
-  c->store.tenant_locked_bytes = c->locked_bytes_per_uid.value_or(
-      std::max<uint64_t>(1, static_cast<uint64_t>(c->tier_share_per_uid * static_cast<double>(smallest))));
+  c->store.tenant_locked_bytes =
+      std::max<uint64_t>(1, static_cast<uint64_t>(c->tier_share_per_uid * static_cast<double>(smallest)));
 }
 
 DaemonConfig Parse(const YAML::Node& root) {
   DaemonConfig c;
-  c.store.staging_limit_bytes = DefaultStagingLimit();
-  RequireMap(root, "", {"socket", "sessions", "block_size", "staging", "verify_checksums", "reads", "policies", "logging",
-                        "metrics", "tiers", "node", "foreign_chunks_limit", "shared_key_file", "io_engine"});
-  if (const auto s = root["socket"]) {
-    RequireMap(s, "socket", {"path", "mode", "group"});
-    if (s["path"]) c.socket_path = Str(s["path"], "socket.path");
-    if (s["mode"]) {
-      const std::string mode = Str(s["mode"], "socket.mode");
-      char* end = nullptr;
-      const unsigned long m = std::strtoul(mode.c_str(), &end, 8);
-      if (mode.empty() || *end != '\0' || m > 0777) throw ConfigError{Where(s["mode"], "socket.mode") + " must be octal permission bits such as \"0660\""};
-      c.socket_mode = static_cast<uint32_t>(m);
+  RequireMap(root, "", AllowedIn(""));
+  std::set<std::string> sections_seen;
+  for (const ConfigKey& key : ConfigKeys()) {
+    const auto [section, name] = SectionAndName(key.name);
+    if (section == "tiers") continue;
+    const YAML::Node map = section.empty() ? root : Child(root, section);
+    if (!section.empty() && map.IsDefined() && sections_seen.insert(section).second) {
+      RequireMap(map, section, AllowedIn(section));
     }
-    if (s["group"]) c.socket_group = Str(s["group"], "socket.group");
+    ReadKey(key, map, key.name, c, nullptr);
   }
-  if (const auto s = root["sessions"]) {
-    RequireMap(s, "sessions", {"max_arena", "arena_budget", "max_sessions", "isolation", "admin_group",
-                               "max_sessions_per_uid", "arena_budget_per_uid", "max_lookup_keys", "tier_share_per_uid",
-                               "locked_bytes_per_uid", "uids_same_on_all_nodes", "max_chunks_per_call"});
-    if (s["isolation"]) {
-      const std::string isolation = Str(s["isolation"], "sessions.isolation");
-      if (isolation == "none") {
-        c.isolation = DaemonConfig::Isolation::kNone;
-      } else if (isolation == "uid") {
-        c.isolation = DaemonConfig::Isolation::kUid;
-      } else {
-        throw ConfigError{Where(s["isolation"], "sessions.isolation") + " must be none or uid"};
-      }
-    }
-    if (s["admin_group"]) c.admin_group = Str(s["admin_group"], "sessions.admin_group");
-    if (s["max_lookup_keys"]) {
-      c.max_lookup_keys = Uint(s["max_lookup_keys"], "sessions.max_lookup_keys");
-      if (c.max_lookup_keys == 0 || c.max_lookup_keys > (1u << 20)) {
-        throw ConfigError{Where(s["max_lookup_keys"], "sessions.max_lookup_keys") + " must be 1 to 1048576"};
-      }
-    }
-    if (const YAML::Node share = s["tier_share_per_uid"]) {
-      c.tier_share_per_uid = Number(share, "sessions.tier_share_per_uid");
-      if (!(c.tier_share_per_uid >= 0 && c.tier_share_per_uid <= 1)) {
-        throw ConfigError{Where(share, "sessions.tier_share_per_uid") + " must be 0 (no tenants) to 1"};
-      }
-    }
-    if (const YAML::Node locked = s["locked_bytes_per_uid"]) {
-      c.locked_bytes_per_uid = Bytes(locked, "sessions.locked_bytes_per_uid");
-      if (*c.locked_bytes_per_uid < 4096) {
-        throw ConfigError{Where(locked, "sessions.locked_bytes_per_uid") + " must be at least 4KiB"};
-      }
-    }
-    if (const YAML::Node same = s["uids_same_on_all_nodes"]) {
-      c.uids_same_on_all_nodes = Bool(same, "sessions.uids_same_on_all_nodes");
-    }
-    if (s["max_chunks_per_call"]) {
-      c.max_chunks_per_call = Uint(s["max_chunks_per_call"], "sessions.max_chunks_per_call");
-      if (c.max_chunks_per_call == 0 || c.max_chunks_per_call > kMaxChunksPerCallLimit) {
-        throw ConfigError{Where(s["max_chunks_per_call"], "sessions.max_chunks_per_call") + " must be 1 to " +
-                          std::to_string(kMaxChunksPerCallLimit)};
-      }
-    }
-    if (s["max_sessions"]) c.max_sessions = Uint(s["max_sessions"], "sessions.max_sessions");
-    if (c.max_sessions == 0) throw ConfigError{Where(s["max_sessions"], "sessions.max_sessions") + " must be at least 1"};
-    if (s["max_arena"]) c.max_arena_bytes = Bytes(s["max_arena"], "sessions.max_arena");
-    if (c.max_arena_bytes < 4096) throw ConfigError{Where(s["max_arena"], "sessions.max_arena") + " must be at least 4KiB"};
-    if (s["arena_budget"] && !IsAuto(s["arena_budget"])) {
-      c.arena_budget_bytes = Bytes(s["arena_budget"], "sessions.arena_budget");
-    }
-    if (c.arena_budget_bytes < 4096) {
-      throw ConfigError{Where(s["arena_budget"], "sessions.arena_budget") + " must be at least 4KiB"};
-    }
-    // Per uid: after the node's limits, which `auto` halves.
-    const bool isolated = c.isolation == DaemonConfig::Isolation::kUid;
-    if (const auto v = s["max_sessions_per_uid"]; v && !IsAuto(v)) {
-      c.max_sessions_per_uid = Uint(v, "sessions.max_sessions_per_uid");
-    } else if (isolated) {
-      c.max_sessions_per_uid = std::max<uint32_t>(c.max_sessions / 2, 1);
-    }
-    if (const auto v = s["arena_budget_per_uid"]; v && !IsAuto(v)) {
-      c.arena_budget_per_uid = Bytes(v, "sessions.arena_budget_per_uid");
-    } else if (isolated) {
-      c.arena_budget_per_uid = c.arena_budget_bytes / 2;
-    }
-  }
-  if (root["block_size"]) c.store.block_size = static_cast<uint32_t>(std::min<uint64_t>(Bytes(root["block_size"], "block_size"), UINT32_MAX));
-  if (const auto s = root["staging"]) {
-    RequireMap(s, "staging", {"limit", "high_water", "max_defer"});
-    if (s["limit"] && !(s["limit"].IsScalar() && s["limit"].as<std::string>() == "auto")) {
-      c.store.staging_limit_bytes = Bytes(s["limit"], "staging.limit");
-    }
-    if (s["high_water"]) c.store.staging_high_water = Number(s["high_water"], "staging.high_water");
-    if (s["max_defer"]) c.store.staging_max_defer_seconds = Seconds(s["max_defer"], "staging.max_defer");
-  }
-  if (root["verify_checksums"]) c.store.verify_checksums = Bool(root["verify_checksums"], "verify_checksums");
-  if (const auto r = root["reads"]) {
-    RequireMap(r, "reads", {"deadline_floor", "deadline_cap", "give_up", "verify_threads"});
-    if (const auto v = r["verify_threads"]) {
-      if (v.IsScalar() && v.Scalar() == "auto") {
-        c.store.verify_threads = -1;
-      } else {
-        const uint32_t n = Uint(v, "reads.verify_threads");
-        if (n > 64) throw ConfigError{Where(v, "reads.verify_threads") + " must be auto or 0 to 64"};
-        c.store.verify_threads = static_cast<int>(n);
-      }
-    }
-    if (r["deadline_floor"]) c.store.read_deadline_floor_seconds = Seconds(r["deadline_floor"], "reads.deadline_floor");
-    if (r["deadline_cap"]) c.store.read_deadline_cap_seconds = Seconds(r["deadline_cap"], "reads.deadline_cap");
-    if (r["give_up"]) c.store.read_give_up_seconds = Seconds(r["give_up"], "reads.give_up");
-  }
-  if (const auto p = root["policies"]) {
-    RequireMap(p, "policies", {"routing", "batching", "writes", "replication", "fsync"});
-    if (p["routing"]) c.store.routing = Policy<RoutingPolicy>(p["routing"], "policies.routing", ParseRouting);
-    if (p["batching"]) c.store.batching = Policy<BatchingPolicy>(p["batching"], "policies.batching", ParseBatching);
-    if (p["writes"]) c.store.writes = Policy<WritePolicy>(p["writes"], "policies.writes", ParseWrites);
-    if (p["replication"]) c.store.replication = Policy<ReplicationPolicy>(p["replication"], "policies.replication", ParseReplication);
-    if (p["fsync"]) c.store.fsync = Policy<FsyncPolicy>(p["fsync"], "policies.fsync", ParseFsync);
-  }
-  if (const auto l = root["logging"]) {
-    RequireMap(l, "logging", {"level"});
-    if (l["level"]) {
-      c.log_level = Str(l["level"], "logging.level");
-      static const std::set<std::string> levels = {"trace", "debug", "info", "warn", "error"};
-      if (!levels.count(c.log_level)) throw ConfigError{Where(l["level"], "logging.level") + " must be trace, debug, info, warn or error"};
-    }
-  }
-  if (const auto m = root["metrics"]) {
-    RequireMap(m, "metrics", {"listen"});
-    if (m["listen"]) c.metrics_listen = Str(m["listen"], "metrics.listen");
-  }
-  if (root["node"]) c.store.node = Str(root["node"], "node");
-  if (root["io_engine"]) c.store.io_engine = Policy<IoEngine>(root["io_engine"], "io_engine", ParseIoEngine);
-  if (root["shared_key_file"]) {
-    c.store.shared_key_file = Str(root["shared_key_file"], "shared_key_file");
-    if (c.store.shared_key_file.empty() || c.store.shared_key_file[0] != '/') {
-      throw ConfigError{Where(root["shared_key_file"], "shared_key_file") + " must be an absolute path"};
-    }
-  }
-  if (root["foreign_chunks_limit"]) {
-    c.store.foreign_chunks_limit = Uint(root["foreign_chunks_limit"], "foreign_chunks_limit");
-    if (c.store.foreign_chunks_limit == 0) {
-      throw ConfigError{Where(root["foreign_chunks_limit"], "foreign_chunks_limit") + " must be at least 1"};
-    }
-  }
-  const auto tiers = root["tiers"];
-  if (!tiers || !tiers.IsSequence() || tiers.size() == 0) throw ConfigError{"'tiers' must list at least one tier"};
-  for (size_t i = 0; i < tiers.size(); ++i) {
-    const std::string key = "tiers[" + std::to_string(i) + "]";
+  const YAML::Node tiers = Child(root, "tiers");
+  if (tiers.IsDefined() && !tiers.IsSequence()) throw ConfigError{Where(tiers, "tiers") + " must list at least one tier"};
+  for (size_t i = 0; tiers.IsDefined() && i < tiers.size(); ++i) {
+    const std::string where = "tiers[" + std::to_string(i) + "]";
     const YAML::Node t = tiers[i];
-    RequireMap(t, key, {"name", "path", "drives", "capacity", "queue_depth", "queue_depth_max", "write_queue_depth", "allow_buffered", "shared",
-                       "miss_ttl", "owner_uid", "owner_gid"});
-    for (const char* required : {"name", "capacity"}) {
-      if (!t[required]) throw ConfigError{Where(t, key) + " needs '" + required + "'"};
+    RequireMap(t, where, AllowedIn("tiers"));
+    TierConfig tier;
+    for (const ConfigKey& key : ConfigKeys()) {
+      const auto [section, name] = SectionAndName(key.name);
+      if (section != "tiers") continue;
+      if (key.required && !Child(t, name).IsDefined()) throw ConfigError{Where(t, where) + " needs '" + name + "'"};
     }
-    if (!t["path"] == !t["drives"]) {
-      throw ConfigError{Where(t, key) + " needs either 'path' (one directory) or 'drives' (one directory per drive)"};
+    for (const ConfigKey& key : ConfigKeys()) {
+      const auto [section, name] = SectionAndName(key.name);
+      if (section == "tiers") ReadKey(key, t, where + "." + name, c, &tier);
     }
-    TierConfig tc;
-    tc.name = Str(t["name"], key + ".name");
-    if (t["path"]) tc.path = Str(t["path"], key + ".path");
-    if (const YAML::Node drives = t["drives"]) {
-      if (!drives.IsSequence() || drives.size() == 0) {
-        throw ConfigError{Where(drives, key + ".drives") + " must list at least one directory"};
-      }
-      for (size_t d = 0; d < drives.size(); ++d) {
-        tc.drives.push_back(Str(drives[d], key + ".drives[" + std::to_string(d) + "]"));
-      }
-    }
-    tc.capacity_bytes = Bytes(t["capacity"], key + ".capacity");
-    if (const YAML::Node depth = t["queue_depth"]; depth && !(depth.IsScalar() && depth.Scalar() == "auto")) {
-      tc.queue_depth = Uint(depth, key + ".queue_depth");  // 0: auto too
-    }
-    if (const YAML::Node most = t["queue_depth_max"]) {
-      if (tc.queue_depth != 0) {
-        throw ConfigError{Where(most, key + ".queue_depth_max") + " applies to queue_depth auto only"};
-      }
-      tc.queue_depth_max = Uint(most, key + ".queue_depth_max");
-      if (tc.queue_depth_max == 0) throw ConfigError{Where(most, key + ".queue_depth_max") + " must be at least 1"};
-    }
-    if (t["write_queue_depth"]) tc.write_queue_depth = Uint(t["write_queue_depth"], key + ".write_queue_depth");
-    if (t["allow_buffered"]) tc.allow_buffered_fallback = Bool(t["allow_buffered"], key + ".allow_buffered");
-    if (t["shared"]) tc.shared = Bool(t["shared"], key + ".shared");
-    if (t["miss_ttl"]) {
-      if (!tc.shared) throw ConfigError{Where(t["miss_ttl"], key + ".miss_ttl") + " applies to shared tiers only"};
-      tc.miss_ttl_seconds = Seconds(t["miss_ttl"], key + ".miss_ttl");
-    }
-    if (t["owner_uid"]) tc.owner_uid = Uint(t["owner_uid"], key + ".owner_uid");
-    if (t["owner_gid"]) tc.owner_gid = Uint(t["owner_gid"], key + ".owner_gid");
-    c.store.tiers.push_back(tc);
+    c.store.tiers.push_back(std::move(tier));
   }
-  ApplyIsolation(root["sessions"], &c);
+  ApplyIsolation(&c);
   return c;
+}
+
+// The key ValidateConfig refused (its fault), with its line: "'tiers[1].capacity' (line 9): ".
+std::string Blame(const YAML::Node& root, const ConfigFault& fault) {
+  if (fault.field == "tiers") return Where(Child(root, "tiers"), "tiers") + ": ";
+  for (const ConfigKey& key : ConfigKeys()) {
+    const auto [section, name] = SectionAndName(key.name);
+    if (key.store_field != fault.field || (section == "tiers") != (fault.tier >= 0)) continue;
+    if (section != "tiers") {
+      const YAML::Node node = Child(section.empty() ? root : Child(root, section), name);
+      return Where(node, key.name) + ": ";
+    }
+    const YAML::Node tiers = Child(root, "tiers");
+    const YAML::Node tier = tiers.IsDefined() && tiers.IsSequence() && fault.tier < static_cast<int>(tiers.size())
+                                ? tiers[fault.tier]
+                                : YAML::Node(YAML::NodeType::Undefined);
+    const YAML::Node node = Child(tier, name);  // or where absent, the tier that lacks it
+    return Where(node.IsDefined() ? node : tier, "tiers[" + std::to_string(fault.tier) + "]." + name) + ": ";
+  }
+  return "";
 }
 
 }  // namespace
@@ -426,8 +256,9 @@ uint64_t DefaultArenaBudget() { return MemoryLimit() / 4; }
 
 absl::StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& yaml, const std::string& origin) {
   DaemonConfig config;
+  YAML::Node root;
   try {
-    YAML::Node root = YAML::Load(yaml);
+    root = YAML::Load(yaml);
     std::vector<YAML::Node> done;
     SubstituteEnvironment(root, &done);
     config = Parse(root);
@@ -436,8 +267,11 @@ absl::StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& yaml, const st
   } catch (const YAML::Exception& e) {
     return absl::InvalidArgumentError(origin + ": " + e.what());
   }
-  auto store = ValidateConfig(std::move(config.store));
-  if (!store.ok()) return absl::InvalidArgumentError(origin + ": " + std::string(store.status().message()));
+  ConfigFault fault;
+  auto store = ValidateConfig(std::move(config.store), &fault);
+  if (!store.ok()) {
+    return absl::InvalidArgumentError(origin + ": " + Blame(root, fault) + std::string(store.status().message()));
+  }
   config.store = *std::move(store);
   return config;
 }
