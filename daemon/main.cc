@@ -22,6 +22,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "config.h"
+#include "config_keys.h"
 #include "control_socket.h"
 #include "descriptor_caps.h"
 #include "http_endpoint.h"
@@ -140,6 +141,13 @@ int Main(int argc, char** argv) {
   std::string config_path;
   app.add_option("--config", config_path, "YAML configuration (documented in deploy/kvstreamd.yaml)")->required();
   app.set_version_flag("--version", KVSTREAM_VERSION);
+  app.add_flag_callback(
+      "--config-keys",
+      [] {
+        std::cout << FormatConfigKeys();
+        throw CLI::Success();
+      },
+      "Print every configuration key (type, default, when it applies, what it does) and exit");
   CLI11_PARSE(app, argc, argv);
 
   auto config = LoadDaemonConfig(config_path);
