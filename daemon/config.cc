@@ -170,7 +170,9 @@ DaemonConfig Parse(const YAML::Node& root) {
     ReadKey(key, map, key.name, c, nullptr);
   }
   const YAML::Node tiers = Child(root, "tiers");
-  if (tiers.IsDefined() && !tiers.IsSequence()) throw ConfigError{Where(tiers, "tiers") + " must list at least one tier"};
+  if (tiers.IsDefined() && !tiers.IsSequence()) {
+    throw ConfigError{Where(tiers, "tiers") + " must list at least one tier"};
+  }
   for (size_t i = 0; tiers.IsDefined() && i < tiers.size(); ++i) {
     const std::string where = "tiers[" + std::to_string(i) + "]";
     const YAML::Node t = tiers[i];

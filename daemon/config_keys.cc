@@ -28,7 +28,8 @@ const ConfigCondition kQueueDepthAuto{"queue_depth auto", "tiers[].queue_depth",
 uint32_t UintIn(Value v, uint32_t least, uint32_t most) {
   const uint32_t n = v.Uint();
   if (n < least || n > most) {
-    v.Fail(most == UINT32_MAX ? absl::StrCat(" must be at least ", least) : absl::StrCat(" must be ", least, " to ", most));
+    v.Fail(most == UINT32_MAX ? absl::StrCat(" must be at least ", least)
+                              : absl::StrCat(" must be ", least, " to ", most));
   }
   return n;
 }
@@ -78,7 +79,10 @@ std::vector<ConfigKey> Table() {
        .read = [](Value v, Config c, Tier) { c.max_arena_bytes = AtLeast4KiB(v); },
        .doc = "largest shared-memory arena one session may attach"},
       {.name = "sessions.arena_budget", .type = "bytes | auto", .default_value = "auto",
-       .read = [](Value v, Config c, Tier) { c.arena_budget_bytes = v.IsAuto() ? DefaultArenaBudget() : AtLeast4KiB(v); },
+       .read =
+           [](Value v, Config c, Tier) {
+             c.arena_budget_bytes = v.IsAuto() ? DefaultArenaBudget() : AtLeast4KiB(v);
+           },
        .doc = "all sessions' arenas together; auto: a quarter of the memory limit"},
       {.name = "sessions.max_sessions_per_uid", .type = "count | auto", .default_value = "auto",
        .read =
@@ -115,10 +119,16 @@ std::vector<ConfigKey> Table() {
 
       // The store.
       {.name = "block_size", .type = "bytes", .default_value = "1MiB", .store_field = "block_size",
-       .read = [](Value v, Config c, Tier) { c.store.block_size = static_cast<uint32_t>(std::min<uint64_t>(v.Bytes(), UINT32_MAX)); },
+       .read =
+           [](Value v, Config c, Tier) {
+             c.store.block_size = static_cast<uint32_t>(std::min<uint64_t>(v.Bytes(), UINT32_MAX));
+           },
        .doc = "read block and checksummed segment of new chunks (a multiple of 4 KiB)"},
       {.name = "staging.limit", .type = "bytes | auto", .default_value = "auto", .store_field = "staging_limit_bytes",
-       .read = [](Value v, Config c, Tier) { c.store.staging_limit_bytes = v.IsAuto() ? DefaultStagingLimit() : v.Bytes(); },
+       .read =
+           [](Value v, Config c, Tier) {
+             c.store.staging_limit_bytes = v.IsAuto() ? DefaultStagingLimit() : v.Bytes();
+           },
        .doc = "staged chunk images not yet durable; auto: 1/32 of the memory limit, 256MiB to 16GiB"},
       {.name = "staging.high_water", .type = "number", .default_value = "0.75", .store_field = "staging_high_water",
        .read = [](Value v, Config c, Tier) { c.store.staging_high_water = v.Number(); },
@@ -134,7 +144,8 @@ std::vector<ConfigKey> Table() {
        .store_field = "read_deadline_floor_seconds",
        .read = [](Value v, Config c, Tier) { c.store.read_deadline_floor_seconds = v.Seconds(); },
        .doc = "least read deadline (4x the tier's recent read time, clamped)"},
-      {.name = "reads.deadline_cap", .type = "duration", .default_value = "2s", .store_field = "read_deadline_cap_seconds",
+      {.name = "reads.deadline_cap", .type = "duration", .default_value = "2s",
+       .store_field = "read_deadline_cap_seconds",
        .read = [](Value v, Config c, Tier) { c.store.read_deadline_cap_seconds = v.Seconds(); },
        .doc = "most read deadline"},
       {.name = "reads.give_up", .type = "duration", .default_value = "10s", .store_field = "read_give_up_seconds",
@@ -156,7 +167,8 @@ std::vector<ConfigKey> Table() {
        .read = [](Value v, Config c, Tier) { c.store.writes = v.Parsed(ParseWrites); },
        .doc = "writes while reads are idle, or at once"},
       {.name = "policies.replication", .type = "all | primary | adaptive", .default_value = "all",
-       .store_field = "replication", .read = [](Value v, Config c, Tier) { c.store.replication = v.Parsed(ParseReplication); },
+       .store_field = "replication",
+       .read = [](Value v, Config c, Tier) { c.store.replication = v.Parsed(ParseReplication); },
        .doc = "which tiers a chunk is written to"},
       {.name = "policies.fsync", .type = "none | chunk", .default_value = "none", .store_field = "fsync",
        .read = [](Value v, Config c, Tier) { c.store.fsync = v.Parsed(ParseFsync); },
@@ -175,14 +187,17 @@ std::vector<ConfigKey> Table() {
       {.name = "node", .type = "name", .absent = "the host name", .store_field = "node",
        .read = [](Value v, Config c, Tier) { c.store.node = v.Str(); },
        .doc = "this node's name on shared tiers (unique per node)"},
-      {.name = "foreign_chunks_limit", .type = "count", .default_value = "262144", .store_field = "foreign_chunks_limit",
+      {.name = "foreign_chunks_limit", .type = "count", .default_value = "262144",
+       .store_field = "foreign_chunks_limit",
        .read = [](Value v, Config c, Tier) { c.store.foreign_chunks_limit = v.Uint(); },
        .doc = "shared tiers: keys in other nodes' files kept indexed"},
       {.name = "shared_key_file", .type = "absolute path", .absent = "none", .store_field = "shared_key_file",
        .read =
            [](Value v, Config c, Tier) {
              c.store.shared_key_file = v.Str();
-             if (c.store.shared_key_file.empty() || c.store.shared_key_file[0] != '/') v.Fail(" must be an absolute path");
+             if (c.store.shared_key_file.empty() || c.store.shared_key_file[0] != '/') {
+               v.Fail(" must be an absolute path");
+             }
            },
        .doc = "the cluster key: chunks carry a keyed MAC (docs/chunk-format.md)"},
       {.name = "io_engine", .type = "auto | io_uring | threads", .default_value = "auto", .store_field = "io_engine",

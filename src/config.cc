@@ -115,15 +115,20 @@ absl::Status ValidateTier(TierConfig& t, int given, uint32_t block_size, const R
     return refuse("path", given, absl::StrCat("tier '", t.name, "' has no path: it needs either 'path' (one "
                                               "directory) or 'drives' (one directory per drive)"));
   }
-  if (t.capacity_bytes == 0) return refuse("capacity_bytes", given, absl::StrCat("tier '", t.name, "' needs a capacity > 0"));
+  if (t.capacity_bytes == 0) {
+    return refuse("capacity_bytes", given, absl::StrCat("tier '", t.name, "' needs a capacity > 0"));
+  }
   if (t.queue_depth == 0) {  // auto: from the default up to the ceiling (AutoMaxQueueDepth unless given)
     if (t.queue_depth_max == 0) t.queue_depth_max = AutoMaxQueueDepth(block_size);
     t.queue_depth = std::min(DefaultQueueDepth(block_size), t.queue_depth_max);
   }
-  if (t.queue_depth > 4096) return refuse("queue_depth", given, absl::StrCat("tier '", t.name, "' queue_depth above 4096"));
+  if (t.queue_depth > 4096) {
+    return refuse("queue_depth", given, absl::StrCat("tier '", t.name, "' queue_depth above 4096"));
+  }
   if (t.queue_depth_max == 0) t.queue_depth_max = t.queue_depth;  // given: fixed
   if (t.queue_depth_max < t.queue_depth || t.queue_depth_max > 4096) {
-    return refuse("queue_depth_max", given, absl::StrCat("tier '", t.name, "' queue_depth_max must be queue_depth to 4096"));
+    return refuse("queue_depth_max", given,
+                  absl::StrCat("tier '", t.name, "' queue_depth_max must be queue_depth to 4096"));
   }
   if (t.write_queue_depth == 0 || t.write_queue_depth > 256) {
     return refuse("write_queue_depth", given, absl::StrCat("tier '", t.name, "' write_queue_depth must be 1-256"));

@@ -264,8 +264,8 @@ TEST_CASE("a value the store refuses is named by its key and line") {
             .find("'sessions.tier_share_per_uid' (line 2): ") != std::string::npos);
   CHECK(refused("tiers: []\n").find("'tiers' (line 1): at least one tier") != std::string::npos);
   CHECK(refused("node: a\n").find("'tiers': at least one tier") != std::string::npos);
-  CHECK(refused(std::string(kMinimal) + "block_size: 64MiB\nstaging: {limit: 32MiB}\n").find("'staging.limit' (line 4)") !=
-        std::string::npos);
+  CHECK(refused(std::string(kMinimal) + "block_size: 64MiB\nstaging: {limit: 32MiB}\n")
+            .find("'staging.limit' (line 4)") != std::string::npos);
 }
 
 TEST_CASE("every key reads its own default, and the table lists each key once") {
