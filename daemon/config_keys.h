@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "config.h"
+#include "daemon_config.h"
 
 namespace kvstream {
 
