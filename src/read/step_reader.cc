@@ -22,14 +22,16 @@ StepReader::StepReader(const StoreConfig& config, const Tiers& tiers, GuardedInd
       regions_(regions),
       reactor_(reactor),
       counters_(counters),
-      on_step_finished_(std::move(on_step_finished)) {}
+      on_step_finished_(std::move(on_step_finished)),
+      deadlines_(config, tiers.size()),
+      pace_(tiers.size()) {}
 
 absl::Status StepReader::Init() {
   const size_t block = config_.block_size;
-  slots_.resize(tiers_.size());
+  reads_.resize(tiers_.size());
   for (size_t t = 0; t < tiers_.size(); ++t) {
     Tier& tier = *tiers_[t];
-    TierReads& ts = slots_[t];
+    TierReads& ts = reads_[t];
     tier_names_.push_back(tier.name);
     ts.slots = std::vector<ReadSlot>(tier.read_depth);
     ts.depth = DepthTuner(tier.read_depth_now, tier.read_depth);
@@ -110,7 +112,7 @@ void StepReader::Place(std::unique_ptr<ReadStep> owned, const Policies& policies
   }
   pool_->Add(step);
   for (size_t t = 0; t < tiers_.size(); ++t) {
-    if (slots_[t].late > 0) pool_->ReleasePins(step, static_cast<int>(t));  // placed while t is stalled
+    if (deadlines_.stalled(static_cast<int>(t))) pool_->ReleasePins(step, static_cast<int>(t));  // placed while t is stalled
   }
   for (const auto& [chunk, from] : staged) step->results[chunk].status = CopyStaged(step, chunk, *from);
   for (uint32_t chunk : finished) Deliver(step, chunk, step->results[chunk].status);
@@ -137,8 +139,8 @@ absl::Status StepReader::CopyStaged(ReadStep* step, uint32_t chunk, const Staged
 }
 
 int64_t StepReader::Schedule(int t) {
-  TierReads& ts = slots_[t];
-  if (ts.late > 0 || !tiers_[t]->readable) {  // stalled or out of reach
+  TierReads& ts = reads_[t];
+  if (deadlines_.stalled(t) || !tiers_[t]->readable) {  // stalled or out of reach
     ts.depth.SetBacklogged(false, reactor_->NowNs());
     return kNoDeadline;
   }
@@ -166,12 +168,12 @@ int64_t StepReader::Schedule(int t) {
 
 void StepReader::TuneDepth(int t, uint32_t bytes, int64_t now) {
   Tier& tier = *tiers_[t];
-  DepthTuner& depth = slots_[t].depth;
+  DepthTuner& depth = reads_[t].depth;
   std::string why;
   if (!depth.Landed(bytes, now, &why)) return;
   tier.read_depth_now.store(depth.depth(), std::memory_order_relaxed);
   // A depth settled at another value than before is news; trials and re-probes are not.
-  uint32_t& settled = slots_[t].settled_depth;
+  uint32_t& settled = reads_[t].settled_depth;
   if (!depth.trying() && depth.depth() != settled) {
     spdlog::info("tier {}: read queue depth {} (was {})", tier.name, why, settled);
     settled = depth.depth();
@@ -182,8 +184,8 @@ void StepReader::TuneDepth(int t, uint32_t bytes, int64_t now) {
 
 bool StepReader::reads_pending() const {
   if (pool_->empty()) return false;  // reads still in flight serve no pending step (hedged ones)
-  for (const TierReads& tr : slots_) {
-    if (tr.late == 0 && tr.free.size() < tr.slots.size()) return true;
+  for (size_t t = 0; t < reads_.size(); ++t) {
+    if (!deadlines_.stalled(static_cast<int>(t)) && reads_[t].free.size() < reads_[t].slots.size()) return true;
   }
   return false;
 }
@@ -204,7 +206,7 @@ void StepReader::Issue(int t, BlockRef ref) {
     ReadFailed(t, step, ref, "the file holds another version now", IoStatus::kGone, false, /*absent=*/true);
     return;
   }
-  TierReads& ts = slots_[t];
+  TierReads& ts = reads_[t];
   const uint32_t index = ts.free.back();
   ts.free.pop_back();
   ReadSlot& slot = ts.slots[index];
@@ -235,10 +237,7 @@ void StepReader::Issue(int t, BlockRef ref) {
   step->use[t].ReadStarted(now);
   ++step->reads_in_flight;
   slot.Set(IoKind::kRead, *file, meta.header_size() + start, length, target);
-  slot.busy = true;
-  slot.late = false;
-  slot.hedge_pending = false;
-  slot.give_up_pending = false;
+  slot.state = ReadState::kOnTime;
   slot.held = false;
   slot.issued_ns = now;
   tier.device->Queue(&slot);
@@ -247,7 +246,7 @@ void StepReader::Issue(int t, BlockRef ref) {
 void StepReader::Complete(int t, const IoCompletion& c) {
   Tier& tier = *tiers_[t];
   auto& slot = static_cast<ReadSlot&>(*c.request);
-  const uint32_t index = static_cast<uint32_t>(&slot - slots_[t].slots.data());
+  const uint32_t index = static_cast<uint32_t>(&slot - reads_[t].slots.data());
   const int64_t now = reactor_->NowNs();
   ReadLanded(t, &slot, now);
   if (c.status == IoStatus::kOk) TuneDepth(t, slot.length, now);
@@ -317,7 +316,7 @@ void StepReader::Verified(const VerifyJob& job) {
   --step->verifying;
   const bool wanted = blk.state != BlockState::kAbandoned;  // the chunk may have been placed again
   if (job.slot != kNoSlot) {
-    ReadSlot& slot = slots_[job.tier].slots[job.slot];
+    ReadSlot& slot = reads_[job.tier].slots[job.slot];
     // Copied here, on the loop, only while wanted: a late copy could land over a newer version.
     const bool copied = !wanted || !job.ok || CopyIn(step, blk.chunk, slot);
     FreeSlot(job.tier, job.slot);

@@ -10,29 +10,31 @@
 // version it was placed against: when the key is rewritten meanwhile (so a tier's file now holds
 // other bytes), the chunk is placed again as the new version instead of blaming the tier.
 //
-// No step waits on one tier without bound (read/step_reader_deadlines.cc): a read in flight past its
-// tier's deadline (4x the tier's recent read time, clamped to the configured floor and cap) marks
-// the tier stalled, so it claims nothing new until that read lands, and its block is read again
-// from another holder (a hedge; not before that holder could read a block, so a briefly late fast
-// tier is not replaced by a much slower one). At the end of a step under completion routing, a
-// tier leaves the last blocks to the others when they would read them all before its own read
-// would land, and an idle tier takes over a block that a much slower tier would finish later than
-// it could read it (looked at again when such a read becomes overdue, even if nothing lands). A hedged read is abandoned: its
-// completion is ignored, and it can no longer be seen because it targets a bounce buffer or
-// memory the store took back (memory/memory_regions.h). A read straight into other memory is never
-// hedged: it is waited for. A destination in client memory that may shrink (ChunkRead::dst_fd)
-// is copied into (bounced blocks) and hashed only under a SIGBUS guard (memory/client_memory.h); a
-// destination that vanished fails only its chunk. A block that hashes wrong there says nothing of
-// its tier (the client may have truncated its memory and grown it back under the read, or written
-// into it): it is read again through a bounce buffer and judged in the store's own memory, the
-// only verdict that counts against a tier. A chunk whose newest version is still in staging
-// (persisted, not yet written: write/write_stager.h) is copied from there at placement and
-// delivered at once, served by no tier. Loop thread only.
+// No step waits on one tier without bound (the rules: read/read_deadlines.h; applied in
+// read/step_reader_deadlines.cc): a read in flight past its tier's deadline (4x the tier's recent
+// read time, clamped to the configured floor and cap) marks the tier stalled, so it claims nothing
+// new until that read lands, and its block is read again from another holder (a hedge; not before
+// that holder could read a block, so a briefly late fast tier is not replaced by a much slower
+// one). At the end of a step under completion routing, a tier leaves the last blocks to the others
+// when they would read them all before its own read would land, and an idle tier takes over a block
+// that a much slower tier would finish later than it could read it (looked at again when such a
+// read becomes overdue, even if nothing lands). A hedged read is abandoned: its completion is
+// ignored, and it can no longer be seen because it targets a bounce buffer or memory the store took
+// back (memory/memory_regions.h). A read straight into other memory is never hedged: it is waited
+// for. A destination in client memory that may shrink (ChunkRead::dst_fd) is copied into (bounced
+// blocks) and hashed only under a SIGBUS guard (memory/client_memory.h); a destination that
+// vanished fails only its chunk. A block that hashes wrong there says nothing of its tier (the
+// client may have truncated its memory and grown it back under the read, or written into it): it is
+// read again through a bounce buffer and judged in the store's own memory, the only verdict that
+// counts against a tier. A chunk whose newest version is still in staging (persisted, not yet
+// written: write/write_stager.h) is copied from there at placement and delivered at once, served by
+// no tier. Loop thread only.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -46,6 +48,7 @@
 #include "memory/memory_regions.h"
 #include "read/block_verifier.h"
 #include "read/depth_tuner.h"
+#include "read/read_deadlines.h"
 #include "read/step_pool.h"
 #include "read/step_record.h"
 #include "write/write_stager.h"
@@ -148,23 +151,19 @@ class StepReader {
     uint32_t payload = 0;       // payload bytes of the block
     uint8_t* bounce = nullptr;  // this slot's bounce buffer, block_size bytes
     AlignedBuffer oversized;    // bounce for blocks larger than block_size (older chunks)
-    bool busy = false;
-    bool late = false;          // past its deadline; its tier is stalled until it lands
-    bool hedge_pending = false; // late, its block not yet read again elsewhere (HedgeAfter)
-    bool give_up_pending = false;  // late, nobody else to read it: its chunk fails at issue + give_up
-    bool held = false;          // abandoned while straight into memory not taken back (ReadStep::held)
+    ReadState state = ReadState::kFree;  // against its deadline (read/read_deadlines.h)
+    // Abandoned while straight into memory not taken back (ReadStep::held): apart from `state`,
+    // because a read on time and a late one alike can be held when their chunk is placed again.
+    bool held = false;
     int64_t issued_ns = 0;
   };
+  // A tier's read slots. Whether it is stalled or given up is ReadDeadlines'.
   struct TierReads {
     std::vector<ReadSlot> slots;  // the tier's most reads in flight
     std::vector<uint32_t> free;
     DepthTuner depth{1, 1};       // how many of the slots it takes now
     uint32_t settled_depth = 0;   // the depth last logged as settled
     AlignedBuffer bounce_pool;  // read_depth x block_size
-    double read_ns = 0;         // moving average of a read's time from issue to completion
-    uint32_t late = 0;          // late reads in flight: the tier is stalled while > 0
-    int64_t stalled_since_ns = 0;
-    bool given_up = false;      // stalled past reads.give_up: it holds no chunk of a step until it answers
   };
 
   // A chunk rewritten more often than this while one step reads it fails (Aborted-like DataLoss).
@@ -182,29 +181,26 @@ class StepReader {
   void Issue(int tier, BlockRef ref);
   // A read of `bytes` landed on `tier`: its depth measured, perhaps changed (and logged).
   void TuneDepth(int tier, uint32_t bytes, int64_t now);
-  void FreeSlot(int tier, uint32_t slot) { slots_[tier].free.push_back(slot); }
+  void FreeSlot(int tier, uint32_t slot) { reads_[tier].free.push_back(slot); }
   // Whether `tier` may take another read now (its depth not reached).
   bool HasRoom(int tier) const {
-    const TierReads& tr = slots_[tier];
+    const TierReads& tr = reads_[tier];
     return tr.slots.size() - tr.free.size() < tr.depth.depth();
   }
   // A block's verification finished: accepted, failed over, or ignored (abandoned meanwhile).
   void Verified(const VerifyJob& job);
   // The block arrived intact: counted, and its chunk delivered once complete.
   void Accept(int tier, BlockRef ref, uint32_t payload);
-  int64_t Deadline(int tier) const;
-  // How long `tier` takes for one block: from its bandwidth in steps (smooth), else its read
-  // time; 0 before either is measured.
-  double BlockNs(int tier) const;
+  // What the deadline rules read of each tier now, one entry per tier (refreshed at each call).
+  std::span<const TierPace> Pace();
   void ReadLate(int tier, ReadSlot* slot, int64_t now);
   void ReadLanded(int tier, ReadSlot* slot, int64_t now);
   // Abandons the slot's read and gives its block to another holder; false when that is unsafe
   // (a read straight into memory that cannot be taken back) or nobody else holds the chunk.
   bool Hedge(int tier, ReadSlot* slot);
-  // How long after its issue a late read's block is read again from another holder: the tier's
-  // deadline, or the fastest other holder's time for a block if that is longer (reading it again
-  // from a much slower tier finishes later than a tier that is only briefly late).
-  int64_t HedgeAfter(int tier, const ReadSlot& slot) const;
+  // How long after its issue the late read's block is read again from another holder
+  // (ReadDeadlines::HedgeAfter, over the other holders of its chunk).
+  int64_t HedgeAfter(int tier, const ReadSlot& slot);
   // Hedges the late read now if HedgeAfter has passed, else leaves it pending for CheckDeadlines;
   // a read nobody else can take over is left to GiveUp (reads.give_up).
   void MaybeHedge(int tier, ReadSlot* slot, int64_t now);
@@ -214,8 +210,6 @@ class StepReader {
   // The tiers given up (a read in flight for reads.give_up) stop holding the chunks of `step`
   // (every pending step when null); those no other tier holds fail. May finish (free) steps.
   void DropGivenUpTiers(Step* step);
-  // The tiers given up now, as a mask.
-  uint32_t GivenUpTiers() const;
   // Why a chunk only `tier` holds failed once the tier was given up.
   std::string GivenUpWhy(int tier) const;
   // `tier` has room and nothing to claim: takes over the straggler of another tier that it can
@@ -226,7 +220,7 @@ class StepReader {
   // read everything they have in flight, every unclaimed block and this one before a read of
   // `tier` issued now would land (its usual read time): the block is better left to them. Never
   // while `tier` has no read in flight.
-  bool LeavesToOthers(int tier, BlockRef ref) const;
+  bool LeavesToOthers(int tier, BlockRef ref);
   // A read of the placed version failed on `tier` as `kind` (`checksum`: its bytes did not match).
   // If the key was rewritten since placement, the chunk is read again as the current version and
   // nothing counts against the tier; otherwise the tier stops serving the chunk, the failure is
@@ -272,7 +266,9 @@ class StepReader {
   ForeignRead on_foreign_read_;
   ForeignBad on_foreign_bad_;
   std::vector<std::string> tier_names_;
-  std::vector<TierReads> slots_;  // per tier
+  std::vector<TierReads> reads_;  // per tier
+  ReadDeadlines deadlines_;
+  std::vector<TierPace> pace_;    // Pace()'s, per tier
   std::vector<std::unique_ptr<ReadStep>> steps_;
   std::vector<VerifyJob> verified_;  // TakeVerified's batch, reused
   std::unique_ptr<BlockVerifier> verifier_;  // last: its threads stop before the steps go

@@ -6,53 +6,36 @@
 #include "spdlog/spdlog.h"
 
 namespace kvstream {
-namespace {
 
-constexpr double kDeadlineFactor = 4;      // a read is late past this many times its tier's usual time
-constexpr double kReadTimeWeight = 0.25;   // of a new read in its tier's moving average
-constexpr double kTailFactor = 4;          // a straggler lands this many of the idle tier's blocks late,
-constexpr double kTailFloorNs = 10e6;      // and at least this late (healthy tiers' last blocks stay)
-
-}  // namespace
-
-double StepReader::BlockNs(int t) const {
-  const double bps = tiers_[t]->reference_bps;
-  return bps > 0 ? config_.block_size / bps * 1e9 : slots_[t].read_ns;
+std::span<const TierPace> StepReader::Pace() {
+  for (size_t t = 0; t < tiers_.size(); ++t) {
+    pace_[t] = {tiers_[t]->reference_bps, tiers_[t]->readable,
+                static_cast<uint32_t>(reads_[t].slots.size() - reads_[t].free.size())};
+  }
+  return pace_;
 }
 
-int64_t StepReader::Deadline(int t) const {
-  const double floor = config_.read_deadline_floor_seconds * 1e9, cap = config_.read_deadline_cap_seconds * 1e9;
-  const double usual = slots_[t].read_ns;
-  return static_cast<int64_t>(usual == 0 ? cap : std::clamp(kDeadlineFactor * usual, floor, cap));
-}
-
-int64_t StepReader::HedgeAfter(int t, const ReadSlot& slot) const {
+int64_t StepReader::HedgeAfter(int t, const ReadSlot& slot) {
   const auto* step = static_cast<const ReadStep*>(slot.ref.step);
   const uint32_t others = step->chunks[step->blocks[slot.ref.block].chunk].holders & ~(1u << t);
-  double fastest = -1;  // ns the fastest other holder that can read needs for a block
-  for (size_t h = 0; h < tiers_.size(); ++h) {
-    if (!(others & (1u << h)) || slots_[h].late > 0 || !tiers_[h]->readable) continue;
-    const double block_ns = BlockNs(static_cast<int>(h));
-    if (fastest < 0 || block_ns < fastest) fastest = block_ns;
-  }
-  return std::max(Deadline(t), static_cast<int64_t>(std::max(0.0, fastest)));
+  return deadlines_.HedgeAfter(t, others, Pace());
 }
 
 void StepReader::MaybeHedge(int t, ReadSlot* slot, int64_t now) {
   auto* step = static_cast<ReadStep*>(slot->ref.step);
   if (step->blocks[slot->ref.block].state != BlockState::kInFlight) {
-    slot->hedge_pending = false;
+    slot->state = ReadState::kLate;
     return;
   }
   if (now - slot->issued_ns < HedgeAfter(t, *slot)) {
-    slot->hedge_pending = true;  // another holder would take longer than the late read might
+    slot->state = ReadState::kHedgeDue;  // another holder would take longer than the late read might
     return;
   }
-  slot->hedge_pending = false;
+  slot->state = ReadState::kLate;
   if (Hedge(t, slot)) return;
-  const bool give_up = config_.read_give_up_seconds > 0;
-  slot->give_up_pending = give_up;
-  if (slots_[t].late == 1) {
+  const bool give_up = deadlines_.gives_up();
+  if (give_up) slot->state = ReadState::kGiveUpDue;
+  if (deadlines_.late_reads(t) == 1) {
     spdlog::warn("tier {}: the late read of '{}' cannot be taken over (no other holder, or it reads straight into "
                  "memory the store cannot take back); {}",
                  tiers_[t]->name, step->reads[step->blocks[slot->ref.block].chunk].key,
@@ -63,7 +46,7 @@ void StepReader::MaybeHedge(int t, ReadSlot* slot, int64_t now) {
 }
 
 void StepReader::GiveUp(int t, ReadSlot* slot) {
-  slot->give_up_pending = false;
+  slot->state = ReadState::kLate;
   auto* step = static_cast<ReadStep*>(slot->ref.step);
   const StepBlock& blk = step->blocks[slot->ref.block];
   if (blk.state != BlockState::kInFlight) return;
@@ -102,18 +85,10 @@ std::string StepReader::GivenUpWhy(int t) const {
                       " s and no other tier holds the chunk");
 }
 
-uint32_t StepReader::GivenUpTiers() const {
-  uint32_t mask = 0;
-  for (size_t t = 0; t < slots_.size(); ++t) {
-    if (slots_[t].given_up) mask |= 1u << t;
-  }
-  return mask;
-}
-
 void StepReader::DropGivenUpTiers(Step* only) {
   std::vector<std::pair<Step*, uint32_t>> failing;
-  for (size_t t = 0; t < slots_.size(); ++t) {
-    if (!slots_[t].given_up) continue;
+  for (size_t t = 0; t < reads_.size(); ++t) {
+    if (!deadlines_.given_up(static_cast<int>(t))) continue;
     const size_t first = failing.size();
     pool_->DropTier(static_cast<int>(t), only, &failing);
     for (size_t i = first; i < failing.size(); ++i) {
@@ -131,42 +106,36 @@ void StepReader::DropGivenUpTiers(Step* only) {
 
 int64_t StepReader::CheckDeadlines() {
   const int64_t now = reactor_->NowNs();
-  const int64_t give_up_ns = static_cast<int64_t>(config_.read_give_up_seconds * 1e9);
   int64_t next = kNoDeadline;
   bool newly_given_up = false;
-  for (size_t t = 0; t < slots_.size(); ++t) {
-    // A tier stalled for give_up is given up even when its late reads were all taken over:
-    // chunks only it holds would otherwise wait for it without bound.
-    TierReads& tr = slots_[t];
-    if (give_up_ns > 0 && tr.late > 0 && !tr.given_up) {
-      if (now >= tr.stalled_since_ns + give_up_ns) {
-        tr.given_up = newly_given_up = true;
-      } else {
-        next = std::min(next, tr.stalled_since_ns + give_up_ns);
-      }
-    }
-    const int64_t deadline = Deadline(static_cast<int>(t));
-    for (ReadSlot& slot : slots_[t].slots) {
-      if (slot.busy && slot.late && slot.give_up_pending) {
-        const int64_t at = slot.issued_ns + give_up_ns;
-        if (now >= at) {
-          GiveUp(static_cast<int>(t), &slot);
-          if (!slots_[t].given_up) slots_[t].given_up = newly_given_up = true;
-        } else {
-          next = std::min(next, at);
-        }
-        continue;
-      }
-      if (slot.busy && slot.late && slot.hedge_pending) {
-        MaybeHedge(static_cast<int>(t), &slot, now);
-        if (slot.hedge_pending) next = std::min(next, slot.issued_ns + HedgeAfter(static_cast<int>(t), slot));
-        continue;
-      }
-      if (!slot.busy || slot.late) continue;
-      if (now - slot.issued_ns >= deadline) {
-        ReadLate(static_cast<int>(t), &slot, now);
-      } else {
-        next = std::min(next, slot.issued_ns + deadline);
+  for (size_t i = 0; i < reads_.size(); ++i) {
+    const int t = static_cast<int>(i);
+    newly_given_up |= deadlines_.GiveUpIfStalledTooLong(t, now, &next);
+    const int64_t deadline = deadlines_.Deadline(t);
+    for (ReadSlot& slot : reads_[t].slots) {
+      switch (slot.state) {
+        case ReadState::kFree:
+        case ReadState::kLate:
+          break;
+        case ReadState::kOnTime:
+          if (now - slot.issued_ns >= deadline) {
+            ReadLate(t, &slot, now);
+          } else {
+            next = std::min(next, slot.issued_ns + deadline);
+          }
+          break;
+        case ReadState::kHedgeDue:
+          MaybeHedge(t, &slot, now);
+          if (slot.state == ReadState::kHedgeDue) next = std::min(next, slot.issued_ns + HedgeAfter(t, slot));
+          break;
+        case ReadState::kGiveUpDue:
+          if (const int64_t at = deadlines_.GiveUpAt(slot.issued_ns); now >= at) {
+            GiveUp(t, &slot);
+            newly_given_up |= deadlines_.GiveUp(t);
+          } else {
+            next = std::min(next, at);
+          }
+          break;
       }
     }
   }
@@ -175,36 +144,30 @@ int64_t StepReader::CheckDeadlines() {
 }
 
 void StepReader::ReadLate(int t, ReadSlot* slot, int64_t now) {
-  TierReads& tr = slots_[t];
   Tier& tier = *tiers_[t];
-  slot->late = true;
-  if (tr.late++ == 0) {
-    tr.stalled_since_ns = now;
+  slot->state = ReadState::kLate;  // MaybeHedge says what is left to decide
+  if (deadlines_.ReadLate(t, now)) {
     tier.stalled = true;
     ++tier.counters.stalls;
     pool_->ReleasePins(t);  // static or fastest routing must not leave blocks waiting for it
     spdlog::warn("tier {}: a read has been in flight for {} ms (deadline {} ms): stalled, it claims no new reads "
                  "until it answers",
-                 tier.name, (now - slot->issued_ns) / 1'000'000, Deadline(t) / 1'000'000);
+                 tier.name, (now - slot->issued_ns) / 1'000'000, deadlines_.Deadline(t) / 1'000'000);
   }
   ++tier.counters.late_reads;
   MaybeHedge(t, slot, now);
 }
 
 void StepReader::ReadLanded(int t, ReadSlot* slot, int64_t now) {
-  TierReads& tr = slots_[t];
-  const double took = static_cast<double>(now - slot->issued_ns);
-  tr.read_ns = tr.read_ns == 0 ? took : (1 - kReadTimeWeight) * tr.read_ns + kReadTimeWeight * took;
-  tiers_[t]->counters.read_seconds.Observe(took / 1e9);
-  slot->busy = false;
-  slot->hedge_pending = false;
-  slot->give_up_pending = false;
-  if (!slot->late) return;
-  slot->late = false;
-  if (--tr.late == 0) {
-    tr.given_up = false;
+  const int64_t took = now - slot->issued_ns;
+  deadlines_.Observe(t, took);
+  tiers_[t]->counters.read_seconds.Observe(static_cast<double>(took) / 1e9);
+  const bool late = IsLate(slot->state);
+  slot->state = ReadState::kFree;
+  if (late && deadlines_.LateReadLanded(t)) {
     tiers_[t]->stalled = false;
-    spdlog::info("tier {}: answers again after {} ms", tiers_[t]->name, (now - tr.stalled_since_ns) / 1'000'000);
+    spdlog::info("tier {}: answers again after {} ms", tiers_[t]->name,
+                 (now - deadlines_.stalled_since_ns(t)) / 1'000'000);
   }
 }
 
@@ -212,7 +175,7 @@ bool StepReader::Hedge(int t, ReadSlot* slot) {
   auto* step = static_cast<ReadStep*>(slot->ref.step);
   const StepChunk& chunk = step->chunks[step->blocks[slot->ref.block].chunk];
   if ((chunk.holders & ~(1u << t)) == 0) return false;
-  // The abandoned read must not be seen: it lands in the slot's bounce buffer (busy until then),
+  // The abandoned read must not be seen: it lands in the slot's bounce buffer (taken until then),
   // or in registered memory the store takes back from it.
   const bool safe = slot->buffer != slot->dst ||
                     regions_->TakeBack(t, slot->region, static_cast<uint8_t*>(slot->buffer), slot->length);
@@ -225,35 +188,25 @@ bool StepReader::Hedge(int t, ReadSlot* slot) {
 }
 
 bool StepReader::HedgeTail(int h, int64_t* recheck) {
-  const double block_ns = BlockNs(h);
+  const double block_ns = deadlines_.BlockNs(h, Pace()[h]);
   if (block_ns == 0) return false;  // no measure of this tier yet
-  const double margin = std::max(kTailFactor * block_ns, kTailFloorNs);
   const int64_t now = reactor_->NowNs();
   int best_tier = -1;
   ReadSlot* best = nullptr;
-  for (size_t t = 0; t < slots_.size(); ++t) {
-    if (static_cast<int>(t) == h) continue;
-    const double usual = slots_[t].read_ns;
-    for (ReadSlot& slot : slots_[t].slots) {
-      if (!slot.busy || slot.late) continue;
+  for (size_t i = 0; i < reads_.size(); ++i) {
+    const int t = static_cast<int>(i);
+    if (t == h) continue;
+    for (ReadSlot& slot : reads_[t].slots) {
+      if (slot.state != ReadState::kOnTime) continue;
       auto* step = static_cast<ReadStep*>(slot.ref.step);
       // Only completion routing spreads a step over every tier: the fixed splits and the
       // single-tier policies are references, read as they say.
       if (step->policies.routing.kind != RoutingKind::kCompletion) continue;
       const StepBlock& blk = step->blocks[slot.ref.block];
       if (blk.state != BlockState::kInFlight || !(step->chunks[blk.chunk].holders & (1u << h))) continue;
-      // It lands much later than `h` could read it (by its tier's usual read time), or it is
-      // overdue there: in flight twice its tier's usual time, and much longer than `h` needs.
-      const double age = static_cast<double>(now - slot.issued_ns);
-      const double overdue = std::max(2 * usual, margin);
-      const bool straggles = usual > 0 && (usual - age > margin || age > overdue);
-      if (!straggles) {
-        // Nothing lands from that tier meanwhile, perhaps: look again when it is overdue.
-        if (usual > 0) *recheck = std::min(*recheck, slot.issued_ns + static_cast<int64_t>(overdue) + 1);
-        continue;
-      }
+      if (!deadlines_.Straggles(t, slot.issued_ns, block_ns, now, recheck)) continue;
       if (best == nullptr || slot.issued_ns < best->issued_ns) {
-        best_tier = static_cast<int>(t);
+        best_tier = t;
         best = &slot;
       }
     }
@@ -264,29 +217,11 @@ bool StepReader::HedgeTail(int h, int64_t* recheck) {
   return true;
 }
 
-bool StepReader::LeavesToOthers(int t, BlockRef ref) const {
+bool StepReader::LeavesToOthers(int t, BlockRef ref) {
   const auto* step = static_cast<const ReadStep*>(ref.step);
   if (step->policies.routing.kind != RoutingKind::kCompletion) return false;
-  // A tier with nothing in flight always reads: its read time stays measured (a time inflated by
-  // a hang or a slow spell comes down again as its reads land), and a step never waits on an
-  // estimate alone.
-  if (slots_[t].free.size() == slots_[t].slots.size()) return false;
-  const double own_ns = slots_[t].read_ns;  // when a read of `t` issued now would land
   const uint32_t others = step->chunks[step->blocks[ref.block].chunk].holders & ~(1u << t);
-  if (own_ns == 0 || others == 0) return false;
-  double blocks_per_ns = 0;  // of the other holders together
-  size_t in_flight = 0;
-  for (size_t h = 0; h < tiers_.size(); ++h) {
-    if (!(others & (1u << h)) || slots_[h].late > 0 || !tiers_[h]->readable) continue;
-    const double bps = tiers_[h]->reference_bps;
-    if (bps <= 0) return false;  // not measured yet
-    blocks_per_ns += bps / 1e9 / config_.block_size;
-    in_flight += slots_[h].slots.size() - slots_[h].free.size();
-  }
-  if (blocks_per_ns == 0) return false;
-  // They read what they have in flight, every block still unclaimed and this one before it would land.
-  const double others_done_ns = static_cast<double>(in_flight + pool_->unclaimed() + 1) / blocks_per_ns;
-  return others_done_ns <= own_ns;
+  return deadlines_.LeavesToOthers(t, others, pool_->unclaimed(), Pace());
 }
 
 }  // namespace kvstream

@@ -54,7 +54,7 @@ bool StepReader::PlaceAgainIfRewritten(ReadStep* step, uint32_t chunk) {
     current = e->meta;
     holders = e->tiers;
   }
-  const uint32_t given_up = GivenUpTiers();
+  const uint32_t given_up = deadlines_.given_up_mask();
   if (holders != 0 && (holders & ~given_up) == 0) {  // only tiers that have stopped answering
     step->state[chunk].error = absl::StrCat("the tiers holding its new version have not answered a read in ",
                                             config_.read_give_up_seconds, " s");
@@ -98,9 +98,9 @@ bool StepReader::PlaceAgainIfRewritten(ReadStep* step, uint32_t chunk) {
 
 uint32_t StepReader::HoldOrTakeBack(ReadStep* step, uint32_t chunk) {
   uint32_t held = 0;
-  for (size_t t = 0; t < slots_.size(); ++t) {
-    for (ReadSlot& slot : slots_[t].slots) {
-      if (!slot.busy || slot.held || slot.ref.step != step || slot.buffer != slot.dst) continue;
+  for (size_t t = 0; t < reads_.size(); ++t) {
+    for (ReadSlot& slot : reads_[t].slots) {
+      if (slot.state == ReadState::kFree || slot.held || slot.ref.step != step || slot.buffer != slot.dst) continue;
       const StepBlock& blk = step->blocks[slot.ref.block];
       if (blk.chunk != chunk || blk.state != BlockState::kInFlight) continue;
       if (regions_->TakeBack(static_cast<int>(t), slot.region, static_cast<uint8_t*>(slot.buffer), slot.length)) {
