@@ -163,8 +163,7 @@ void Engine::RetrieveAsync(std::vector<ChunkRead> reads, ChunkCallback on_chunk,
     for (const ChunkRead& r : reads) keys.push_back(r.key);
     shared_lookup_.Discover(keys);
   }
-  auto step = std::make_unique<ReadStep>();
-  step->reads = std::move(reads);
+  auto step = std::make_unique<ReadStep>(std::move(reads));
   step->on_chunk = std::move(on_chunk);
   step->on_done = std::move(on_done);
   {

@@ -54,14 +54,17 @@ absl::Status StepReader::Init() {
   return absl::OkStatus();
 }
 
+ReadStep::ReadStep(std::vector<ChunkRead> requests) {
+  reads.reserve(requests.size());
+  for (ChunkRead& request : requests) reads.emplace_back().request = std::move(request);
+}
+
 void StepReader::Place(std::unique_ptr<ReadStep> owned, const Policies& policies) {
   ReadStep* step = owned.get();
   steps_.push_back(std::move(owned));
   const size_t n = step->reads.size();
   step->policies = policies;
   step->start_ns = reactor_->NowNs();
-  step->results.resize(n);
-  step->state.assign(n, ChunkState{});
   step->use.resize(tiers_.size());
   std::vector<uint32_t> finished;  // delivered after the index lock is released
   // Served from staging (copied once the index lock is released; only this thread frees them).
@@ -70,8 +73,9 @@ void StepReader::Place(std::unique_ptr<ReadStep> owned, const Policies& policies
     absl::MutexLock lock(&index_->mu());
     Index& index = index_->get();
     for (size_t i = 0; i < n; ++i) {
-      const ChunkRead& read = step->reads[i];
-      ChunkResult& result = step->results[i];
+      ReadChunk& c = step->reads[i];
+      const ChunkRead& read = c.request;
+      ChunkResult& result = c.result;
       result.index = i;
       IndexEntry* e = nullptr;
       if (absl::Status s = ValidateKey(read.key); !s.ok()) {
@@ -102,9 +106,9 @@ void StepReader::Place(std::unique_ptr<ReadStep> owned, const Policies& policies
       }
       index.Pin(e);
       index.Touch(e);
-      step->state[i].meta = e->meta;
-      step->state[i].stem = e->stem;
-      step->state[i].foreign = e->foreign;
+      c.meta = e->meta;
+      c.stem = e->stem;
+      c.foreign = e->foreign;
       step->eligible |= e->tiers;
       result.size = e->meta->payload_size;
       step->AddChunk(e->tiers, e->meta->segment_count());
@@ -114,8 +118,8 @@ void StepReader::Place(std::unique_ptr<ReadStep> owned, const Policies& policies
   for (size_t t = 0; t < tiers_.size(); ++t) {
     if (deadlines_.stalled(static_cast<int>(t))) pool_->ReleasePins(step, static_cast<int>(t));  // placed while t is stalled
   }
-  for (const auto& [chunk, from] : staged) step->results[chunk].status = CopyStaged(step, chunk, *from);
-  for (uint32_t chunk : finished) Deliver(step, chunk, step->results[chunk].status);
+  for (const auto& [chunk, from] : staged) step->reads[chunk].result.status = CopyStaged(step, chunk, *from);
+  for (uint32_t chunk : finished) Deliver(step, chunk, step->reads[chunk].result.status);
   if (step->unfinished == 0) {
     Finish(step);
     return;
@@ -130,9 +134,9 @@ const StagedChunk* StepReader::NewerInStaging(const IndexEntry* indexed, std::st
 }
 
 absl::Status StepReader::CopyStaged(ReadStep* step, uint32_t chunk, const StagedChunk& staged) {
-  const ChunkRead& read = step->reads[chunk];
+  const ChunkRead& read = step->reads[chunk].request;
   const uint64_t size = staged.meta->payload_size;
-  step->results[chunk].size = size;
+  step->reads[chunk].result.size = size;
   if (read.dst_fd >= 0) return GuardedCopy(static_cast<uint8_t*>(read.dst), staged.payload(), size);
   std::memcpy(read.dst, staged.payload(), size);
   return absl::OkStatus();
@@ -194,16 +198,17 @@ void StepReader::Issue(int t, BlockRef ref) {
   Tier& tier = *tiers_[t];
   auto* step = static_cast<ReadStep*>(ref.step);
   const StepBlock& blk = step->blocks[ref.block];
-  const ChunkMeta& meta = *step->state[blk.chunk].meta;
-  absl::StatusOr<FileHandle> file = tier.device->OpenChunk(step->state[blk.chunk].stem);
+  const ReadChunk& c = step->reads[blk.chunk];
+  const ChunkMeta& meta = *c.meta;
+  absl::StatusOr<FileHandle> file = tier.device->OpenChunk(c.stem);
   if (!file.ok()) {
     // A missing file is a lost replica; other errors (EMFILE, ENOMEM...) only fail over.
-    ReadFailed(t, step, ref, std::string(file.status().message()), IoStatusOf(file.status()), false,
-               /*absent=*/absl::IsNotFound(file.status()));
+    ReadFailed(t, step, ref, std::string(file.status().message()), IoStatusOf(file.status()),
+               absl::IsNotFound(file.status()) ? ReadFault::kAbsent : ReadFault::kError);
     return;
   }
   if (!tier.device->HoldsVersion(*file, meta)) {  // another node replaced the file under its name
-    ReadFailed(t, step, ref, "the file holds another version now", IoStatus::kGone, false, /*absent=*/true);
+    ReadFailed(t, step, ref, "the file holds another version now", IoStatus::kGone, ReadFault::kAbsent);
     return;
   }
   TierReads& ts = reads_[t];
@@ -212,7 +217,7 @@ void StepReader::Issue(int t, BlockRef ref) {
   ReadSlot& slot = ts.slots[index];
   const uint64_t start = uint64_t{blk.segment} * meta.segment_size;
   const DeviceProperties& props = tier.device->properties();
-  const ChunkRead& read = step->reads[blk.chunk];
+  const ChunkRead& read = c.request;
   slot.ref = ref;
   slot.payload = static_cast<uint32_t>(meta.segment_length(blk.segment));
   slot.dst = static_cast<uint8_t*>(read.dst) + start;
@@ -220,7 +225,7 @@ void StepReader::Issue(int t, BlockRef ref) {
   // Through a bounce buffer also on the thread engine, and into registered memory whose pages
   // are not pinned yet: pages a thread is reading into, or not pinned, cannot be taken back, so
   // only a bounced read can be abandoned and hedged there.
-  const bool via_bounce = read.bounce || step->state[blk.chunk].bounce || props.threads_engine ||
+  const bool via_bounce = read.bounce || c.bounce || props.threads_engine ||
                           reinterpret_cast<uintptr_t>(slot.dst) % props.mem_alignment != 0 ||
                           start + length > read.dst_capacity || regions_->Pending(slot.dst, length);
   slot.oversized.reset();
@@ -265,7 +270,7 @@ void StepReader::Complete(int t, const IoCompletion& c) {
     if (held) HeldReadLanded(step, blk.chunk);
     return;
   }
-  const ChunkRead& read = step->reads[blk.chunk];
+  const ChunkRead& read = step->reads[blk.chunk].request;
   if (c.status != IoStatus::kOk) {
     if (read.dst_fd >= 0 && !bounced && c.error == EFAULT) {  // the client unmapped its memory, not the tier's fault
       regions_->Refresh(slot.dst, slot.length);  // registers what the file maps now, if it grew back
@@ -275,7 +280,7 @@ void StepReader::Complete(int t, const IoCompletion& c) {
       return;
     }
     ReadFailed(t, step, ref, absl::StrCat("read error on tier ", tier.name, ": ", std::strerror(c.error)), c.status,
-               false, /*absent=*/c.error == ENOENT || c.error == ESTALE);
+               c.error == ENOENT || c.error == ESTALE ? ReadFault::kAbsent : ReadFault::kError);
     return;
   }
   if (!config_.verify_checksums) {
@@ -284,7 +289,7 @@ void StepReader::Complete(int t, const IoCompletion& c) {
     return;
   }
   ++step->verifying;
-  const ChunkMeta& meta = *step->state[blk.chunk].meta;
+  const ChunkMeta& meta = *step->reads[blk.chunk].meta;
   VerifyJob job{static_cast<const uint8_t*>(slot.buffer)};
   job.guarded = read.dst_fd >= 0 && !bounced;  // client memory that may vanish under the hash
   job.length = slot.payload;
@@ -333,7 +338,7 @@ void StepReader::Verified(const VerifyJob& job) {
   }
   if (job.gone) {
     DestinationGone(step, blk.chunk, absl::FailedPreconditionError(absl::StrCat(
-                                         "the destination of '", step->reads[blk.chunk].key,
+                                         "the destination of '", step->reads[blk.chunk].request.key,
                                          "' is no longer in the client's memory (truncated while being read into)")));
     return;
   }
@@ -347,7 +352,7 @@ void StepReader::Verified(const VerifyJob& job) {
     ReadFailed(job.tier, step, ref,
                absl::StrCat(job.key != nullptr ? "segment tag mismatch (not the bytes a key holder wrote)" : "checksum mismatch",
                             " on tier ", tiers_[job.tier]->name, " (block ", blk.segment, ")"),
-               IoStatus::kMediaError, true);
+               IoStatus::kMediaError, ReadFault::kMismatch);
     return;
   }
   Accept(job.tier, ref, job.length);
@@ -362,31 +367,32 @@ void StepReader::Accept(int t, BlockRef ref, uint32_t payload) {
   tier.counters.bytes_read += payload;
   ++step->use[t].blocks;
   step->use[t].bytes += payload;
-  step->results[chunk].tier_mask |= 1u << t;
+  step->reads[chunk].result.tier_mask |= 1u << t;
   Settle(step, chunk);
 }
 
-void StepReader::ReadFailed(int t, ReadStep* step, BlockRef ref, std::string why, IoStatus kind, bool checksum,
-                            bool absent) {
+void StepReader::ReadFailed(int t, ReadStep* step, BlockRef ref, std::string why, IoStatus kind, ReadFault fault) {
   const uint32_t chunk = step->blocks[ref.block].chunk;
   if (PlaceAgainIfRewritten(step, chunk)) return;  // not the tier's fault
   Tier& tier = *tiers_[t];
+  ReadChunk& c = step->reads[chunk];
+  const bool mismatch = fault == ReadFault::kMismatch;
   // Another node's file that is gone, replaced or bad: a miss here, nothing of this node's lost.
-  const bool foreign = (step->state[chunk].foreign & (1u << t)) != 0;
-  const bool foreign_missing = foreign && (absent || checksum);
-  (foreign_missing ? step->state[chunk].foreign_missing : step->state[chunk].real_failure) = true;
-  if (!foreign_missing || checksum) ++(checksum ? tier.counters.checksum_failures : tier.counters.read_errors);
+  const bool foreign = (c.foreign & (1u << t)) != 0;
+  const bool foreign_missing = foreign && fault != ReadFault::kError;
+  (foreign_missing ? c.foreign_missing : c.real_failure) = true;
+  if (!foreign_missing || mismatch) ++(mismatch ? tier.counters.checksum_failures : tier.counters.read_errors);
   tier.counters.CountError(kind);
-  const bool bad_copy = checksum || IsBadCopy(kind);
-  if (foreign && checksum && on_foreign_bad_) on_foreign_bad_(t, *step->state[chunk].meta);
+  const bool bad_copy = mismatch || IsBadCopy(kind);
+  if (foreign && mismatch && on_foreign_bad_) on_foreign_bad_(t, *c.meta);
   uint64_t left_out;
-  if (foreign_missing && !checksum) {
-    spdlog::debug("tier {}: '{}': another node's file: {}", tier.name, step->reads[chunk].key, why);
+  if (foreign_missing && !mismatch) {
+    spdlog::debug("tier {}: '{}': another node's file: {}", tier.name, c.request.key, why);
   } else if (tier.read_log.Allow(&left_out)) {
-    spdlog::warn("tier {}: '{}': {}{}", tier.name, step->reads[chunk].key, why,
+    spdlog::warn("tier {}: '{}': {}{}", tier.name, c.request.key, why,
                  left_out ? absl::StrCat(" (", left_out, " more read failures not logged)") : "");
   }
-  step->state[chunk].error = std::move(why);
+  c.error = std::move(why);
   pool_->Fail(ref, t);  // only this chunk loses the tier; its other chunks are unaffected
   if (bad_copy) DropReplica(step, chunk, t);
   Settle(step, chunk);
@@ -399,9 +405,10 @@ void StepReader::DropReplica(ReadStep* step, uint32_t chunk, int t) {
   {
     absl::MutexLock lock(&index_->mu());
     Index& index = index_->get();
-    const IndexEntry* e = index.Find(step->reads[chunk].key);
+    const ReadChunk& c = step->reads[chunk];
+    const IndexEntry* e = index.Find(c.request.key);
     Victim v;
-    if (e != nullptr && e->meta == step->state[chunk].meta && index.RemoveReplica(step->reads[chunk].key, t, &v)) {
+    if (e != nullptr && e->meta == c.meta && index.RemoveReplica(c.request.key, t, &v)) {
       victims.push_back(std::move(v));
       ++tiers_[t]->counters.dropped_replicas;
     }
@@ -410,7 +417,8 @@ void StepReader::DropReplica(ReadStep* step, uint32_t chunk, int t) {
 }
 
 void StepReader::Settle(ReadStep* step, uint32_t chunk) {
-  if (step->state[chunk].held > 0) return;  // reads abandoned straight into its destination still land
+  const ReadChunk& c = step->reads[chunk];
+  if (c.held > 0) return;  // reads abandoned straight into its destination still land
   switch (StepPool::ChunkOutcome(*step, chunk)) {
     case StepPool::Outcome::kPending:
       return;
@@ -418,37 +426,35 @@ void StepReader::Settle(ReadStep* step, uint32_t chunk) {
       Deliver(step, chunk, absl::OkStatus());
       break;
     case StepPool::Outcome::kFailed:
-      if (step->state[chunk].foreign_missing && !step->state[chunk].real_failure) {
-        Deliver(step, chunk, absl::NotFoundError(absl::StrCat("'", step->reads[chunk].key, "' is no longer in ",
-                                                              "the file another node published (", step->state[chunk].error,
-                                                              ")")));
+      if (c.foreign_missing && !c.real_failure) {
+        Deliver(step, chunk, absl::NotFoundError(absl::StrCat("'", c.request.key, "' is no longer in the file another ",
+                                                              "node published (", c.error, ")")));
         break;
       }
-      Deliver(step, chunk, absl::DataLossError(absl::StrCat("no intact replica of '", step->reads[chunk].key, "' (",
-                                                            step->state[chunk].error, ")")));
+      Deliver(step, chunk, absl::DataLossError(absl::StrCat("no intact replica of '", c.request.key, "' (", c.error, ")")));
       break;
   }
   if (step->unfinished == 0) Finish(step);
 }
 
 void StepReader::Deliver(ReadStep* step, uint32_t chunk, absl::Status status) {
-  ChunkResult& result = step->results[chunk];
+  ReadChunk& c = step->reads[chunk];
+  ChunkResult& result = c.result;
   result.status = std::move(status);
   if (!result.status.ok()) result.size = 0;
   pool_->Finish(step, chunk);
   bool copy = false;
-  if (step->state[chunk].meta) {
+  if (c.meta) {
     absl::MutexLock lock(&index_->mu());
-    const IndexEntry* e = index_->get().Find(step->reads[chunk].key);
-    if (result.status.ok() && on_foreign_read_ && e != nullptr && e->meta == step->state[chunk].meta && e->foreign != 0 &&
-        e->own() == 0) {
+    const IndexEntry* e = index_->get().Find(c.request.key);
+    if (result.status.ok() && on_foreign_read_ && e != nullptr && e->meta == c.meta && e->foreign != 0 && e->own() == 0) {
       // Cross-node reuse: the chunk is only in other nodes' files; copy it where the replication
       // policy would have put this node's own write of it.
       copy = GroupMissing(tiers_, e->tiers, step->policies.replication == ReplicationPolicy::kPrimary);
     }
-    index_->get().Unpin(step->reads[chunk].key);
+    index_->get().Unpin(c.request.key);
   }
-  if (copy) on_foreign_read_(step->reads[chunk], *step->state[chunk].meta);
+  if (copy) on_foreign_read_(c.request, *c.meta);
   if (result.status.ok()) {
     ++counters_->retrieve_hits;
   } else if (absl::IsNotFound(result.status)) {
@@ -467,7 +473,10 @@ void StepReader::Finish(ReadStep* step) {
   for (TierUse& use : step->use) use.StepEnded(step->end_ns);
   std::vector<double> reference(tiers_.size());
   for (size_t t = 0; t < tiers_.size(); ++t) reference[t] = tiers_[t]->reference_bps;
-  StepRecord rec = MakeStepRecord({&step->results, &step->use, &tier_names_, step->eligible,
+  std::vector<ChunkResult> results;
+  results.reserve(step->reads.size());
+  for (const ReadChunk& c : step->reads) results.push_back(c.result);
+  StepRecord rec = MakeStepRecord({&results, &step->use, &tier_names_, step->eligible,
                                    step->end_ns - step->start_ns, step->policies},
                                   &reference);
   for (size_t t = 0; t < tiers_.size(); ++t) tiers_[t]->reference_bps = reference[t];

@@ -55,8 +55,11 @@
 
 namespace kvstream {
 
-// What the reader keeps of one chunk of a step while it reads it.
-struct ChunkState {
+// One chunk of a step as the reader runs it: what its caller asked, what it gets back, and what
+// the reader keeps while it reads it. The pool's view of the same chunk is Step::chunks[i].
+struct ReadChunk {
+  ChunkRead request;   // as the caller asked it; its destination is the caller's
+  ChunkResult result;  // handed to the step's on_chunk once delivered
   std::shared_ptr<const ChunkMeta> meta;  // the version placed; null if finished at placement
   std::string stem;                       // its file name on the tiers
   uint32_t placements = 1;                // versions placed (a rewrite places the chunk again)
@@ -80,9 +83,10 @@ struct ChunkState {
 
 // A step as the reader runs it: the pool's Step plus what its caller asked and gets back.
 struct ReadStep : Step {
-  std::vector<ChunkRead> reads;
-  std::vector<ChunkResult> results;
-  std::vector<ChunkState> state;  // per chunk, as `reads` (Step::chunks is the pool's)
+  // One ReadChunk per request, in the caller's order.
+  explicit ReadStep(std::vector<ChunkRead> requests);
+
+  std::vector<ReadChunk> reads;  // per chunk (Step::chunks is the pool's, at the same index)
   uint32_t held_total = 0;
   ChunkCallback on_chunk;
   std::function<void(StepRecord)> on_done;
@@ -152,7 +156,7 @@ class StepReader {
     uint8_t* bounce = nullptr;  // this slot's bounce buffer, block_size bytes
     AlignedBuffer oversized;    // bounce for blocks larger than block_size (older chunks)
     ReadState state = ReadState::kFree;  // against its deadline (read/read_deadlines.h)
-    // Abandoned while straight into memory not taken back (ReadStep::held): apart from `state`,
+    // Abandoned while straight into memory not taken back (ReadChunk::held): apart from `state`,
     // because a read on time and a late one alike can be held when their chunk is placed again.
     bool held = false;
     int64_t issued_ns = 0;
@@ -221,15 +225,19 @@ class StepReader {
   // `tier` issued now would land (its usual read time): the block is better left to them. Never
   // while `tier` has no read in flight.
   bool LeavesToOthers(int tier, BlockRef ref);
-  // A read of the placed version failed on `tier` as `kind` (`checksum`: its bytes did not match).
-  // If the key was rewritten since placement, the chunk is read again as the current version and
-  // nothing counts against the tier; otherwise the tier stops serving the chunk, the failure is
-  // counted, and a replica that is really bad (a checksum mismatch, IsBadCopy) is dropped.
-  // `absent`: the file is not there (ENOENT, ESTALE) or holds another version; for another node's
-  // file that is its owner's doing, not a fault of the tier. Never on a block hashed in its
+  // How a read of the placed version failed (ReadFailed).
+  enum class ReadFault : uint8_t {
+    kError,     // an I/O error, or the file could not be opened for another reason
+    kAbsent,    // the file is not there (ENOENT, ESTALE) or holds another version
+    kMismatch,  // its bytes did not match the segment checksum (or a shared tier's tag)
+  };
+  // A read of the placed version failed on `tier` with `kind` as `fault`. If the key was
+  // rewritten since placement, the chunk is read again as the current version and nothing counts
+  // against the tier; otherwise the tier stops serving the chunk, the failure is counted, and a
+  // replica that is really bad (kMismatch, or IsBadCopy(kind)) is dropped. kAbsent on another
+  // node's file is its owner's doing, not a fault of the tier. Never on a block hashed in its
   // destination (its owner may have written into it): that one is read again (ReadAgainBounced).
-  void ReadFailed(int tier, ReadStep* step, BlockRef ref, std::string why, IoStatus kind, bool checksum,
-                  bool absent = false);
+  void ReadFailed(int tier, ReadStep* step, BlockRef ref, std::string why, IoStatus kind, ReadFault fault);
   // A block read straight into its destination (memory its owner can change under the store: an
   // arena, a client region) hashed wrong there: it is read again, by any holder, through a bounce
   // buffer (as is the rest of its chunk), and nothing counts against `tier`.
@@ -245,7 +253,7 @@ class StepReader {
   bool PlaceAgainIfRewritten(ReadStep* step, uint32_t chunk);
   // Before the chunk's blocks in flight are abandoned: the pages under each read that went
   // straight into its destination are taken back (memory/memory_regions.h); a read whose pages cannot be
-  // is held (ReadStep::held). Returns how many were held.
+  // is held (ReadChunk::held). Returns how many were held.
   uint32_t HoldOrTakeBack(ReadStep* step, uint32_t chunk);
   // A held read of the chunk landed: once none is left, the chunk is placed again or settled.
   void HeldReadLanded(ReadStep* step, uint32_t chunk);

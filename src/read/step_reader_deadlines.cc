@@ -38,7 +38,7 @@ void StepReader::MaybeHedge(int t, ReadSlot* slot, int64_t now) {
   if (deadlines_.late_reads(t) == 1) {
     spdlog::warn("tier {}: the late read of '{}' cannot be taken over (no other holder, or it reads straight into "
                  "memory the store cannot take back); {}",
-                 tiers_[t]->name, step->reads[step->blocks[slot->ref.block].chunk].key,
+                 tiers_[t]->name, step->reads[step->blocks[slot->ref.block].chunk].request.key,
                  give_up ? absl::StrCat("its chunk fails if it has not landed ", config_.read_give_up_seconds,
                                         " s after it was issued (reads.give_up)")
                          : std::string("its step waits for it"));
@@ -63,18 +63,19 @@ void StepReader::GiveUp(int t, ReadSlot* slot) {
   if (!safe) {
     spdlog::warn("tier {}: the late read of '{}' cannot be given up (it reads straight into memory the store cannot "
                  "take back); its step waits for it",
-                 tier.name, step->reads[chunk].key);
+                 tier.name, step->reads[chunk].request.key);
     return;
   }
   tier.device->Abandon(slot);
   pool_->Abandon(slot->ref, t);
   ++tier.counters.given_up_reads;
-  step->state[chunk].real_failure = true;
-  step->state[chunk].error = GivenUpWhy(t);
+  ReadChunk& c = step->reads[chunk];
+  c.real_failure = true;
+  c.error = GivenUpWhy(t);
   uint64_t left_out;
   if (tier.read_log.Allow(&left_out)) {
     spdlog::warn("tier {}: gave up the read of '{}' after {} s (no other tier holds it); the chunk fails{}", tier.name,
-                 step->reads[chunk].key, config_.read_give_up_seconds,
+                 c.request.key, config_.read_give_up_seconds,
                  left_out ? absl::StrCat(" (", left_out, " more read failures not logged)") : "");
   }
   Settle(step, chunk);
@@ -92,12 +93,9 @@ void StepReader::DropGivenUpTiers(Step* only) {
     const size_t first = failing.size();
     pool_->DropTier(static_cast<int>(t), only, &failing);
     for (size_t i = first; i < failing.size(); ++i) {
-      auto* step = static_cast<ReadStep*>(failing[i].first);
-      const uint32_t chunk = failing[i].second;
-      if (step->state[chunk].error.empty()) {
-        step->state[chunk].error = GivenUpWhy(static_cast<int>(t));
-      }
-      step->state[chunk].real_failure = true;
+      ReadChunk& c = static_cast<ReadStep*>(failing[i].first)->reads[failing[i].second];
+      if (c.error.empty()) c.error = GivenUpWhy(static_cast<int>(t));
+      c.real_failure = true;
     }
   }
   // Settled once all are marked: settling the last failing chunk of a step finishes (frees) it.

@@ -14,7 +14,7 @@
 namespace kvstream {
 
 bool StepReader::CopyIn(ReadStep* step, uint32_t chunk, const ReadSlot& slot) {
-  const ChunkRead& read = step->reads[chunk];
+  const ChunkRead& read = step->reads[chunk].request;
   if (read.dst_fd < 0) {
     std::memcpy(slot.dst, slot.buffer, slot.payload);
     return true;
@@ -37,36 +37,37 @@ void StepReader::ReadAgainBounced(int t, ReadStep* step, BlockRef ref) {
   if (PlaceAgainIfRewritten(step, chunk)) return;  // the bytes were another version's
   spdlog::debug("tier {}: '{}': block {} hashed wrong in the client's memory (changed under the read?): "
                 "read again through a bounce buffer",
-                tiers_[t]->name, step->reads[chunk].key, step->blocks[ref.block].segment);
-  step->state[chunk].bounce = true;
+                tiers_[t]->name, step->reads[chunk].request.key, step->blocks[ref.block].segment);
+  step->reads[chunk].bounce = true;
   pool_->Retry(ref);
   Settle(step, chunk);  // its other blocks may have failed meanwhile, waiting for this one
 }
 
 bool StepReader::PlaceAgainIfRewritten(ReadStep* step, uint32_t chunk) {
-  const ChunkRead& read = step->reads[chunk];
+  ReadChunk& c = step->reads[chunk];
+  const ChunkRead& read = c.request;
   std::shared_ptr<const ChunkMeta> current;
   uint32_t holders = 0;
   {
     absl::MutexLock lock(&index_->mu());
     const IndexEntry* e = index_->get().FindLive(read.key);
-    if (e == nullptr || e->meta == step->state[chunk].meta) return false;
+    if (e == nullptr || e->meta == c.meta) return false;
     current = e->meta;
     holders = e->tiers;
   }
   const uint32_t given_up = deadlines_.given_up_mask();
   if (holders != 0 && (holders & ~given_up) == 0) {  // only tiers that have stopped answering
-    step->state[chunk].error = absl::StrCat("the tiers holding its new version have not answered a read in ",
-                                            config_.read_give_up_seconds, " s");
-    step->state[chunk].real_failure = true;
+    c.error = absl::StrCat("the tiers holding its new version have not answered a read in ",
+                           config_.read_give_up_seconds, " s");
+    c.real_failure = true;
     HoldOrTakeBack(step, chunk);
     pool_->ReplaceChunk(step, chunk, 0, 1);  // no holder: fails once nothing is in flight
     Settle(step, chunk);
     return true;
   }
   holders &= ~given_up;
-  if (++step->state[chunk].placements > kMaxPlacements) {
-    step->state[chunk].error = absl::StrCat("rewritten ", kMaxPlacements, " times while being read");
+  if (++c.placements > kMaxPlacements) {
+    c.error = absl::StrCat("rewritten ", kMaxPlacements, " times while being read");
     HoldOrTakeBack(step, chunk);
     pool_->ReplaceChunk(step, chunk, 0, 1);  // no holder: fails once nothing is in flight
     Settle(step, chunk);
@@ -83,14 +84,14 @@ bool StepReader::PlaceAgainIfRewritten(ReadStep* step, uint32_t chunk) {
   }
   if (HoldOrTakeBack(step, chunk) > 0) {
     // Reads of the old version still land in the destination: the new one is read once they have.
-    --step->state[chunk].placements;  // counted when it is placed
-    step->state[chunk].place_when_landed = true;
+    --c.placements;  // counted when it is placed
+    c.place_when_landed = true;
     pool_->ReplaceChunk(step, chunk, 0, 0);
     return true;
   }
-  step->state[chunk].meta = current;
-  step->results[chunk].size = current->payload_size;
-  step->results[chunk].tier_mask = 0;
+  c.meta = current;
+  c.result.size = current->payload_size;
+  c.result.tier_mask = 0;
   step->eligible |= holders;
   pool_->ReplaceChunk(step, chunk, holders, current->segment_count());
   return true;
@@ -108,7 +109,7 @@ uint32_t StepReader::HoldOrTakeBack(ReadStep* step, uint32_t chunk) {
         continue;
       }
       slot.held = true;
-      ++step->state[chunk].held;
+      ++step->reads[chunk].held;
       ++step->held_total;
       ++held;
     }
@@ -117,12 +118,13 @@ uint32_t StepReader::HoldOrTakeBack(ReadStep* step, uint32_t chunk) {
 }
 
 void StepReader::HeldReadLanded(ReadStep* step, uint32_t chunk) {
+  ReadChunk& c = step->reads[chunk];
   --step->held_total;
-  if (--step->state[chunk].held == 0) {
-    if (step->state[chunk].place_when_landed) {
-      step->state[chunk].place_when_landed = false;
+  if (--c.held == 0) {
+    if (c.place_when_landed) {
+      c.place_when_landed = false;
       if (!PlaceAgainIfRewritten(step, chunk)) {  // removed meanwhile
-        step->state[chunk].error = "rewritten, then removed, while being read";
+        c.error = "rewritten, then removed, while being read";
         pool_->ReplaceChunk(step, chunk, 0, 1);  // no holder: fails now (nothing in flight)
         Settle(step, chunk);
       }
