@@ -38,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "index/index.h"
 #include "io/aligned_buffer.h"
@@ -116,7 +117,7 @@ class StepReader {
 
   // Places a step: finishes misses, bad keys, too small destinations and chunks served from
   // staging at once, pins the versions found against eviction and queues the rest in the pool.
-  void Place(std::unique_ptr<ReadStep> step, const Policies& policies);
+  void Place(std::unique_ptr<ReadStep> step, const Policies& policies) ABSL_LOCKS_EXCLUDED(index_->mu());
   // Claims and issues reads while `tier` has free read slots (none while it is stalled); when it
   // still has room, takes over the stragglers of slower tiers. Returns when to call it again if
   // no read lands before (a read of a slower tier is overdue then), or kNoDeadline.
@@ -250,16 +251,21 @@ class StepReader {
   void DestinationGone(ReadStep* step, uint32_t chunk, absl::Status why);
   // Places the chunk again if the index holds another version of it than the one placed (once
   // the reads of the old version still landing in its destination have landed).
-  bool PlaceAgainIfRewritten(ReadStep* step, uint32_t chunk);
+  bool PlaceAgainIfRewritten(ReadStep* step, uint32_t chunk) ABSL_LOCKS_EXCLUDED(index_->mu());
   // Before the chunk's blocks in flight are abandoned: the pages under each read that went
   // straight into its destination are taken back (memory/memory_regions.h); a read whose pages cannot be
   // is held (ReadChunk::held). Returns how many were held.
   uint32_t HoldOrTakeBack(ReadStep* step, uint32_t chunk);
   // A held read of the chunk landed: once none is left, the chunk is placed again or settled.
   void HeldReadLanded(ReadStep* step, uint32_t chunk);
-  void DropReplica(ReadStep* step, uint32_t chunk, int tier);
+  // Removes the chunk's bad replica on `tier` from the index and the tier (unless the key was
+  // rewritten since placement).
+  void DropReplica(ReadStep* step, uint32_t chunk, int tier) ABSL_LOCKS_EXCLUDED(index_->mu());
+  // Delivers the chunk once its outcome is known (every block in, or no holder left and nothing
+  // in flight), and finishes the step after its last chunk.
   void Settle(ReadStep* step, uint32_t chunk);
-  void Deliver(ReadStep* step, uint32_t chunk, absl::Status status);
+  // Hands the chunk's result to the step's on_chunk and unpins its version.
+  void Deliver(ReadStep* step, uint32_t chunk, absl::Status status) ABSL_LOCKS_EXCLUDED(index_->mu());
   void Finish(ReadStep* step);
 
   const StoreConfig& config_;
