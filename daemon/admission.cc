@@ -14,8 +14,7 @@ absl::StatusOr<Admitted> CheckChunks(std::shared_ptr<Session> session,
                                                    " (sessions.max_chunks_per_call)"));
   }
   Admitted admitted;
-  admitted.targets.reserve(chunks.size());
-  admitted.keys.reserve(chunks.size());
+  admitted.chunks.reserve(chunks.size());
   for (int i = 0; i < chunks.size(); ++i) {
     const v1::ChunkRange& c = chunks[i];
     auto refuse = [i](absl::StatusCode code, absl::string_view why) {
@@ -28,8 +27,8 @@ absl::StatusOr<Admitted> CheckChunks(std::shared_ptr<Session> session,
       key = k;
     }
     if (!key.ok()) return refuse(absl::StatusCode::kInvalidArgument, key.status().message());
-    admitted.keys.push_back(*std::move(key));
-    ChunkTarget target;
+    AdmittedChunk chunk{*std::move(key), c.offset(), c.length(), ChunkTarget{}};
+    ChunkTarget& target = chunk.target;
     if (c.region() == 0) {
       if (absl::Status r = session->arena->CheckRange(c.offset(), c.length()); !r.ok()) {
         return refuse(absl::StatusCode::kOutOfRange, r.message());
@@ -56,7 +55,7 @@ absl::StatusOr<Admitted> CheckChunks(std::shared_ptr<Session> session,
       }
       if (admitted.regions.empty() || admitted.regions.back() != region) admitted.regions.push_back(region);
     }
-    admitted.targets.push_back(target);
+    admitted.chunks.push_back(std::move(chunk));
   }
   admitted.session = std::move(session);
   return admitted;

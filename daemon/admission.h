@@ -31,12 +31,20 @@ struct ChunkTarget {
   bool bounce = false;  // a device-pinned region: reads land through bounce buffers (ChunkRead)
 };
 
-// An admitted request: its session, each chunk's target in request order, and the client regions
-// they use (the call keeps them alive until it ends).
+// One chunk of an admitted request: its key as the store knows it (AccessPolicy::StoreKey), its
+// range in the region the request names (checked to lie inside it), and where that range lives.
+struct AdmittedChunk {
+  std::string key;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  ChunkTarget target;
+};
+
+// An admitted request: its session, its chunks in request order, and the client regions they use
+// (the call keeps them alive until it ends; a ChunkTarget points into them).
 struct Admitted {
   std::shared_ptr<Session> session;
-  std::vector<std::string> keys;  // each chunk's key as the store knows it (AccessPolicy::StoreKey)
-  std::vector<ChunkTarget> targets;
+  std::vector<AdmittedChunk> chunks;
   std::vector<std::shared_ptr<SessionRegion>> regions;
 };
 

@@ -4,36 +4,20 @@
 #include <utility>
 
 namespace kvstream {
-namespace {
-
-// The request's chunks under the keys the store knows them by (Admitted::keys).
-std::vector<ChunkRange> ChunksOf(const v1::PersistRequest& req, const Admitted& admitted) {
-  std::vector<ChunkRange> chunks;
-  for (int i = 0; i < req.chunks().size(); ++i) {
-    const v1::ChunkRange& c = req.chunks(i);
-    chunks.push_back({admitted.keys[i], c.offset(), c.length()});
-  }
-  return chunks;
-}
-
-}  // namespace
-
-PersistCall* PersistCall::Start(Store* store, Admitted admitted, const v1::PersistRequest& req,
-                                StagingWorker* worker) {
-  auto* call = new PersistCall(store, std::move(admitted), req);
+PersistCall* PersistCall::Start(Store* store, Admitted admitted, StagingWorker* worker) {
+  auto* call = new PersistCall(store, std::move(admitted));
   call->StageWithoutWaiting(worker);  // gRPC's reference keeps `call` alive until this returns
   return call;
 }
 
-PersistCall::PersistCall(Store* store, Admitted admitted, const v1::PersistRequest& req)
+PersistCall::PersistCall(Store* store, Admitted admitted)
     : store_(store),
       admitted_(std::move(admitted)),
-      chunks_(ChunksOf(req, admitted_)),
-      chunk_state_(chunks_.size()),
-      pending_(chunks_.size() + 1) {}
+      chunk_state_(admitted_.chunks.size()),
+      pending_(admitted_.chunks.size() + 1) {}
 
 void PersistCall::StageWithoutWaiting(StagingWorker* worker) {
-  for (size_t i = 0; i < chunks_.size(); ++i) {
+  for (size_t i = 0; i < admitted_.chunks.size(); ++i) {
     const absl::Status staged = Stage(i, /*wait=*/false);
     if (absl::IsResourceExhausted(staged)) {
       // The staging's reference is held until StageRest settles, so the worker's `this` is live.
@@ -46,15 +30,15 @@ void PersistCall::StageWithoutWaiting(StagingWorker* worker) {
 }
 
 void PersistCall::StageRest(size_t first, const StagingWorker& worker) {
-  for (size_t i = first; i < chunks_.size(); ++i) {
+  for (size_t i = first; i < admitted_.chunks.size(); ++i) {
     Staged(i, worker.stopping() ? absl::UnavailableError("kvstreamd is shutting down") : Stage(i, /*wait=*/true));
   }
   Settle();  // the staging is over; may delete this
 }
 
 absl::Status PersistCall::Stage(size_t i, bool wait) {
-  const ChunkRange& c = chunks_[i];
-  const ChunkTarget& target = admitted_.targets[i];
+  const AdmittedChunk& c = admitted_.chunks[i];
+  const ChunkTarget& target = c.target;
   auto on_durable = [this, i](const std::string&, const PersistResult& r) { Durable(i, r); };
   if (target.fd >= 0) {  // client memory that may shrink: copied out with pread
     return store_->PersistFromFile(c.key, FileRange{target.fd, target.fd_offset, c.length}, std::move(on_durable), wait);

@@ -32,7 +32,7 @@ class PersistCall final : public EventStream<v1::PersistEvent> {
  public:
   // `admitted` is what admission made of the request (see admission.h). The reactor returned is
   // gRPC's.
-  static PersistCall* Start(Store* store, Admitted admitted, const v1::PersistRequest& req, StagingWorker* worker);
+  static PersistCall* Start(Store* store, Admitted admitted, StagingWorker* worker);
 
  private:
   struct ChunkState {
@@ -40,7 +40,7 @@ class PersistCall final : public EventStream<v1::PersistEvent> {
     std::optional<PersistResult> early_durable;  // reported before STAGED was pushed
   };
 
-  PersistCall(Store* store, Admitted admitted, const v1::PersistRequest& req);
+  PersistCall(Store* store, Admitted admitted);
 
   // gRPC's thread: stages chunks until staging is full, then hands the rest to `worker`.
   void StageWithoutWaiting(StagingWorker* worker);
@@ -57,8 +57,7 @@ class PersistCall final : public EventStream<v1::PersistEvent> {
   void Settle();
 
   Store* const store_;
-  const Admitted admitted_;  // keeps the session and the client regions alive
-  const std::vector<ChunkRange> chunks_;
+  const Admitted admitted_;  // its chunks; keeps the session and the client regions alive
   // Held while pushing a chunk's events, so that its STAGED always precedes its DURABLE.
   absl::Mutex state_mu_;
   std::vector<ChunkState> chunk_state_ ABSL_GUARDED_BY(state_mu_);

@@ -7,14 +7,12 @@
 
 namespace kvstream {
 
-RetrieveCall* RetrieveCall::Start(Store* store, Admitted admitted, const v1::RetrieveRequest& req) {
+RetrieveCall* RetrieveCall::Start(Store* store, Admitted admitted) {
   auto* call = new RetrieveCall;
   std::vector<ChunkRead> step;
-  step.reserve(req.chunks().size());
-  for (int i = 0; i < req.chunks().size(); ++i) {
-    const v1::ChunkRange& c = req.chunks(i);
-    const ChunkTarget& t = admitted.targets[i];
-    step.push_back({admitted.keys[i], t.data, c.length(), t.fd, t.fd_offset, t.bounce});
+  step.reserve(admitted.chunks.size());
+  for (const AdmittedChunk& c : admitted.chunks) {
+    step.push_back({c.key, c.target.data, c.length, c.target.fd, c.target.fd_offset, c.target.bounce});
   }
   // gRPC's reference keeps `call` alive until this returns; the store's, until on_done.
   store->RetrieveAsync(

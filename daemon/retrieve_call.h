@@ -24,7 +24,7 @@ class RetrieveCall final : public EventStream<v1::RetrieveEvent> {
  public:
   // `admitted` is what admission made of the request (see admission.h). The store may call back
   // before this returns; the reactor returned is gRPC's.
-  static RetrieveCall* Start(Store* store, Admitted admitted, const v1::RetrieveRequest& req);
+  static RetrieveCall* Start(Store* store, Admitted admitted);
 
  private:
   RetrieveCall() = default;

@@ -80,14 +80,14 @@ grpc::ServerWriteReactor<v1::RetrieveEvent>* Service::Retrieve(grpc::CallbackSer
                                                                const v1::RetrieveRequest* req) {
   auto admitted = AdmitCall(ctx, *req);
   if (!admitted.ok()) return EventStream<v1::RetrieveEvent>::Refused(ToGrpc(admitted.status()));
-  return RetrieveCall::Start(store_, *std::move(admitted), *req);
+  return RetrieveCall::Start(store_, *std::move(admitted));
 }
 
 grpc::ServerWriteReactor<v1::PersistEvent>* Service::Persist(grpc::CallbackServerContext* ctx,
                                                              const v1::PersistRequest* req) {
   auto admitted = AdmitCall(ctx, *req);
   if (!admitted.ok()) return EventStream<v1::PersistEvent>::Refused(ToGrpc(admitted.status()));
-  return PersistCall::Start(store_, *std::move(admitted), *req, &staging_);
+  return PersistCall::Start(store_, *std::move(admitted), &staging_);
 }
 
 namespace {

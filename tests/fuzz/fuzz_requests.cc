@@ -50,14 +50,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto admitted = kvstream::Admit(f->sessions, req);
   if (admitted.ok()) {
     if (admitted->session != f->session || req.chunks().empty() ||
-        admitted->targets.size() != static_cast<size_t>(req.chunks().size())) {
+        admitted->chunks.size() != static_cast<size_t>(req.chunks().size())) {
       __builtin_trap();
     }
     const kvstream::Arena& arena = *f->session->arena;
     const kvstream::ClientRegion& region = *f->session->Region(f->region)->memory;
     for (int i = 0; i < req.chunks().size(); ++i) {
       const auto& c = req.chunks(i);
-      const kvstream::ChunkTarget& t = admitted->targets[i];
+      const kvstream::AdmittedChunk& admitted_chunk = admitted->chunks[i];
+      if (admitted_chunk.offset != c.offset() || admitted_chunk.length != c.length()) __builtin_trap();
+      const kvstream::ChunkTarget& t = admitted_chunk.target;
       const bool in_arena = c.region() == 0 && Inside(t, c.length(), arena.data(), arena.size(), -1);
       const bool in_region =
           c.region() == f->region && Inside(t, c.length(), region.data(), region.size(), region.fd());
