@@ -1,4 +1,7 @@
 // StepReader's deadlines and hedges: no step waits on one tier without bound (read/step_reader.h).
+// The rules are ReadDeadlines' (read/read_deadlines.h); here the reader acts on them: a read slot
+// moves through its ReadState, a late read stalls its tier, a hedge abandons a read and reissues
+// its block, a give-up fails a chunk, and a tier leaves or takes over the last blocks of a step.
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
