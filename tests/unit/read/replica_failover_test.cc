@@ -39,6 +39,9 @@ TEST_CASE("a bit-flipped replica is never served and the other replica is while 
   auto chunks = Chunks(4, 1 << 20);
   StoreConfig config = TwoTiers(dir);
   config.verify_threads = verify_threads;
+  // Every block from t0 first: under completion routing t1 may claim chunk-1's flipped block, and
+  // then t0 never reads its bad copy and keeps it (the outcome this case checks would be timing).
+  config.routing.kind = RoutingKind::kFastest;
   {
     auto store = OpenStoreOrSkip(config);
     PutAll(*store, chunks);
