@@ -190,6 +190,7 @@ DaemonConfig Parse(const YAML::Node& root) {
 
 // The key ValidateConfig refused (its fault), with its line: "'tiers[1].capacity' (line 9): ".
 std::string Blame(const YAML::Node& root, const ConfigFault& fault) {
+  if (fault.field.empty()) return "";  // a fault of no one key: never blame the first row
   if (fault.field == "tiers") return Where(Child(root, "tiers"), "tiers") + ": ";
   for (const ConfigKey& key : ConfigKeys()) {
     const auto [section, name] = SectionAndName(key.name);

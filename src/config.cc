@@ -170,7 +170,9 @@ absl::StatusOr<StoreConfig> ValidateConfig(StoreConfig c, ConfigFault* fault) {
   }
   if (!(c.read_deadline_floor_seconds > 0 && c.read_deadline_floor_seconds <= c.read_deadline_cap_seconds &&
         c.read_deadline_cap_seconds <= 3600)) {
-    return refuse("", "read deadlines need 0 < floor <= cap <= 3600 seconds");
+    const bool floor_bad = !(c.read_deadline_floor_seconds > 0 && c.read_deadline_floor_seconds <= 3600);
+    return refuse(floor_bad ? "read_deadline_floor_seconds" : "read_deadline_cap_seconds",
+                  "read deadlines need 0 < floor <= cap <= 3600 seconds");
   }
   if (!(c.read_give_up_seconds >= 0 && c.read_give_up_seconds <= 3600)) {
     return refuse("read_give_up_seconds", "reads.give_up must be 0 (never) to 3600 seconds");

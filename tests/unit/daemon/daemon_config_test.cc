@@ -145,6 +145,12 @@ TEST_CASE("bad configs are refused with the key and line at fault") {
   CHECK(ErrorOf(std::string(kMinimal) + "reads: {deadline_cap: soon}\n").find("reads.deadline_cap") != std::string::npos);
   CHECK(ErrorOf(std::string(kMinimal) + "reads: {deadline_floor: 5s, deadline_cap: 1s}\n").find("floor <= cap") !=
         std::string::npos);
+  // The store's refusal names the key that broke the rule, never another row of the table.
+  const std::string cap_below_floor = ErrorOf(std::string(kMinimal) + "reads: {deadline_floor: 5s, deadline_cap: 1s}\n");
+  CHECK(cap_below_floor.find("'reads.deadline_cap' (line") != std::string::npos);
+  CHECK(cap_below_floor.find("socket.path") == std::string::npos);
+  CHECK(ErrorOf(std::string(kMinimal) + "reads: {deadline_floor: 0s}\n").find("'reads.deadline_floor' (line") !=
+        std::string::npos);
   CHECK(ErrorOf(std::string(kMinimal) + "reads: {give_up: 7200s}\n").find("reads.give_up") != std::string::npos);
   CHECK(ErrorOf(std::string(kMinimal) + "reads: {verify_threads: many}\n").find("reads.verify_threads") !=
         std::string::npos);
