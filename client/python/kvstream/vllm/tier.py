@@ -380,7 +380,11 @@ class KVStreamTier(SecondaryTierManager):
         max_chunks_per_call each), read by the daemon out of the primary rows; a chunk is done once
         staged (out of its row: vLLM may reuse it)."""
         names = [self._name(k) for k in batch.keys]
-        found = self._link.call(session, f"lookup of {len(names)} chunks", lambda: session.client.lookup(names))
+        # On the lookup connection: its deadline (lookup_timeout) must never drop the data session,
+        # whose reads may be landing in the primary rows.
+        lookups = self._lookup_link.session()
+        found = None if lookups is None else self._lookup_link.call(
+            lookups, f"lookup of {len(names)} chunks", lambda: lookups.client.lookup(names))
         if found is None:
             return [False] * len(batch.keys)
         keep = [i for i, e in enumerate(found[0]) if not self._holds(e)]  # vLLM asks to skip the others
