@@ -103,7 +103,10 @@ class Client:
             raise Unavailable(f"no kvstreamd listens on {path} ({e.strerror or e})") from None
         finally:
             probe.close()
-        channel = grpc.insecure_channel("unix:" + path, options=[("grpc.enable_http_proxy", 0)])
+        # No receive limit: a refusal code raised on this side mid-stream (a message over the limit)
+        # would read as kvstreamd's refusal, which comes before any I/O (DaemonLink.call's rule).
+        channel = grpc.insecure_channel("unix:" + path, options=[("grpc.enable_http_proxy", 0),
+                                                                 ("grpc.max_receive_message_length", -1)])
         try:
             grpc.channel_ready_future(channel).result(timeout=timeout)
         except grpc.FutureTimeoutError:

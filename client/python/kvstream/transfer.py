@@ -33,7 +33,7 @@ from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
 
 from .arena_alloc import ArenaAllocator
 from .daemon_link import DaemonLink, Session
-from .errors import Code, KVStreamError
+from .errors import Code, KVStreamError, is_refusal
 from .types import Chunk, ChunkResult, PersistResult
 
 logger = logging.getLogger(__name__)
@@ -299,7 +299,14 @@ class _Reader(_Transfer):
 
         def retrieve() -> bool:
             self.calls += 1
-            self.session.client.retrieve(chunks, on_chunk=on_chunk, timeout=self.timeout)
+            try:
+                self.session.client.retrieve(chunks, on_chunk=on_chunk, timeout=self.timeout)
+            except Exception as e:
+                # kvstreamd refuses a retrieve only before its first completion; a refusal code
+                # after one (raised on this side) comes while reads may still land: not a refusal.
+                if any(done) and is_refusal(e):
+                    raise KVStreamError(Code.INTERNAL, f"a retrieve failed after chunks had landed: {e}") from e
+                raise
             if not all(done):
                 raise KVStreamError(Code.DATA_LOSS, "kvstreamd ended a retrieve without completing every chunk")
             return True
@@ -363,13 +370,14 @@ class _Writer(_Transfer):
             self._stream_ended(entries, None)
             self.fail_call(entries, [False] * len(entries), in_arena)
             return
+        # First: whatever happens below, the stream's end closes it (durable then always completes).
+        future.add_done_callback(lambda f: self._stream_ended(entries, f))
         if in_arena:  # staged: the daemon has copied the bytes, the ranges are free again
             for i, offset in entries:
                 self._allocator().free(offset)
                 self.copied_bytes += self.pieces[i].size if self.pieces[i].address is not None else 0
         for i, _ in entries:
             self.report(PieceResult(i, Status.OK, self.pieces[i].size))
-        future.add_done_callback(lambda f: self._stream_ended(entries, f))
 
     def _copy_in(self, wave: List[Tuple[int, int]]) -> List[Tuple[int, int]]:
         """Copies (or fills) each piece of the wave into its arena range; the entries that made it."""
