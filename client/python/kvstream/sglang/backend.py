@@ -293,6 +293,9 @@ class KVStreamHiCache(HiCacheStorage):
             self._count(pages_failed=len(keys))
             return [False] * len(keys)
         stored = self._stored_prefix_set(session, keys, pages, flat)
+        if stored is None:  # the lookup dropped the session: the write would fail on it too
+            self._count(pages_failed=len(keys))
+            return [False] * len(keys)
         todo = [i for i in range(len(keys)) if i not in stored]
         names = [self._keys(keys[i], len(pages[i]), flat) for i in todo]
         report = transfer.write(self.link, session, self._pieces(names, [pages[i] for i in todo]),
@@ -309,12 +312,13 @@ class KVStreamHiCache(HiCacheStorage):
         return ok
 
     def _stored_prefix_set(self, session: Session, keys: Sequence[str], pages: List[List[PagePart]],
-                           flat: bool) -> set:
-        """Indices of the pages already stored (whole): they are not written again."""
+                           flat: bool) -> Optional[set]:
+        """Indices of the pages already stored (whole): they are not written again. A refused lookup:
+        none (every page is written); None: the lookup dropped the session."""
         names = [n for key, p in zip(keys, pages) for n in self._keys(key, len(p), flat)]
         found = self.link.call(session, f"lookup of {len(names)} keys", lambda: session.client.lookup(names))
         if found is None:
-            return set()  # the write that follows fails or succeeds on its own
+            return None if session.dropped else set()
         stored, at = set(), 0
         for i, p in enumerate(pages):
             if all(e.present for e in found[0][at:at + len(p)]):
