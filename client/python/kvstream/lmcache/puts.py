@@ -3,8 +3,8 @@
 `submit` takes a reference on each MemoryObj and returns at once with one future per chunk. The
 worker drops the chunks the daemon already holds (one lookup) and writes the others through the
 session arena behind their chunk_codec header (kvstream.transfer: waves of at most half the arena,
-so gets keep room; one persist per wave). Once the daemon has staged a wave its arena ranges and MemoryObj references
-are released; each chunk then finishes exactly once: its future gets True and on_complete(key) is
+so gets keep room; one persist per wave). A MemoryObj's reference is released once its bytes are
+in the arena, a wave's arena ranges once the daemon has staged it; each chunk then finishes exactly once: its future gets True and on_complete(key) is
 called when the daemon reports it durable, and its future gets False when it was dropped.
 """
 
@@ -153,11 +153,12 @@ class Puts:
             assert header is not None and obj is not None
             target[:len(header)] = header
             target[len(header):] = obj.byte_array.cast("B")
+            self._release_obj(batch, i)  # its bytes are in the arena now
 
         report = transfer.write(self._link, session, [transfer.Piece(names[i], None, sizes[i]) for i in todo],
                                 fill, lambda n, ok: self._finish(batch, [todo[n]], durable=ok),
                                 timeout=self._io_timeout)
-        # Staged: the daemon has copied the bytes, so the MemoryObjs are free; the rest failed.
+        # Pieces never filled (a failed call ended the transfer first) still hold their reference.
         with self._lock:
             batch.submitted.update(todo[r.index] for r in report.staged if r.ok)
         for r in report.staged:
