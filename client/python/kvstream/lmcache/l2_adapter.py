@@ -12,8 +12,9 @@ The plugin factory finds KVStreamL2AdapterConfig by its name (class_name + "Conf
 - lookup-and-lock: one daemon Lookup with `lock_seconds` (the lease, `lock_seconds` param); a bit is
   set for each key present and locked. Unlock: one daemon Unlock; an unlock that fails is retried
   until it succeeds, the daemon restarted (its locks are gone) or the lease has run out.
-- load: ONE daemon retrieve per task, every key of the task in it (the daemon batches them as one
-  step); load tasks waiting together (requests LMCache prefetches at once) share one retrieve and
+- load: one daemon retrieve per task (per max_chunks_per_call keys; objects in the shared L1 pool
+  and objects copied through the arena go in separate calls), which the daemon batches as one
+  step; load tasks waiting together (requests LMCache prefetches at once) share their retrieves and
   are answered apart. A key is loaded when the daemon returns exactly the MemoryObj's get_size() bytes.
 - store: one Lookup (keys the daemon already holds are skipped) and one persist per task; the task
   succeeds once every chunk is durable on its tiers.
