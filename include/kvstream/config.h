@@ -122,8 +122,9 @@ struct ConfigFault {
 };
 
 // Checks ranges and names; fills queue_depth = 0 with the default (and queue_depth_max). Returns
-// the completed config; on an error, says in `fault` (where given) what was refused. The one owner
-// of every check on a StoreConfig's values: kvstreamd checks only the YAML's shape and its own keys.
+// the completed config; on an error, says in `fault` (where given) what was refused. It owns the
+// checks on a StoreConfig's values; kvstreamd checks the YAML's shape, its own keys, and of the
+// store's only what its parser must (a shared_key_file path is absolute, queue_depth_max at least 1).
 absl::StatusOr<StoreConfig> ValidateConfig(StoreConfig config, ConfigFault* fault = nullptr);
 
 Policies PoliciesOf(const StoreConfig& config);

@@ -24,7 +24,7 @@ enum class ReadState : uint8_t {
   kFree,       // no read in flight
   kOnTime,     // in flight, not past its tier's deadline yet
   kHedgeDue,   // late: its block is read again from another holder once HedgeAfter has passed
-  kGiveUpDue,  // late, and no other holder can take it over: its chunk fails at GiveUpAt
+  kGiveUpDue,  // late, no other holder could take it over: at GiveUpAt it is given up (or read elsewhere)
   kLate,       // late, nothing left to decide: taken over, given up, or waited for until it lands
 };
 // Whether a read in this state is past its deadline (its tier is stalled until it lands).
@@ -87,7 +87,8 @@ class ReadDeadlines {
   // up at `now` for the first time; while it is stalled and not yet given up, lowers `*next` to
   // when it will be.
   bool GiveUpIfStalledTooLong(int t, int64_t now, int64_t* next);
-  // A late read of `t` was given up: so is the tier. Returns whether it was not given up before.
+  // A late read of `t` reached GiveUpAt: the tier is given up, whether that read was abandoned or
+  // could still be taken over or waited for. Returns whether it was not given up before.
   // REQUIRES: stalled(t).
   bool GiveUp(int t);
   bool given_up(int t) const { return tiers_[t].stall == TierStall::kGivenUp; }

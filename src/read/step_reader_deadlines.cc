@@ -165,10 +165,11 @@ void StepReader::ReadLanded(int t, ReadSlot* slot, int64_t now) {
   tiers_[t]->counters.read_seconds.Observe(static_cast<double>(took) / 1e9);
   const bool late = IsLate(slot->state);
   slot->state = ReadState::kFree;
-  if (late && deadlines_.LateReadLanded(t)) {
+  if (!late) return;
+  const int64_t stalled_since = deadlines_.stalled_since_ns(t);  // a late read in flight: stalled
+  if (deadlines_.LateReadLanded(t)) {
     tiers_[t]->stalled = false;
-    spdlog::info("tier {}: answers again after {} ms", tiers_[t]->name,
-                 (now - deadlines_.stalled_since_ns(t)) / 1'000'000);
+    spdlog::info("tier {}: answers again after {} ms", tiers_[t]->name, (now - stalled_since) / 1'000'000);
   }
 }
 
