@@ -237,3 +237,21 @@ def test_a_piece_larger_than_the_arena_fails_alone(link):
     written = transfer.write(link, session, source.pieces)
     assert [r.status for r in written.staged] == [Status.FAILED, Status.OK]
     assert written.durable.result(30) == [False, True]
+
+
+def test_a_piece_the_daemon_cannot_stage_fails_alone(state_dir):
+    # A chunk over the staging limit is refused alone, inside a persist that stages the others.
+    daemon = Daemon(state_dir, extra_yaml="staging: {limit: 1MiB}\n")
+    daemon.start()
+    link = link_to(daemon.socket)
+    try:
+        session = link.session()
+        source = Private(["stage/small", "stage/big"], [payloads(1, seed=8)[0], bytes(4 * PIECE)])
+        written = transfer.write(link, session, source.pieces)
+        assert [r.status for r in written.staged] == [Status.OK, Status.FAILED]
+        assert "staging limit" in written.staged[1].message
+        assert written.durable.result(30) == [True, False]
+        assert link.session() is session  # one chunk's failure is no call failure
+    finally:
+        link.close()
+        daemon.stop()

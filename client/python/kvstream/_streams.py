@@ -85,7 +85,8 @@ def retrieve_results(call: Any, n: int, on_chunk: Optional[Callable[[ChunkResult
 
 
 def persist_results(call: Any, n: int, on_durable: Optional[Callable[[PersistResult], None]], check: bool,
-                    socket_path: str) -> "concurrent.futures.Future[List[PersistResult]]":
+                    socket_path: str, on_staged: Optional[Callable[[PersistResult], None]] = None,
+                    ) -> "concurrent.futures.Future[List[PersistResult]]":
     """Reads a Persist stream of `n` chunks on a background thread; returns once every chunk is
     STAGED, with the future of the results (see Client.persist_async)."""
     staged = threading.Event()
@@ -97,6 +98,8 @@ def persist_results(call: Any, n: int, on_durable: Optional[Callable[[PersistRes
         try:
             for event in call:
                 if event.stage == pb.PersistEvent.STAGED:
+                    if on_staged is not None and event.index < n:
+                        on_staged(PersistResult(event.index, Code.of(event.code), event.message, 0, 0))
                     staged_count += 1
                     if staged_count == n:
                         all_staged[0] = True

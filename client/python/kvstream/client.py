@@ -329,16 +329,19 @@ class Client:
         on_durable: Optional[Callable[[PersistResult], None]] = None,
         check: bool = True,
         timeout: Optional[float] = None,
+        on_staged: Optional[Callable[[PersistResult], None]] = None,
     ) -> "concurrent.futures.Future[List[PersistResult]]":
         """Stages the chunks and returns once every one is STAGED (copied out of the arena: the
         ranges may be reused now), with a future of the results once each is DURABLE.
 
         Blocks while the daemon's staging is full. `on_durable` fires per chunk on a background
-        thread. A request refused as a whole (e.g. OUT_OF_RANGE) raises here.
+        thread; `on_staged` too, once per chunk, each call before this returns (a chunk staged with
+        an error was never staged: its DURABLE result carries the same error). A request refused as
+        a whole (e.g. OUT_OF_RANGE) raises here.
         """
         request = self._data_request(pb.PersistRequest, chunks, "persist")
         call = self._stub.Persist(request, timeout=timeout, metadata=self._metadata)
-        return _streams.persist_results(call, len(request.chunks), on_durable, check, self._socket_path)
+        return _streams.persist_results(call, len(request.chunks), on_durable, check, self._socket_path, on_staged)
 
     # -- control ------------------------------------------------------------------------------
 

@@ -29,7 +29,7 @@ import enum
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from .arena_alloc import ArenaAllocator
 from .daemon_link import DaemonLink, Session
@@ -359,9 +359,16 @@ class _Writer(_Transfer):
             if 0 <= r.index < len(entries):
                 self._mark_durable(entries[r.index][0], r.ok)
 
+        not_staged: Dict[int, PersistResult] = {}  # entry index -> why; filled before persist_async returns
+
+        def on_staged(r: PersistResult) -> None:
+            if not r.ok and 0 <= r.index < len(entries):
+                not_staged[r.index] = r
+
         def persist() -> Any:
             self.calls += 1
-            return self.session.client.persist_async(chunks, on_durable=on_durable, check=False, timeout=self.timeout)
+            return self.session.client.persist_async(chunks, on_durable=on_durable, check=False, timeout=self.timeout,
+                                                     on_staged=on_staged)
 
         with self._lock:
             self._open += 1
@@ -372,12 +379,16 @@ class _Writer(_Transfer):
             return
         # First: whatever happens below, the stream's end closes it (durable then always completes).
         future.add_done_callback(lambda f: self._stream_ended(entries, f))
-        if in_arena:  # staged: the daemon has copied the bytes, the ranges are free again
+        if in_arena:  # staged (or failed alone): the daemon is done with the bytes, the ranges are free
             for i, offset in entries:
                 self._allocator().free(offset)
                 self.copied_bytes += self.pieces[i].size if self.pieces[i].address is not None else 0
-        for i, _ in entries:
-            self.report(PieceResult(i, Status.OK, self.pieces[i].size))
+        for n, (i, _) in enumerate(entries):
+            error = not_staged.get(n)
+            if error is None:
+                self.report(PieceResult(i, Status.OK, self.pieces[i].size))
+            else:  # the daemon staged it with an error: never staged (its DURABLE says the same)
+                self.report(PieceResult(i, Status.FAILED, message=f"{error.code.name}: {error.message}"))
 
     def _copy_in(self, wave: List[Tuple[int, int]]) -> List[Tuple[int, int]]:
         """Copies (or fills) each piece of the wave into its arena range; the entries that made it."""
