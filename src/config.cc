@@ -59,6 +59,7 @@ class Refusal {
 struct ExpandedTier {
   TierConfig tier;
   int given;
+  bool from_drives = false;  // one drive of a tier given as `drives` (its path is one of them)
 };
 
 // One tier per drive of a tier over several drives (TierConfig::drives); every tier gets its
@@ -103,7 +104,7 @@ absl::StatusOr<std::vector<ExpandedTier>> ExpandDrives(std::vector<TierConfig> t
       drive.path = t.drives[i];
       drive.drive = i;
       drive.capacity_bytes = t.capacity_bytes / n + (i < t.capacity_bytes % n ? 1 : 0);
-      out.push_back({std::move(drive), given});
+      out.push_back({std::move(drive), given, /*from_drives=*/true});
     }
   }
   return out;
@@ -195,13 +196,13 @@ absl::StatusOr<StoreConfig> ValidateConfig(StoreConfig c, ConfigFault* fault) {
   std::set<std::string> paths;
   std::map<std::string, uint32_t> drives_seen;  // group -> its drives so far
   c.tiers.clear();
-  for (auto& [t, given] : *tiers) {
+  for (auto& [t, given, from_drives] : *tiers) {
     // A group's drives follow each other, 0, 1, ...: another tier of the same name is a duplicate.
     if (drives_seen[t.group]++ != t.drive) {
       return refuse("name", given, absl::StrCat("duplicate tier name '", t.group, "'"));
     }
     if (!t.path.empty() && !paths.insert(t.path).second) {
-      return refuse(t.drives.empty() && t.group == t.name ? "path" : "drives", given,
+      return refuse(!from_drives && t.group == t.name ? "path" : "drives", given,
                     absl::StrCat("tier path ", t.path, " is used twice"));
     }
     if (absl::Status valid = ValidateTier(t, given, c.block_size, refuse); !valid.ok()) return valid;

@@ -111,6 +111,11 @@ TEST_CASE("a tier takes a path or drives, not both nor neither") {
         std::string::npos);
   CHECK(ErrorOf("tiers:\n  - {name: a, drives: [], capacity: 1GiB}\n").find("tiers[0].drives") != std::string::npos);
   CHECK(ErrorOf("tiers:\n  - {name: a, drives: [/y, /y], capacity: 1GiB}\n").find("used twice") != std::string::npos);
+  // A one-drive tier whose drive is another tier's path: the key written is drives, not path.
+  const std::string one_drive =
+      ErrorOf("tiers:\n  - {name: a, path: /y, capacity: 1GiB}\n  - {name: b, drives: [/y], capacity: 1GiB}\n");
+  CHECK(one_drive.find("'tiers[1].drives' (line") != std::string::npos);
+  CHECK(one_drive.find("used twice") != std::string::npos);
   auto two = ParseDaemonConfig("tiers:\n  - {name: a, drives: [/y, /z], capacity: 1GiB}\n", "test.yaml");
   REQUIRE(two.ok());
   CHECK(two->store.tiers.size() == 2);
