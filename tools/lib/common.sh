@@ -47,11 +47,16 @@ need_built() {
   done
 }
 
-# wait_socket PATH [TRIES]: waits until PATH is a socket (a daemon is up), polling every 50 ms,
-# TRIES times (default 200: 10 s). Status 0 once it is there, 1 if it never came.
+# wait_socket PATH [TRIES] [PID]: waits until PATH is a socket (a daemon is up), polling every
+# 50 ms, TRIES times (default 200: 10 s). Status 0 once it is there, 1 if it never came, 2 as soon
+# as process PID (when given: the daemon that should make it) has exited.
 wait_socket() {
   local _
-  for _ in $(seq "${2:-200}"); do [ -S "$1" ] && return 0; sleep 0.05; done
+  for _ in $(seq "${2:-200}"); do
+    [ -S "$1" ] && return 0
+    [ -z "${3:-}" ] || kill -0 "$3" 2> /dev/null || return 2
+    sleep 0.05
+  done
   [ -S "$1" ]
 }
 

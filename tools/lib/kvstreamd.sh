@@ -23,7 +23,7 @@ kvstreamd_socket() {
 # daemon exits first, and stops it and dies if its socket is not up in KVSTREAMD_START_SECONDS
 # (default 10). A stale socket (its daemon gone) is removed first; a live one is an error.
 kvstreamd_start() {
-  local config=$1 log=$2 sock status _
+  local config=$1 log=$2 sock status waited=0
   shift 2
   sock=$(kvstreamd_socket "$config")
   [ -n "$sock" ] || die "$config names no socket (socket: {path: PATH, ...})"
@@ -35,17 +35,15 @@ kvstreamd_start() {
   "$@" "${kvstreamd:-$build/daemon/kvstreamd}" --config "$config" 2> "$log" &
   daemon=$!
   kvstreamd_logs[$daemon]=$log
-  for _ in $(seq $((${KVSTREAMD_START_SECONDS:-10} * 20))); do
-    [ -S "$sock" ] && return 0
-    if ! kill -0 "$daemon" 2> /dev/null; then
-      status=0
-      wait "$daemon" || status=$?
-      unset "kvstreamd_logs[$daemon]"
-      kvstreamd_log_tail "$log"
-      die "kvstreamd exited with status $status before its socket $sock was up (log: $log)"
-    fi
-    sleep 0.05
-  done
+  wait_socket "$sock" $((${KVSTREAMD_START_SECONDS:-10} * 20)) "$daemon" || waited=$?
+  [ "$waited" != 0 ] || return 0
+  if [ "$waited" = 2 ]; then
+    status=0
+    wait "$daemon" || status=$?
+    unset "kvstreamd_logs[$daemon]"
+    kvstreamd_log_tail "$log"
+    die "kvstreamd exited with status $status before its socket $sock was up (log: $log)"
+  fi
   kvstreamd_log_tail "$log"
   kvstreamd_stop "$daemon" || true
   die "kvstreamd's socket $sock was not up after ${KVSTREAMD_START_SECONDS:-10} s (log: $log)"
