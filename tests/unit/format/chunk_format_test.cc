@@ -6,11 +6,13 @@
 #include <cstring>
 
 #include "format/chunk_mac.h"
+#include "mac_key_util.h"
 #include "test_util.h"
 
 namespace kvstream {
 namespace {
 
+using testing::MacKey;
 using testing::Payload;
 
 std::vector<uint8_t> Image(const ChunkMeta& meta, const std::vector<uint8_t>& payload) {
@@ -118,13 +120,6 @@ void RequireRefused(const std::vector<uint8_t>& header) {
   CHECK(absl::IsDataLoss(DecodeChunkHeader(header.data(), header.size()).status()));
   CHECK(absl::IsDataLoss(ChunkHeaderSize(header.data(), header.size()).status()));
   CHECK(absl::IsDataLoss(PeekChunkVersion(header.data(), header.size()).status()));
-}
-
-std::shared_ptr<const ChunkMacKey> Key(uint8_t fill) {
-  const std::vector<uint8_t> material(32, fill);
-  auto key = ChunkMacKey::FromBytes(material.data(), material.size());
-  REQUIRE(key.ok());
-  return *key;
 }
 
 TEST_CASE("the crafted headers are sealed like real ones") {
@@ -235,7 +230,7 @@ TEST_CASE("sizes are computed in 64 bits and bounded") {
 }
 
 TEST_CASE("a signed header is version 2: nonce, key, checksums, tags and MAC, all round-tripped") {
-  const auto key = Key(1);
+  const auto key = MacKey(1);
   const auto payload = Payload(3 * 65536 + 5, 8);
   ChunkMeta meta = DescribeChunk("model@1@0@abc", payload.data(), payload.size(), 65536, 42);
   REQUIRE(key->Sign(&meta, payload.data()).ok());
@@ -261,8 +256,8 @@ TEST_CASE("a signed header is version 2: nonce, key, checksums, tags and MAC, al
   CHECK(decoded->header_size() == meta.header_size());
   CHECK(key->Verify(*decoded));
   CHECK(VerifyChunkMac(*decoded, key.get(), /*require=*/true).ok());
-  CHECK_FALSE(Key(2)->Verify(*decoded));
-  CHECK(absl::IsPermissionDenied(VerifyChunkMac(*decoded, Key(2).get(), false)));
+  CHECK_FALSE(MacKey(2)->Verify(*decoded));
+  CHECK(absl::IsPermissionDenied(VerifyChunkMac(*decoded, MacKey(2).get(), false)));
   // Without a key the MAC is kept, unchecked.
   CHECK(VerifyChunkMac(*decoded, nullptr, true).ok());
   // The version names its writer: the nonce's first bytes, in the header and in the meta alike.
@@ -274,7 +269,7 @@ TEST_CASE("a signed header is version 2: nonce, key, checksums, tags and MAC, al
 }
 
 TEST_CASE("two writers' authenticated copies of the same bytes are two versions, plain copies one") {
-  const auto key = Key(1);
+  const auto key = MacKey(1);
   const auto payload = Payload(70000, 4);
   ChunkMeta plain = DescribeChunk("k", payload.data(), payload.size(), 65536, 1);
   ChunkMeta a = plain, b = plain;
@@ -299,7 +294,7 @@ TEST_CASE("the header size counts the nonce, tags and MAC where they cross a pag
   const auto payload = Payload(125 * 4096, 9);
   ChunkMeta meta = DescribeChunk(std::string(1024, 'k'), payload.data(), payload.size(), 4096, 0);
   CHECK(meta.header_size() == 4096);
-  REQUIRE(Key(1)->Sign(&meta, payload.data()).ok());
+  REQUIRE(MacKey(1)->Sign(&meta, payload.data()).ok());
   CHECK(meta.header_size() == 8192);
   std::vector<uint8_t> image(meta.header_size());
   EncodeChunkHeader(meta, image.data());
@@ -307,11 +302,11 @@ TEST_CASE("the header size counts the nonce, tags and MAC where they cross a pag
   auto decoded = DecodeChunkHeader(image.data(), image.size());
   REQUIRE(decoded.ok());
   CHECK(decoded->header_size() == 8192);
-  CHECK(Key(1)->Verify(*decoded));
+  CHECK(MacKey(1)->Verify(*decoded));
 }
 
 TEST_CASE("a re-sealed change to any authenticated field fails the MAC") {
-  const auto key = Key(3);
+  const auto key = MacKey(3);
   const auto good = GoodHeader(key.get());
   REQUIRE(key->Verify(*DecodeChunkHeader(good.data(), good.size())));
   // Key "key", 3 segments: nonce at 64, key at 96, checksums at 99, tags at 123, the MAC at 171.
@@ -335,7 +330,7 @@ TEST_CASE("a re-sealed change to any authenticated field fails the MAC") {
 
 TEST_CASE("a version 1 header's MAC does not make it servable where payloads must be authenticated") {
   // As written before version 2: a MAC over the header (covering only XXH3 segment checksums).
-  const auto key = Key(3);
+  const auto key = MacKey(3);
   const auto payload = Payload(10000, 5);
   ChunkMeta meta = DescribeChunk("key", payload.data(), payload.size(), 4096, 7);
   meta.mac = key->Compute(meta);
@@ -357,7 +352,7 @@ TEST_CASE("a version 1 header's MAC does not make it servable where payloads mus
 // The MAC's cost per chunk: a 16 MiB chunk in 1 MiB blocks (16 segments), and in 64 KiB blocks
 // (256): microseconds per MAC (computed and verified), said when it fails (only if absurdly slow).
 TEST_CASE("the MAC of a 16 MiB chunk's header costs microseconds") {
-  const auto key = Key(4);
+  const auto key = MacKey(4);
   for (uint32_t block : {1u << 20, 64u << 10}) {
     ChunkMeta meta;
     meta.key = "model@tp0@" + std::string(64, 'h');

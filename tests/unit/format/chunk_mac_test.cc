@@ -9,21 +9,16 @@
 
 #include "read/block_verifier.h"
 #include "shared_memory.h"
+#include "mac_key_util.h"
 #include "test_util.h"
 #include "xxh3_forgery.h"
 
 namespace kvstream {
 namespace {
 
+using testing::MacKey;
 using testing::MappedSharedMemory;
 using testing::Payload;
-
-std::shared_ptr<const ChunkMacKey> Key(uint8_t fill) {
-  const std::vector<uint8_t> material(32, fill);
-  auto key = ChunkMacKey::FromBytes(material.data(), material.size());
-  REQUIRE(key.ok());
-  return *key;
-}
 
 ChunkMeta Signed(const ChunkMacKey& key, const std::vector<uint8_t>& payload, uint32_t segment_size) {
   ChunkMeta meta = DescribeChunk("model@tp0@h", payload.data(), payload.size(), segment_size, 1);
@@ -36,7 +31,7 @@ const uint8_t* Segment(const std::vector<uint8_t>& payload, const ChunkMeta& met
 }
 
 TEST_CASE("every segment of a signed chunk verifies against its tag, and nothing else does") {
-  const auto key = Key(1);
+  const auto key = MacKey(1);
   const auto payload = Payload(3 * 65536 + 777, 1);
   const ChunkMeta meta = Signed(*key, payload, 65536);
   REQUIRE(meta.segment_count() == 4);
@@ -46,7 +41,7 @@ TEST_CASE("every segment of a signed chunk verifies against its tag, and nothing
     std::vector<uint8_t> flipped(Segment(payload, meta, i), Segment(payload, meta, i) + meta.segment_length(i));
     flipped[flipped.size() / 2] ^= 1;
     CHECK_FALSE(key->VerifySegment(meta, i, flipped.data(), flipped.size()));
-    CHECK_FALSE(Key(2)->VerifySegment(meta, i, Segment(payload, meta, i), meta.segment_length(i)));
+    CHECK_FALSE(MacKey(2)->VerifySegment(meta, i, Segment(payload, meta, i), meta.segment_length(i)));
   }
   // Another segment's bytes at this index, a shorter length, an index past the end: no.
   CHECK_FALSE(key->VerifySegment(meta, 1, Segment(payload, meta, 0), 65536));
@@ -62,7 +57,7 @@ TEST_CASE("every segment of a signed chunk verifies against its tag, and nothing
 }
 
 TEST_CASE("a payload forged to keep every XXH3-64 segment checksum fails its tags") {
-  const auto key = Key(1);
+  const auto key = MacKey(1);
   const auto payload = Payload(4 << 20, 2);  // 4 segments of 1 MiB, as the daemon writes them
   const ChunkMeta meta = Signed(*key, payload, 1 << 20);
   auto forged = payload;
@@ -81,7 +76,7 @@ TEST_CASE("a payload forged to keep every XXH3-64 segment checksum fails its tag
 }
 
 TEST_CASE("the block verifier checks a block's tag when given the key, its checksum otherwise") {
-  const auto key = Key(1);
+  const auto key = MacKey(1);
   const auto payload = Payload(2 << 20, 3);
   const ChunkMeta meta = Signed(*key, payload, 1 << 20);
   auto forged = payload;
@@ -108,7 +103,7 @@ TEST_CASE("the block verifier checks a block's tag when given the key, its check
 }
 
 TEST_CASE("a block's tag is checked in client memory under the SIGBUS guard: vanished memory is gone") {
-  const auto key = Key(1);
+  const auto key = MacKey(1);
   const auto payload = Payload(2 << 20, 5);
   const ChunkMeta meta = Signed(*key, payload, 1 << 20);
   MappedSharedMemory memory(2 << 20);

@@ -17,19 +17,14 @@
 
 #include "format/chunk_format.h"
 #include "format/chunk_mac.h"
+#include "mac_key_util.h"
 #include "test_util.h"
 
 namespace kvstream {
 namespace {
 
+using testing::MacKey;
 using testing::TempDir;
-
-std::shared_ptr<const ChunkMacKey> Key(uint8_t fill) {
-  const std::vector<uint8_t> material(32, fill);
-  auto key = ChunkMacKey::FromBytes(material.data(), material.size());
-  REQUIRE(key.ok());
-  return *key;
-}
 
 TEST_CASE("a key file is a private regular file of 32 to 4096 bytes") {
   TempDir dir;
@@ -38,7 +33,8 @@ TEST_CASE("a key file is a private regular file of 32 to 4096 bytes") {
   chmod(path.c_str(), 0600);
   auto key = LoadClusterKeyFile(path);
   REQUIRE(key.ok());
-  CHECK((*key)->Compute(DescribeChunk("k", "abc", 3, 4096, 0)) == Key('x')->Compute(DescribeChunk("k", "abc", 3, 4096, 0)));
+  const ChunkMeta meta = DescribeChunk("k", "abc", 3, 4096, 0);
+  CHECK((*key)->Compute(meta) == MacKey('x')->Compute(meta));
 
   chmod(path.c_str(), 0644);
   auto readable = LoadClusterKeyFile(path);
