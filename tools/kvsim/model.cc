@@ -4,25 +4,14 @@
 #include <cmath>
 #include <queue>
 
+#include "model/load_model.h"
+
 namespace kvsim {
 
 double BoundTime(double bytes, const std::vector<double>& b, const std::vector<double>& delay) {
-  if (bytes <= 0) return 0;
-  std::vector<std::pair<double, double>> tiers;  // (delay, bandwidth)
-  for (size_t k = 0; k < b.size(); ++k) {
-    if (b[k] > 0) tiers.emplace_back(k < delay.size() ? delay[k] : 0.0, b[k]);
-  }
-  if (tiers.empty()) return INFINITY;
-  std::sort(tiers.begin(), tiers.end());
-  // Add tiers in order of their start; the answer lies in the interval where the sum suffices.
-  double rate = 0, weighted = 0;  // sum b_k, sum b_k * delay_k of the tiers started so far
-  for (size_t i = 0; i < tiers.size(); ++i) {
-    rate += tiers[i].second;
-    weighted += tiers[i].second * tiers[i].first;
-    const double t = (bytes + weighted) / rate;
-    if (i + 1 == tiers.size() || t <= tiers[i + 1].first) return t;
-  }
-  return INFINITY;
+  std::vector<kvstream::TierRate> tiers(b.size());
+  for (size_t k = 0; k < b.size(); ++k) tiers[k] = {b[k], k < delay.size() ? delay[k] : 0.0};
+  return kvstream::BoundTime(bytes, tiers);
 }
 
 double StaticTime(double bytes, double g, double b0, double b1, double delay0, double delay1) {

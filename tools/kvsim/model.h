@@ -8,7 +8,7 @@
 namespace kvsim {
 
 // Aggregate-bandwidth bound: the earliest T with sum_k b_k * max(0, T - delay_k) = D.
-// With no delays this is D / sum_k b_k.
+// With no delays this is D / sum_k b_k. The daemon's (model/load_model.h), on vectors.
 double BoundTime(double bytes, const std::vector<double>& bandwidth, const std::vector<double>& delay = {});
 
 // Static split: share g of the step's bytes on tier 0, the rest on tier 1.

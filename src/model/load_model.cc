@@ -1,0 +1,76 @@
+#include "model/load_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+namespace kvstream {
+
+double BoundTime(double bytes, std::span<const TierRate> tiers, uint32_t only) {
+  if (!(bytes > 0)) return 0;
+  std::pair<double, double> started[32];  // (delay, bps) of the tiers counted
+  size_t n = 0;
+  for (size_t k = 0; k < tiers.size() && k < 32; ++k) {
+    if ((only >> k & 1u) && tiers[k].bps > 0) started[n++] = {std::max(0.0, tiers[k].delay_s), tiers[k].bps};
+  }
+  if (n == 0) return INFINITY;
+  std::sort(started, started + n);
+  // Add tiers in the order they start; the answer lies where the rate so far suffices.
+  double rate = 0, weighted = 0;  // sum bps_k, sum bps_k * delay_k of the tiers started so far
+  for (size_t i = 0; i < n; ++i) {
+    rate += started[i].second;
+    weighted += started[i].second * started[i].first;
+    const double t = (bytes + weighted) / rate;
+    if (i + 1 == n || t <= started[i + 1].first) return t;
+  }
+  return INFINITY;
+}
+
+LoadModel::LoadModel(std::vector<TierRate> tiers) : tiers_(std::move(tiers)) {
+  for (size_t k = 0; k < tiers_.size() && k < 32; ++k) {
+    if (tiers_[k].bps > 0) present_ |= 1u << k;
+  }
+}
+
+double LoadModel::UnionTime(uint32_t tiers_mask) const {
+  double bytes = 0;
+  for (const Group& g : groups_) {
+    if ((g.holders & ~tiers_mask) == 0) bytes += g.bytes;
+  }
+  return BoundTime(bytes, tiers_, tiers_mask);
+}
+
+double LoadModel::Add(double bytes, uint32_t holders) {
+  if (!(bytes > 0)) return seconds_;
+  holders &= present_;
+  if (holders == 0) return seconds_ = INFINITY;
+  auto it = std::find_if(groups_.begin(), groups_.end(), [&](const Group& g) { return g.holders == holders; });
+  size_t changed;
+  if (it == groups_.end()) {
+    groups_.push_back({holders, bytes});
+    changed = groups_.size() - 1;
+  } else {
+    it->bytes += bytes;
+    changed = static_cast<size_t>(it - groups_.begin());
+  }
+  // Bytes only grow, so only the unions that hold the changed group can raise the answer.
+  double t = seconds_;
+  if (groups_.size() <= kMaxExactGroups) {
+    const size_t others = groups_.size() - 1;
+    for (uint32_t pick = 0; pick < (1u << others); ++pick) {
+      uint32_t mask = holders;
+      for (size_t j = 0, bit = 0; j < groups_.size(); ++j) {
+        if (j == changed) continue;
+        if (pick >> bit++ & 1u) mask |= groups_[j].holders;
+      }
+      t = std::max(t, UnionTime(mask));
+    }
+  } else {
+    uint32_t all = 0;
+    for (const Group& g : groups_) all |= g.holders;
+    t = std::max({t, UnionTime(holders), UnionTime(all)});
+  }
+  return seconds_ = t;
+}
+
+}  // namespace kvstream

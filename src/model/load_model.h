@@ -1,0 +1,57 @@
+// LoadModel: the expected time to read a set of chunks from the tiers that hold them, all tiers
+// reading at once under completion routing (docs/design.md, "Load or recompute"). The daemon
+// answers Lookups with it from each tier's measured rate; kvsim's verdict mode asks it the same
+// question of simulated tiers. Pure arithmetic: no clock, no I/O, no locks.
+//
+// The model: tier k reads at `bps` once `delay_s` has passed (its per-read latency, or work it
+// must finish first). Completion routing keeps every tier busy while a block it holds is unread,
+// so a set of tiers S finishes the bytes only S holds no sooner than the aggregate-bandwidth bound
+// of S, and no later than the largest such bound over the unions of the holder sets present (the
+// residual is the blocks in flight at the end). A tier with bps <= 0 is absent (stalled, given up,
+// out of reach): bytes only absent tiers hold take forever (+inf).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace kvstream {
+
+struct TierRate {
+  double bps = 0;      // bytes per second it reads at; <= 0: absent
+  double delay_s = 0;  // before its first byte lands
+};
+
+// Earliest T with sum over present tiers of bps_k * max(0, T - delay_k) >= bytes: 0 for no bytes,
+// +inf when no tier is present. Bit k of `only` (all bits: every tier) picks the tiers counted.
+double BoundTime(double bytes, std::span<const TierRate> tiers, uint32_t only = ~0u);
+
+class LoadModel {
+ public:
+  // At most 32 tiers (holder masks are 32 bits); those beyond are never counted.
+  explicit LoadModel(std::vector<TierRate> tiers);
+
+  // Adds `bytes` that the tiers of `holders` (bit k: tier k) hold. Returns the expected seconds to
+  // have everything added so far (monotone: never less than the previous answer).
+  double Add(double bytes, uint32_t holders);
+  double seconds() const { return seconds_; }
+  const std::vector<TierRate>& tiers() const { return tiers_; }
+
+ private:
+  struct Group {
+    uint32_t holders;  // the present tiers among the chunk's holders
+    double bytes;
+  };
+  // Beyond this many distinct holder sets the unions looked at are each set alone and all of them.
+  static constexpr size_t kMaxExactGroups = 8;
+
+  // The bound of the bytes held only within the tiers of `tiers_mask`.
+  double UnionTime(uint32_t tiers_mask) const;
+
+  std::vector<TierRate> tiers_;
+  uint32_t present_ = 0;  // tiers with bps > 0
+  std::vector<Group> groups_;
+  double seconds_ = 0;
+};
+
+}  // namespace kvstream

@@ -1,0 +1,68 @@
+// The load model as arithmetic: the aggregate-bandwidth bound with per-tier delays, and the bound
+// over the unions of holder sets when tiers hold different chunks.
+#include "model/load_model.h"
+
+#include <cmath>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+namespace kvstream {
+namespace {
+
+TEST_CASE("the bound of bytes every tier holds is the bytes over the sum of the bandwidths") {
+  const std::vector<TierRate> tiers = {{300e6, 0}, {150e6, 0}};
+  CHECK(BoundTime(450e6, tiers) == Approx(1.0));
+  CHECK(BoundTime(0, tiers) == 0);
+  CHECK(BoundTime(300e6, tiers, 0b01) == Approx(1.0));  // tier 0 alone
+}
+
+TEST_CASE("a tier's delay holds its bandwidth back until it has passed") {
+  // Tier 1 starts at 1 s: by then tier 0 read 100 MB; the other 100 MB at 200 MB/s take 0.5 s.
+  const std::vector<TierRate> tiers = {{100e6, 0}, {100e6, 1.0}};
+  CHECK(BoundTime(200e6, tiers) == Approx(1.5));
+  // Bytes tier 0 reads alone before tier 1 starts: tier 1 never helps.
+  CHECK(BoundTime(50e6, tiers) == Approx(0.5));
+}
+
+TEST_CASE("no present tier, or bytes no present tier holds, take forever") {
+  const std::vector<TierRate> tiers = {{0, 0}, {100e6, 0}};
+  CHECK(std::isinf(BoundTime(1, tiers, 0b01)));
+  LoadModel m(tiers);
+  CHECK(m.Add(100e6, 0b10) == Approx(1.0));
+  CHECK(std::isinf(m.Add(1, 0b01)));  // only the absent tier holds it
+  CHECK(std::isinf(m.Add(100e6, 0b10)));  // and the whole set stays unreachable
+}
+
+TEST_CASE("bytes only one tier holds are bounded by that tier, not by the sum") {
+  // 300 MB only on tier 0 (100 MB/s) and 100 MB on both (200 MB/s together): tier 0 alone needs
+  // 3 s for its own bytes; all 400 MB over 200 MB/s would claim 2 s.
+  LoadModel m({{100e6, 0}, {100e6, 0}});
+  CHECK(m.Add(100e6, 0b11) == Approx(0.5));
+  CHECK(m.Add(300e6, 0b01) == Approx(3.0));
+  CHECK(m.seconds() == Approx(3.0));
+}
+
+TEST_CASE("the answer is cumulative: each chunk added never lowers it") {
+  LoadModel m({{300e6, 0.01}, {150e6, 0.002}});
+  double last = 0;
+  for (int i = 0; i < 100; ++i) {
+    const double t = m.Add(16 << 20, i % 3 == 0 ? 0b01 : 0b11);
+    CHECK(t >= last);
+    last = t;
+  }
+  // 1600 MiB, 34 of those only on tier 0: the shared bound dominates.
+  CHECK(last == Approx(BoundTime(100.0 * (16 << 20), m.tiers())).epsilon(1e-9));
+}
+
+TEST_CASE("many holder sets still bound every set alone and all of them together") {
+  std::vector<TierRate> tiers(12, TierRate{100e6, 0});
+  LoadModel m(tiers);
+  for (uint32_t k = 0; k < 12; ++k) m.Add(100e6, 1u << k);  // 12 groups: past the exact limit
+  CHECK(m.seconds() == Approx(1.0));
+  m.Add(200e6, 1u << 3);
+  CHECK(m.seconds() == Approx(3.0));  // tier 3 alone now has 300 MB
+}
+
+}  // namespace
+}  // namespace kvstream
