@@ -158,16 +158,21 @@ absl::Status Client::RemoveRegion(uint32_t region) {
 }
 
 absl::StatusOr<std::vector<LookupEntry>> Client::Lookup(const std::vector<std::string>& keys, size_t* prefix_hits,
-                                                         double lock_seconds) {
+                                                         double lock_seconds, std::vector<double>* load_seconds) {
   v1::LookupRequest req;
   for (const std::string& k : keys) req.add_keys(k);
   req.set_lock_seconds(lock_seconds);
+  req.set_estimate_load(load_seconds != nullptr);
   v1::LookupReply reply;
   grpc::ClientContext ctx;
   impl_->Prepare(&ctx);
   if (absl::Status s = FromGrpc(impl_->stub->Lookup(&ctx, req, &reply)); !s.ok()) return s;
   std::vector<LookupEntry> out;
   for (const auto& e : reply.entries()) out.push_back({e.present(), e.size(), e.tier_mask(), e.locked()});
+  if (load_seconds) {
+    load_seconds->clear();
+    for (const auto& e : reply.entries()) load_seconds->push_back(e.load_seconds());
+  }
   if (prefix_hits) *prefix_hits = reply.prefix_hits();
   return out;
 }

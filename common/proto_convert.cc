@@ -12,6 +12,7 @@ void ToProto(const StepRecord& in, v1::StepRecord* out) {
   out->set_bytes(in.bytes);
   out->set_wall_seconds(in.wall_seconds);
   out->set_bound_seconds(in.bound_seconds);
+  out->set_estimate_seconds(in.estimate_seconds);
   out->set_gap(in.gap);
   out->set_routing(in.routing);
   out->set_batching(in.batching);
@@ -37,6 +38,7 @@ StepRecord FromProto(const v1::StepRecord& in) {
   r.bytes = in.bytes();
   r.wall_seconds = in.wall_seconds();
   r.bound_seconds = in.bound_seconds();
+  r.estimate_seconds = in.estimate_seconds();
   r.gap = in.gap();
   r.routing = in.routing();
   r.batching = in.batching();
@@ -85,6 +87,8 @@ void ToProto(const StoreStats& in, v1::StatsReply* out) {
   out->set_persists(in.persists);
   out->set_persist_failures(in.persist_failures);
   out->set_writes_under_pressure(in.writes_under_pressure);
+  out->set_persists_dropped(in.persists_dropped);
+  out->set_persist_dropped_bytes(in.persist_dropped_bytes);
   out->set_shared_copies(in.shared_copies);
   out->set_shared_copies_skipped(in.shared_copies_skipped);
   out->set_process_cpu_seconds(in.process_cpu_seconds);
@@ -136,6 +140,8 @@ StoreStats FromProto(const v1::StatsReply& in) {
   s.persists = in.persists();
   s.persist_failures = in.persist_failures();
   s.writes_under_pressure = in.writes_under_pressure();
+  s.persists_dropped = in.persists_dropped();
+  s.persist_dropped_bytes = in.persist_dropped_bytes();
   s.shared_copies = in.shared_copies();
   s.shared_copies_skipped = in.shared_copies_skipped();
   s.process_cpu_seconds = in.process_cpu_seconds();

@@ -137,6 +137,15 @@ std::vector<ConfigKey> Table() {
        .store_field = "staging_max_defer_seconds",
        .read = [](Value v, Config c, Tier) { c.store.staging_max_defer_seconds = v.Seconds(); },
        .doc = "how long deferred writes wait for reads to pause at most"},
+      {.name = "staging.when_full", .type = "drop | wait", .default_value = "drop",
+       .store_field = "staging_drop_when_full",
+       .read =
+           [](Value v, Config c, Tier) {
+             const std::string when = v.Str();
+             if (when != "drop" && when != "wait") v.Fail(" must be drop or wait");
+             c.store.staging_drop_when_full = when == "drop";
+           },
+       .doc = "a persist that finds staging full: dropped at once and counted (never a stalled step), or waits"},
       {.name = "verify_checksums", .type = "bool", .default_value = "true", .store_field = "verify_checksums",
        .read = [](Value v, Config c, Tier) { c.store.verify_checksums = v.Bool(); },
        .doc = "verify every block read against its checksum"},

@@ -180,6 +180,9 @@ std::string RenderMetrics(const StoreStats& s, const DaemonGauges& d, bool healt
       .Distribution("", s.step_bound_seconds);
   Family(&out, "kvstream_step_gap_ratio", "histogram", "Each step's gap to its bound (time / bound - 1).")
       .Distribution("", s.step_gap);
+  Family(&out, "kvstream_load_estimate_error_ratio", "histogram",
+         "Each step's load estimate against its time: |estimate - time| / time.")
+      .Distribution("", s.load_estimate_error);
   Family(&out, "kvstream_retrieved_chunks_total", "counter", "Chunks asked for, by result.")
       .Sample("result=\"hit\"", static_cast<double>(s.retrieve_hits))
       .Sample("result=\"miss\"", static_cast<double>(s.retrieve_misses))
@@ -200,6 +203,11 @@ std::string RenderMetrics(const StoreStats& s, const DaemonGauges& d, bool healt
       .Sample("", s.write_stall_seconds);
   Family(&out, "kvstream_writes_under_pressure_total", "counter", "Writes issued while reads were pending.")
       .Sample("", static_cast<double>(s.writes_under_pressure));
+  Family(&out, "kvstream_persists_dropped_total", "counter",
+         "Persists dropped because staging was full (staging.when_full: drop).")
+      .Sample("", static_cast<double>(s.persists_dropped));
+  Family(&out, "kvstream_persist_dropped_bytes_total", "counter", "Bytes of the persists dropped.")
+      .Sample("", static_cast<double>(s.persist_dropped_bytes));
   Family(&out, "kvstream_shared_copies_total", "counter",
          "Chunks read from another node's file on a shared tier and staged for this node's other tiers.")
       .Sample("", static_cast<double>(s.shared_copies));

@@ -19,7 +19,7 @@ PersistCall::PersistCall(Store* store, Admitted admitted)
 void PersistCall::StageWithoutWaiting(StagingWorker* worker) {
   for (size_t i = 0; i < admitted_.chunks.size(); ++i) {
     const absl::Status staged = Stage(i, /*wait=*/false);
-    if (absl::IsResourceExhausted(staged)) {
+    if (absl::IsResourceExhausted(staged) && !store_->config().staging_drop_when_full) {
       // The staging's reference is held until StageRest settles, so the worker's `this` is live.
       worker->Add([this, i](const StagingWorker& w) { StageRest(i, w); });
       return;

@@ -109,10 +109,13 @@ grpc::ServerUnaryReactor* Service::Lookup(grpc::CallbackServerContext* ctx, cons
     return r;
   }
   const auto found = lock > 0 ? store_->LookupAndLock(*keys, lock) : store_->Lookup(*keys);
+  const std::vector<double> load = req->estimate_load() ? store_->LoadSeconds(found) : std::vector<double>{};
   uint32_t prefix = 0;
   bool leading = true;
-  for (const LookupEntry& l : found) {
+  for (size_t i = 0; i < found.size(); ++i) {
+    const LookupEntry& l = found[i];
     auto* e = reply->add_entries();
+    if (!load.empty()) e->set_load_seconds(load[i]);
     e->set_present(l.present);
     e->set_size(l.size);
     e->set_tier_mask(l.tier_mask);

@@ -163,7 +163,9 @@ void Engine::RetrieveAsync(std::vector<ChunkRead> reads, ChunkCallback on_chunk,
     for (const ChunkRead& r : reads) keys.push_back(r.key);
     shared_lookup_.Discover(keys);
   }
+  const double estimate = StepEstimate(reads);
   auto step = std::make_unique<ReadStep>(std::move(reads));
+  step->estimate_seconds = estimate;
   step->on_chunk = std::move(on_chunk);
   step->on_done = std::move(on_done);
   {
@@ -189,12 +191,23 @@ absl::Status Engine::Persist(std::string_view key, const void* data, size_t size
 }
 
 absl::Status Engine::TryPersist(std::string_view key, const void* data, size_t size, PersistCallback on_durable) {
-  return stager_.Stage(key, data, size, std::move(on_durable), /*block=*/false);
+  return CountDropped(stager_.Stage(key, data, size, std::move(on_durable), /*block=*/false), size);
 }
 
 absl::Status Engine::PersistFromFile(std::string_view key, const FileRange& source, PersistCallback on_durable,
                                      bool wait) {
-  return stager_.StageFromFile(key, source, std::move(on_durable), /*block=*/wait);
+  absl::Status s = stager_.StageFromFile(key, source, std::move(on_durable), /*block=*/wait);
+  return wait ? s : CountDropped(std::move(s), source.size);
+}
+
+absl::Status Engine::CountDropped(absl::Status staged, uint64_t bytes) {
+  if (config_.staging_drop_when_full && absl::IsResourceExhausted(staged)) {
+    ++counters_.persists_dropped;
+    counters_.persist_dropped_bytes += bytes;
+    return absl::ResourceExhaustedError(
+        "staging is full: dropped (staging.when_full: drop; the tiers cannot absorb writes this fast)");
+  }
+  return staged;
 }
 
 void Engine::Flush() { stager_.Flush(); }
@@ -419,6 +432,7 @@ void Engine::Loop() {
       }
     }
     for (auto& tier : tiers_) tier->device->Submit();
+    PublishLoad();
     {
       absl::MutexLock lock(&inbox_mu_);
       const bool idle = inbox_steps_.empty() && inbox_commands_.empty() && Idle();
@@ -494,6 +508,7 @@ void Engine::StepFinished(StepRecord* record) {
     step_bound_seconds_.Observe(record->bound_seconds);
     step_gap_.Observe(record->gap);
   }
+  ObserveEstimate(*record);
   MaybeApplyPolicies();  // after the record names the policies that ran this step
 }
 

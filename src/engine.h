@@ -27,6 +27,7 @@
 #include "kvstream/store.h"
 #include "memory/memory_regions.h"
 #include "memory/page_faulter.h"
+#include "model/load_model.h"
 #include "read/step_pool.h"
 #include "read/step_reader.h"
 #include "read/step_record.h"
@@ -60,6 +61,7 @@ class Engine final : public Store {
   std::vector<LookupEntry> LookupAndLock(const std::vector<std::string>& keys, double lease_seconds) override;
   size_t Unlock(const std::vector<std::string>& keys) override;
   size_t PrefixHits(const std::vector<std::string>& keys) const override;
+  std::vector<double> LoadSeconds(const std::vector<LookupEntry>& entries) const override;
   absl::StatusOr<EvictResult> Evict(const EvictRequest& request) override;
   absl::Status RegisterMemory(void* base, size_t size, int fd = -1, uint64_t fd_offset = 0) override;
   void UnregisterMemory(void* base) override;
@@ -94,6 +96,18 @@ class Engine final : public Store {
   LookupEntry Present(std::string_view key) const ABSL_SHARED_LOCKS_REQUIRED(index_.mu());
   // Loop: whether everything taken in is done (no step, no write, nothing staged).
   bool Idle() const;
+  // A persist that did not wait for room: with staging.when_full drop, a refusal for want of it
+  // is its final answer, counted and said so.
+  absl::Status CountDropped(absl::Status staged, uint64_t bytes);
+  // The load estimate (engine_load.cc). The tiers as the load model sees them at `now_ns`: absent when stalled or unreadable, and
+  // bit t of `*unmeasured` set (absent too) for a usable tier with no bandwidth measured yet.
+  std::vector<TierRate> LoadRates(int64_t now_ns, uint32_t* unmeasured) const;
+  // Loop, each turn: the tiers' read times and the bytes queued, for LoadSeconds.
+  void PublishLoad();
+  // The estimate for a step about to be queued (its last chunk's LoadSeconds).
+  double StepEstimate(const std::vector<ChunkRead>& reads) const;
+  // A finished step's estimate against its wall time (load_estimate_error_).
+  void ObserveEstimate(const StepRecord& record);
   // Loop, about once a second: each tier's Condition; a tier whose directory was deleted is made
   // again (empty), one out of reach is neither read nor written, a read-only one not written.
   void CheckTiers();
@@ -107,6 +121,8 @@ class Engine final : public Store {
   AtomicHistogram step_seconds_{AtomicHistogram::SecondsBuckets()};
   AtomicHistogram step_bound_seconds_{AtomicHistogram::SecondsBuckets()};
   AtomicHistogram step_gap_{AtomicHistogram::GapBuckets()};
+  AtomicHistogram load_estimate_error_{AtomicHistogram::ErrorBuckets()};
+  std::atomic<uint64_t> queued_read_bytes_{0};  // reads claimed or queued, in bytes (PublishLoad)
   static int64_t SteadyNowNs();  // the steady clock, for loop_ran_ns_
   std::atomic<int64_t> loop_ran_ns_{0};  // when the loop last went round (steady clock)
   WriteStager stager_;

@@ -20,6 +20,8 @@ StoreStats Engine::Stats() const {
   s.retrieve_misses = counters_.retrieve_misses;
   s.retrieve_failures = counters_.retrieve_failures;
   s.writes_under_pressure = counters_.writes_under_pressure;
+  s.persists_dropped = counters_.persists_dropped;
+  s.persist_dropped_bytes = counters_.persist_dropped_bytes;
   s.shared_copies = counters_.shared_copies;
   s.shared_copies_skipped = counters_.shared_copies_skipped;
   s.write_stall_seconds = stager_.stall_seconds();
@@ -38,6 +40,7 @@ StoreStats Engine::Stats() const {
   s.step_seconds = step_seconds_.Snapshot();
   s.step_bound_seconds = step_bound_seconds_.Snapshot();
   s.step_gap = step_gap_.Snapshot();
+  s.load_estimate_error = load_estimate_error_.Snapshot();
   s.policies = policies();
   absl::ReaderMutexLock lock(&index_.mu());
   const Index& index = index_.get_shared();

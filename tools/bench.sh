@@ -142,7 +142,7 @@ if [ -n "$busy" ]; then
     for defer in 250ms 3600s; do
       [ "$round$defer" = 1250ms ] || {
         sed -i '/^staging:/d' "$work/kvstreamd.yaml"
-        echo "staging: {max_defer: $defer}" >> "$work/kvstreamd.yaml"
+        echo "staging: {max_defer: $defer, when_full: wait}" >> "$work/kvstreamd.yaml"
         daemon_start "$out/kvstreamd-defer-$defer-$round.log"
       }
       busy_run "defer-$defer-$round"

@@ -53,8 +53,9 @@ class Client {
   // most 3600), each key present is also locked against capacity eviction until Unlock or for
   // that long (Store::LookupAndLock), unless that would take the caller's tenant past its locked
   // bytes (sessions.locked_bytes_per_uid): LookupEntry::locked says which keys were locked.
+  // With `load_seconds`, the daemon's load estimate per key too (Store::LoadSeconds).
   absl::StatusOr<std::vector<LookupEntry>> Lookup(const std::vector<std::string>& keys, size_t* prefix_hits = nullptr,
-                                                   double lock_seconds = 0);
+                                                   double lock_seconds = 0, std::vector<double>* load_seconds = nullptr);
   // Releases one lock of each key; returns how many held one.
   absl::StatusOr<size_t> Unlock(const std::vector<std::string>& keys);
   // One step: `on_chunk` fires per chunk as it lands (on the calling thread). A bad request

@@ -81,6 +81,11 @@ struct StoreConfig {
   // oldest chunk not yet durable has waited this long, writes run while reads go on (reads that
   // never pause would otherwise hold every write until staging filled). > 0, at most an hour.
   double staging_max_defer_seconds = 0.25;
+  // A persist that finds staging full: dropped at once (false: waits for room). Dropping keeps
+  // the engine's step from waiting on writes the tiers cannot absorb (docs/design.md, "Load or
+  // recompute"); a persist call's chunks are admitted in order until staging is full, so a client
+  // sends the most valuable first.
+  bool staging_drop_when_full = true;
   bool verify_checksums = true;           // verify every block against its segment checksum
   // Threads that verify blocks off the I/O loop: -1 = auto (half the cores, 1 to 8); 0 = the
   // loop verifies inline (deterministic tests).

@@ -100,6 +100,12 @@ class Store {
   virtual std::vector<LookupEntry> Lookup(const std::vector<std::string>& keys) const = 0;
   // Number of leading keys present (the reusable prefix of a request).
   virtual size_t PrefixHits(const std::vector<std::string>& keys) const = 0;
+  // The load estimate for what Lookup found (docs/design.md, "Load or recompute"): per entry, the
+  // expected seconds from now to have its chunk and every present entry before it read, all tiers
+  // reading at once behind the reads already queued, from each tier's current bandwidth, read
+  // latency and oldest read in flight. +inf when only stalled or unreachable tiers hold one of
+  // them; NaN when a holder has no bandwidth measured yet. A chunk in staging adds nothing.
+  virtual std::vector<double> LoadSeconds(const std::vector<LookupEntry>& entries) const = 0;
   // Lookup that also locks each key present against capacity eviction (LMCache's pin, its L2
   // lookup-and-lock) until Unlock or for `lease_seconds` (> 0), whichever ends first: a crashed
   // client's locks end with their lease. Locks count (two locks need two unlocks); an explicit

@@ -57,6 +57,7 @@ struct StepRecord {
   double wall_seconds = 0;        // first placement to last chunk
   double bound_seconds = 0;       // D / sum of eligible tiers' bandwidths, D the bytes tiers served
   double gap = 0;                 // wall / bound - 1
+  double estimate_seconds = 0;    // the load estimate when it was asked for (Store::LoadSeconds); NaN: none
   std::string routing;            // the policy that ran it
   std::string batching;
   std::vector<TierStep> tiers;
@@ -176,6 +177,8 @@ struct StoreStats {
   uint64_t persists = 0;
   uint64_t persist_failures = 0;
   uint64_t writes_under_pressure = 0;  // write ops issued while reads were pending
+  uint64_t persists_dropped = 0;       // refused for want of staging room (staging.when_full: drop)
+  uint64_t persist_dropped_bytes = 0;
   // Chunks read from another node's file on a shared tier and staged for this node's other tiers
   // (cross-node reuse), and those not staged because staging was full.
   uint64_t shared_copies = 0;
@@ -188,6 +191,7 @@ struct StoreStats {
   Histogram step_seconds;              // each step's retrieval time
   Histogram step_bound_seconds;        // each step's bound D / sum of b_k
   Histogram step_gap;                  // each step's gap to the bound (wall / bound - 1)
+  Histogram load_estimate_error;       // each step's |estimate - wall| / wall (StepRecord)
   Policies policies;                   // in force
 };
 

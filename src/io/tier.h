@@ -76,6 +76,11 @@ struct Tier {
   LogLimiter read_log;   // failed reads (loop thread)
   std::atomic<double> reference_bps{0};  // moving average of the bandwidth achieved in steps
   std::atomic<bool> stalled{false};      // a read is past its deadline: the tier claims nothing new
+  // What the load estimate (Engine::LoadSeconds) reads besides the above, published by the loop
+  // each turn: a read's usual time from issue to landing (0 before one landed), and the issue
+  // time on the reactor's clock of the oldest read in flight (0: none in flight).
+  std::atomic<double> usual_read_seconds{0};
+  std::atomic<int64_t> oldest_read_ns{0};
   // From the periodic Condition check (loop thread writes): a tier that cannot be read claims
   // nothing; one that cannot be written gets no replicas; `condition` says why ("" when usable).
   std::atomic<bool> readable{true};
@@ -94,6 +99,7 @@ bool GroupMissing(const Tiers& tiers, uint32_t holders, bool primary_only);
 struct StoreCounters {
   std::atomic<uint64_t> retrieve_hits{0}, retrieve_misses{0}, retrieve_failures{0};
   std::atomic<uint64_t> writes_under_pressure{0};
+  std::atomic<uint64_t> persists_dropped{0}, persist_dropped_bytes{0};  // staging full (when_full: drop)
   std::atomic<uint64_t> shared_copies{0}, shared_copies_skipped{0};
 };
 

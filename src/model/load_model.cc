@@ -6,6 +6,16 @@
 
 namespace kvstream {
 
+TierRate RateOf(const TierReading& r, double block_bytes) {
+  if (!r.usable || !(r.bps > 0)) return {};
+  const double queued = std::max<uint32_t>(1, r.depth) * block_bytes / r.bps;
+  double delay = std::max(0.0, r.usual_read_s - queued);
+  if (r.usual_read_s > 0 && r.oldest_read_age_s > kStallingReads * r.usual_read_s) {
+    delay = std::max(delay, r.oldest_read_age_s);
+  }
+  return {r.bps, delay};
+}
+
 double BoundTime(double bytes, std::span<const TierRate> tiers, uint32_t only) {
   if (!(bytes > 0)) return 0;
   std::pair<double, double> started[32];  // (delay, bps) of the tiers counted

@@ -22,6 +22,24 @@ struct TierRate {
   double delay_s = 0;  // before its first byte lands
 };
 
+// What the daemon measured of a tier, as its loop last published it.
+struct TierReading {
+  bool usable = true;             // readable and not stalled (claims reads now)
+  double bps = 0;                 // its bandwidth in recent steps; 0: not measured yet
+  double usual_read_s = 0;        // a read's usual time from issue to landing; 0: none landed yet
+  uint32_t depth = 1;             // the reads it keeps in flight
+  double oldest_read_age_s = 0;   // how long its oldest read in flight has been; 0: none in flight
+};
+
+// A read in flight this many usual read times makes its tier look stalled before its deadline.
+inline constexpr double kStallingReads = 2;
+
+// The tier as the model sees it: absent when not usable or not measured; its delay is its latency
+// (the usual read time less the `depth` transfers of `block_bytes` queued ahead of a read), or,
+// when its oldest read in flight is over kStallingReads usual read times old, that read's age
+// (it has waited that long: expect as long again before the tier helps).
+TierRate RateOf(const TierReading& reading, double block_bytes);
+
 // Earliest T with sum over present tiers of bps_k * max(0, T - delay_k) >= bytes: 0 for no bytes,
 // +inf when no tier is present. Bit k of `only` (all bits: every tier) picks the tiers counted.
 double BoundTime(double bytes, std::span<const TierRate> tiers, uint32_t only = ~0u);

@@ -390,7 +390,7 @@ void StepReader::Finish(ReadStep* step) {
   results.reserve(step->reads.size());
   for (const ReadChunk& c : step->reads) results.push_back(c.result);
   StepRecord rec = MakeStepRecord({&results, &step->use, &tier_names_, step->eligible,
-                                   step->end_ns - step->start_ns, step->policies},
+                                   step->end_ns - step->start_ns, step->policies, step->estimate_seconds},
                                   &reference);
   for (size_t t = 0; t < tiers_.size(); ++t) tiers_[t]->reference_bps = reference[t];
   rec.start_unix_ns = UnixNowNs() - (step->end_ns - step->start_ns);

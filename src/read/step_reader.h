@@ -33,6 +33,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <span>
 #include <string>
@@ -98,6 +99,7 @@ struct ReadStep : Step {
   uint32_t verifying = 0;  // blocks read and being verified (BlockVerifier); the step waits for them
   std::vector<TierUse> use;  // per tier
   Policies policies;         // the ones it was placed under
+  double estimate_seconds = std::numeric_limits<double>::quiet_NaN();  // the load estimate at its start
 };
 
 class StepReader {
@@ -132,6 +134,9 @@ class StepReader {
   bool TakeVerified();
   // Frees the steps that are finished and have no read in flight.
   void Sweep();
+  // Publishes each tier's usual read time and oldest read in flight (Tier) for the load estimate.
+  // Returns the reads in flight on every tier.
+  uint64_t PublishLoad();
 
   // Called (loop thread) for each chunk delivered from another node's file on a shared tier while
   // this node holds no copy of its own that the step's replication policy wants: its bytes are

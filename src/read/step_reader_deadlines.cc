@@ -105,6 +105,21 @@ void StepReader::DropGivenUpTiers(Step* only) {
   for (auto [s, chunk] : failing) Settle(static_cast<ReadStep*>(s), chunk);
 }
 
+uint64_t StepReader::PublishLoad() {
+  uint64_t in_flight = 0;
+  for (size_t t = 0; t < reads_.size(); ++t) {
+    int64_t oldest = 0;
+    for (const ReadSlot& slot : reads_[t].slots) {
+      if (slot.state == ReadState::kFree) continue;
+      ++in_flight;
+      if (oldest == 0 || slot.issued_ns < oldest) oldest = slot.issued_ns;
+    }
+    tiers_[t]->oldest_read_ns.store(oldest, std::memory_order_relaxed);
+    tiers_[t]->usual_read_seconds.store(deadlines_.read_ns(static_cast<int>(t)) / 1e9, std::memory_order_relaxed);
+  }
+  return in_flight;
+}
+
 int64_t StepReader::CheckDeadlines() {
   const int64_t now = reactor_->NowNs();
   int64_t next = kNoDeadline;

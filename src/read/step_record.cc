@@ -20,6 +20,7 @@ StepRecord MakeStepRecord(const StepRecordInput& in, std::vector<double>* refere
     }
   }
   rec.wall_seconds = in.wall_ns / 1e9;
+  rec.estimate_seconds = in.estimate_seconds;
   rec.routing = ToString(in.policies.routing);
   rec.batching = std::string(ToString(in.policies.batching));
   double sum_bps = 0;

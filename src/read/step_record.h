@@ -50,6 +50,7 @@ struct StepRecordInput {
   uint32_t eligible = 0;                             // tiers holding at least one chunk of the step
   int64_t wall_ns = 0;
   Policies policies;                                 // the ones the step ran under
+  double estimate_seconds = 0;                       // the load estimate at its start (NaN: none)
 };
 
 // The step's record: counts, bytes, per-tier blocks/bytes/busy/bandwidth, and the bound from the

@@ -32,6 +32,10 @@ std::vector<double> AtomicHistogram::SecondsBuckets() {
   return {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
 }
 
+std::vector<double> AtomicHistogram::ErrorBuckets() {
+  return {0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.25, 0.5, 1, 2, 5};
+}
+
 std::vector<double> AtomicHistogram::GapBuckets() {
   return {-0.1, -0.05, 0, 0.01, 0.02, 0.03, 0.05, 0.1, 0.2, 0.5, 1, 2, 5};
 }

@@ -24,6 +24,8 @@ class AtomicHistogram {
   static std::vector<double> SecondsBuckets();
   // -10% .. +500%, for a step's gap to its bound.
   static std::vector<double> GapBuckets();
+  // Relative errors |estimate - actual| / actual.
+  static std::vector<double> ErrorBuckets();
 
  private:
   std::vector<double> upper_;

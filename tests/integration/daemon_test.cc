@@ -8,6 +8,7 @@
 #include <cstring>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "daemon_process.h"
 #include "kvstream/client.h"
 #include "test_util.h"
@@ -446,9 +447,9 @@ TEST_CASE("a session's arena is usable only with its token") {
   CHECK(reader->Finish().error_code() == grpc::StatusCode::NOT_FOUND);
 }
 
-TEST_CASE("persists larger than staging wait for space without blocking the daemon") {
+TEST_CASE("persists larger than staging wait for space under when_full: wait, without blocking the daemon") {
   TempDir dir;
-  DaemonProcess d(dir, "staging: {limit: 3MiB}\n");
+  DaemonProcess d(dir, "staging: {limit: 3MiB, when_full: wait}\n");
   REQUIRE(d.Start());
   auto c = AttachOrFail(d);
   const size_t chunk = 1 << 20;
@@ -470,6 +471,51 @@ TEST_CASE("persists larger than staging wait for space without blocking the daem
   REQUIRE(c->Retrieve({{"p23", 30 * chunk, chunk}}, &got).ok());
   REQUIRE(got[0].status.ok());
   CHECK(c->arena()[30 * chunk] == 24);
+}
+
+TEST_CASE("persists that find staging full are dropped and counted by default, and the rest is stored") {
+  TempDir dir;
+  DaemonProcess d(dir, "staging: {limit: 3MiB}\n");
+  REQUIRE(d.Start());
+  auto c = AttachOrFail(d);
+  const size_t chunk = 1 << 20;
+  std::vector<ChunkRange> chunks;
+  for (int i = 0; i < 24; ++i) {
+    std::memset(c->arena() + i * chunk, i + 1, chunk);
+    chunks.push_back({"p" + std::to_string(i), i * static_cast<uint64_t>(chunk), chunk});
+  }
+  std::vector<PersistResult> results;
+  const absl::Status first = c->Persist(chunks, &results);  // returns at once: nothing waits for room
+  REQUIRE(results.size() == chunks.size());
+  uint64_t dropped = 0;
+  std::vector<ChunkRange> kept;
+  for (size_t i = 0; i < results.size(); ++i) {
+    INFO(chunks[i].key << ": " << results[i].status);
+    if (results[i].status.ok()) {
+      CHECK(results[i].tier_mask == 3u);
+      kept.push_back(chunks[i]);
+    } else {
+      CHECK(absl::IsResourceExhausted(results[i].status));
+      CHECK(absl::StrContains(results[i].status.message(), "staging is full: dropped"));
+      ++dropped;
+    }
+  }
+  CHECK(absl::IsResourceExhausted(first));
+  CHECK(kept.size() >= 3);  // staging holds three: the call's first chunks are never the ones dropped
+  CHECK(kept.front().key == "p0");
+  CHECK(dropped > 0);
+  auto stats = c->Stats();
+  REQUIRE(stats.ok());
+  CHECK(stats->persists_dropped == dropped);
+  CHECK(stats->persist_dropped_bytes == dropped * chunk);
+  std::vector<ChunkResult> got;
+  for (size_t i = 0; i < kept.size(); ++i) kept[i].offset = (24 + i % 6) * static_cast<uint64_t>(chunk);
+  kept.resize(std::min<size_t>(kept.size(), 6));
+  REQUIRE(c->Retrieve(kept, &got).ok());
+  for (size_t i = 0; i < kept.size(); ++i) {
+    REQUIRE(got[i].status.ok());
+    CHECK(c->arena()[kept[i].offset] == std::stoi(kept[i].key.substr(1)) + 1);
+  }
 }
 
 }  // namespace

@@ -7,7 +7,7 @@
 set -uo pipefail
 src=${1:?usage: check_include_layers.sh SRC_DIR}
 layers=(
-  "util"
+  "util model"
   "format"
   "index"
   "io"

@@ -1,6 +1,7 @@
 // kvstreamctl: inspect and operate a running kvstreamd.
 #include <CLI/CLI.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -41,6 +42,8 @@ nlohmann::json StepJson(const StepRecord& s) {
                       {"misses", s.misses}, {"failed", s.failed}, {"bytes", s.bytes}, {"wall_seconds", s.wall_seconds},
                       {"bound_seconds", s.bound_seconds}, {"gap", s.gap}, {"routing", s.routing},
                       {"batching", s.batching}, {"tiers", nlohmann::json::array()}};
+  // The load estimate at the step's start: null when there was none (a tier not measured yet).
+  j["estimate_seconds"] = std::isfinite(s.estimate_seconds) ? nlohmann::json(s.estimate_seconds) : nlohmann::json(nullptr);
   for (const TierStep& t : s.tiers) {
     j["tiers"].push_back({{"tier", t.tier}, {"blocks", t.blocks}, {"bytes", t.bytes}, {"busy_seconds", t.busy_seconds},
                           {"bandwidth_bps", t.bandwidth_bps}, {"eligible", t.eligible}});
@@ -77,7 +80,9 @@ int Main(int argc, char** argv) {
   steps->add_option("-n,--max", max_steps, "how many")->capture_default_str();
   auto* health = app.add_subcommand("health", "OK, or what is wrong (tiers out of reach, read-only, stalled); "
                                     "exit status 0 when OK, 1 when not");
-  auto* lookup = app.add_subcommand("lookup", "which keys are present, and the prefix hit count");
+  auto* lookup = app.add_subcommand("lookup",
+                                    "which keys are present, the prefix hit count, and the expected time to load "
+                                    "each key with every present one before it (the daemon's load estimate)");
   std::vector<std::string> keys;
   lookup->add_option("keys", keys, "keys")->required();
   auto* put = app.add_subcommand("put", "store a file as a chunk (waits until durable)");
@@ -187,6 +192,7 @@ int Main(int argc, char** argv) {
                             {"retrieve_misses", s->retrieve_misses}, {"retrieve_failures", s->retrieve_failures},
                             {"persists", s->persists}, {"persist_failures", s->persist_failures},
                             {"writes_under_pressure", s->writes_under_pressure},
+                            {"persists_dropped", s->persists_dropped}, {"persist_dropped_bytes", s->persist_dropped_bytes},
                             {"shared_copies", s->shared_copies}, {"shared_copies_skipped", s->shared_copies_skipped},
                             {"policies", PoliciesJson(s->policies)}};
         std::cout << j.dump(2) << "\n";
@@ -201,6 +207,10 @@ int Main(int argc, char** argv) {
                     static_cast<unsigned long long>(s->persists),
                     static_cast<unsigned long long>(s->persist_failures),
                     static_cast<unsigned long long>(s->writes_under_pressure));
+        if (s->persists_dropped > 0) {
+          std::printf("persists dropped for want of staging room: %llu (%s)\n",
+                      static_cast<unsigned long long>(s->persists_dropped), Mib(s->persist_dropped_bytes).c_str());
+        }
         std::printf("policies: %s\n", PoliciesText(s->policies).c_str());
       }
     } else if (json) {
@@ -253,24 +263,39 @@ int Main(int argc, char** argv) {
                     static_cast<unsigned long long>(r.id), r.chunks, r.hits, r.misses, r.failed, Mib(r.bytes).c_str(),
                     r.wall_seconds, r.bound_seconds, 100 * r.gap, r.routing.c_str(), r.batching.c_str());
         for (const TierStep& t : r.tiers) std::printf("  %s %s", t.tier.c_str(), Mib(t.bytes).c_str());
+        if (std::isfinite(r.estimate_seconds)) std::printf("  estimated %.4f s", r.estimate_seconds);
         std::printf("\n");
       }
     }
   } else if (lookup->parsed()) {
     size_t prefix = 0;
-    auto l = c.Lookup(keys, &prefix);
+    std::vector<double> load;
+    auto l = c.Lookup(keys, &prefix, 0, &load);
     if (!l.ok()) return Fail(l.status());
     if (json) {
       nlohmann::json j = {{"prefix_hits", prefix}, {"keys", nlohmann::json::array()}};
       for (size_t i = 0; i < keys.size(); ++i) {
+        // The estimate: seconds, "inf" (no reachable tier holds one), or null (not measured yet).
+        const nlohmann::json estimate = std::isnan(load[i])   ? nlohmann::json(nullptr)
+                                        : std::isinf(load[i]) ? nlohmann::json("inf")
+                                                              : nlohmann::json(load[i]);
         j["keys"].push_back({{"key", keys[i]}, {"present", (*l)[i].present}, {"size", (*l)[i].size},
-                             {"tier_mask", (*l)[i].tier_mask}});
+                             {"tier_mask", (*l)[i].tier_mask}, {"load_seconds", estimate}});
       }
       std::cout << j.dump(2) << "\n";
     } else {
       for (size_t i = 0; i < keys.size(); ++i) {
         std::printf("%-40s %s", keys[i].c_str(), (*l)[i].present ? "present" : "absent");
-        if ((*l)[i].present) std::printf("  %llu bytes  tiers 0x%x", static_cast<unsigned long long>((*l)[i].size), (*l)[i].tier_mask);
+        if ((*l)[i].present) {
+          std::printf("  %llu bytes  tiers 0x%x  load ", static_cast<unsigned long long>((*l)[i].size), (*l)[i].tier_mask);
+          if (std::isnan(load[i])) {
+            std::printf("not measured yet");
+          } else if (std::isinf(load[i])) {
+            std::printf("unreachable");
+          } else {
+            std::printf("%.3f ms", load[i] * 1e3);
+          }
+        }
         std::printf("\n");
       }
       std::printf("prefix hits: %zu of %zu\n", prefix, keys.size());

@@ -38,6 +38,8 @@ class FakeStore final : public Store {
 
   void set_staging(Staging s) { absl::MutexLock l(&mu_); staging_ = s; }
   void set_defer_policies(bool defer) { absl::MutexLock l(&mu_); defer_policies_ = defer; }
+  // staging.when_full: drop (the default) or wait. Before the first call.
+  void set_drop_when_full(bool drop) { config_.staging_drop_when_full = drop; }
   void OpenGate() { absl::MutexLock l(&mu_); gate_open_ = true; }
   // Reports every durability held so far (Staging::kHoldDurable), from the calling thread.
   void CompleteHeld(const PersistResult& result) {
@@ -140,6 +142,9 @@ class FakeStore final : public Store {
   void Flush() override {}
   std::vector<LookupEntry> Lookup(const std::vector<std::string>& keys) const override { return {}; }
   size_t PrefixHits(const std::vector<std::string>& keys) const override { return 0; }
+  std::vector<double> LoadSeconds(const std::vector<LookupEntry>& entries) const override {
+    return std::vector<double>(entries.size(), 0.0);
+  }
   std::vector<LookupEntry> LookupAndLock(const std::vector<std::string>& keys, double) override {
     return std::vector<LookupEntry>(keys.size());
   }
@@ -404,8 +409,22 @@ TEST_CASE("a persist sends each chunk's STAGED before its DURABLE, whenever the 
   }
 }
 
+TEST_CASE("persists that find staging full are dropped at once under when_full: drop, each chunk tried in order") {
+  InProcessDaemon d;
+  AttachedSession s(d);
+  d.store.set_staging(FakeStore::Staging::kFull);
+  const std::vector<ChunkRange> chunks = {{"a0", 0, 4096}, {"a1", 4096, 4096}};
+  auto put = Persist(d, MakeRequest<v1::PersistRequest>(s.id, s.token, chunks));
+  REQUIRE(put.status.ok());
+  CHECK(d.store.waited().empty());  // nothing waited for room
+  CHECK(d.store.tries() == 2);      // every chunk was offered, in order
+  REQUIRE(put.events.size() == 4);  // STAGED and DURABLE for each: refused
+  for (const v1::PersistEvent& e : put.events) CHECK(e.code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+}
+
 TEST_CASE("persists that find staging full are staged by the worker, in arrival order, while others are answered") {
   InProcessDaemon d;
+  d.store.set_drop_when_full(false);
   AttachedSession s(d);
   d.store.set_staging(FakeStore::Staging::kFull);
   const std::vector<ChunkRange> first = {{"a0", 0, 4096}, {"a1", 4096, 4096}, {"a2", 8192, 4096}};
@@ -463,6 +482,7 @@ TEST_CASE("a client gone mid-persist leaves nothing behind once the store's call
 
 TEST_CASE("shutdown stays prompt while a persist waits for staging space, and every call is freed") {
   InProcessDaemon d;
+  d.store.set_drop_when_full(false);
   d.store.set_staging(FakeStore::Staging::kFull);
   AttachedSession s(d);  // its stream stays open through the shutdown
   std::weak_ptr<Session> session = d.sessions.Find(s.id);

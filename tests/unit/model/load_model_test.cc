@@ -64,5 +64,27 @@ TEST_CASE("many holder sets still bound every set alone and all of them together
   CHECK(m.seconds() == Approx(3.0));  // tier 3 alone now has 300 MB
 }
 
+TEST_CASE("a tier not usable or not measured is absent, and a measured one is delayed by its latency") {
+  CHECK(RateOf({.usable = false, .bps = 300e6}, 1 << 20).bps == 0);
+  CHECK(RateOf({.usable = true, .bps = 0}, 1 << 20).bps == 0);
+  // 4 reads of 1 MB at 100 MB/s queue 40 ms ahead of a read; a usual read time of 50 ms leaves 10 ms.
+  const TierRate r = RateOf({.bps = 100e6, .usual_read_s = 0.050, .depth = 4}, 1e6);
+  CHECK(r.bps == 100e6);
+  CHECK(r.delay_s == Approx(0.010));
+}
+
+TEST_CASE("a read in flight well past the usual read time delays its tier before any deadline fires") {
+  const TierReading usual{.bps = 100e6, .usual_read_s = 0.050, .depth = 4, .oldest_read_age_s = 0.090};
+  CHECK(RateOf(usual, 1e6).delay_s == Approx(0.010));  // under twice the usual time: just latency
+  TierReading stalling = usual;
+  stalling.oldest_read_age_s = 0.5;
+  CHECK(RateOf(stalling, 1e6).delay_s == Approx(0.5));
+  // Chunks it alone holds now wait at least that long; with a healthy tier beside it they do not.
+  LoadModel alone({RateOf(stalling, 1e6)});
+  CHECK(alone.Add(1e6, 0b1) > 0.5);
+  LoadModel beside({RateOf(stalling, 1e6), {100e6, 0}});
+  CHECK(beside.Add(1e6, 0b11) == Approx(0.01));
+}
+
 }  // namespace
 }  // namespace kvstream
