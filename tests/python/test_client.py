@@ -154,6 +154,27 @@ def test_lookup_prefix_and_sizes(daemon):
         assert [e.size for e in entries] == [8192, 100, 0, 5000]
 
 
+def test_lookup_asks_for_the_load_estimate_and_returns_it_per_entry(daemon):
+    """estimate_load goes out in the request; each entry carries load_seconds (a daemon without the
+    estimate answers 0.0, one with it a number of seconds, +inf or NaN: any float)."""
+    with kvstream.Client.attach(daemon.socket, arena_bytes=4 << 20) as c:
+        fill(c, 0, 8192, 3)
+        c.persist([("est@0", 0, 8192), ("est@1", 0, 8192)])
+        sent = []
+        lookup = c._stub.Lookup
+
+        def recording(request, **kwargs):
+            sent.append(request.estimate_load)
+            return lookup(request, **kwargs)
+
+        c._stub.Lookup = recording
+        entries, prefix = c.lookup(["est@0", "est@1", "est@2"], estimate_load=True)
+        assert prefix == 2 and [e.present for e in entries] == [True, True, False]
+        assert all(isinstance(e.load_seconds, float) for e in entries)
+        assert c.lookup(["est@0"])[0][0].load_seconds == 0.0  # not asked for: none
+        assert sent == [True, False]
+
+
 def test_lookup_locks_present_keys_and_unlock_releases_them(daemon):
     with kvstream.Client.attach(daemon.socket, arena_bytes=4 << 20) as c:
         fill(c, 0, 8192, 2)

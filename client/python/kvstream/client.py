@@ -265,16 +265,24 @@ class Client:
 
     # -- data path ----------------------------------------------------------------------------
 
-    def lookup(self, keys: Sequence[str], lock_seconds: float = 0) -> Tuple[List[LookupEntry], int]:
+    def lookup(self, keys: Sequence[str], lock_seconds: float = 0,
+               estimate_load: bool = False) -> Tuple[List[LookupEntry], int]:
         """Presence of each key (request order) and the prefix hit count (leading keys present).
 
         With `lock_seconds` > 0 (at most 3600), each key present is also locked against capacity
         eviction until `unlock` or for that long, whichever ends first; locks count. A lock that
         would take the caller's uid past sessions.locked_bytes_per_uid is not taken:
-        `LookupEntry.locked` says which keys were locked."""
-        request = pb.LookupRequest(keys=[_convert.key_bytes(k) for k in keys], lock_seconds=lock_seconds)
+        `LookupEntry.locked` says which keys were locked.
+
+        With `estimate_load`, each entry's `load_seconds` is the daemon's load estimate: the
+        seconds, from now, to read that key's chunk and every present key before it in this
+        request (cumulative, so a caller may cut its hit anywhere); +inf when only stalled or
+        unreachable tiers hold one of them; NaN when it has no estimate yet. A daemon without the
+        estimate answers 0.0."""
+        request = pb.LookupRequest(keys=[_convert.key_bytes(k) for k in keys], lock_seconds=lock_seconds,
+                                   estimate_load=estimate_load)
         reply = self._unary(self._stub.Lookup, request, "lookup")
-        entries = [LookupEntry(e.present, e.size, e.tier_mask, e.locked) for e in reply.entries]
+        entries = [LookupEntry(e.present, e.size, e.tier_mask, e.locked, e.load_seconds) for e in reply.entries]
         return entries, reply.prefix_hits
 
     def unlock(self, keys: Sequence[str]) -> int:

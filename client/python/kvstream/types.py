@@ -21,13 +21,17 @@ class Chunk(NamedTuple):
 
 
 class LookupEntry(NamedTuple):
-    """Presence of one key: its payload size, the tiers holding it (bit i = tier i) and whether
-    the lookup locked it (lookup with lock_seconds)."""
+    """Presence of one key: its payload size, the tiers holding it (bit i = tier i), whether the
+    lookup locked it (lookup with lock_seconds) and, with lookup(estimate_load=True), the daemon's
+    load estimate: the seconds, from now, to read this key's chunk and every present key before it
+    in the request (cumulative); +inf when only stalled or unreachable tiers hold one of them, NaN
+    when the daemon has no estimate yet. 0.0 when not asked for (or from a daemon without one)."""
 
     present: bool
     size: int
     tier_mask: int
     locked: bool = False
+    load_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
