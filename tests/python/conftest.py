@@ -241,6 +241,43 @@ def check_a_kill_inside_a_retrieve(driver: Any, daemon: Daemon, rules: Path) -> 
     assert driver.connected() and driver.sessions()[0] is not before[0]
 
 
+# The daemon's load estimate, as a test chooses it: a wrapper of a real Client
+# (the engine's session keeps talking to the real daemon for everything else).
+
+
+class Estimating:
+    """A Client whose lookups with estimate_load answer the load estimate the test chooses:
+    `seconds(name)` per present key (a number, +inf or NaN; None: the daemon's own answer),
+    cumulative over the request's present keys as kvstreamd's is. Records each lookup's keys and
+    whether it asked for the estimate (`asked`)."""
+
+    def __init__(self, client: Any, seconds: Callable[[str], float] | None) -> None:
+        self._client = client
+        self._seconds = seconds
+        self.asked: List[Tuple[List[str], bool]] = []
+
+    def lookup(self, keys: Sequence[str], lock_seconds: float = 0, estimate_load: bool = False) -> Any:
+        self.asked.append((list(keys), estimate_load))
+        entries, prefix = self._client.lookup(keys, lock_seconds=lock_seconds, estimate_load=estimate_load)
+        if estimate_load and self._seconds is not None:
+            total, answered = 0.0, []
+            for key, entry in zip(keys, entries):
+                if entry.present:
+                    total += self._seconds(key)
+                answered.append(entry._replace(load_seconds=total))
+            entries = answered
+        return entries, prefix
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+
+def estimating(session: Any, seconds: Callable[[str], float] | None) -> Estimating:
+    """Makes `session`'s client answer load estimates from `seconds` (see Estimating)."""
+    session.client = Estimating(session.client, seconds)
+    return session.client
+
+
 def wait_stopped(pid: int, timeout: float = 5.0) -> None:
     """Waits until every thread of `pid` is stopped (state T), as SIGSTOP is delivered asynchronously."""
     deadline = time.monotonic() + timeout

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import math
 import mmap
 import os
 import random
@@ -12,10 +13,12 @@ from typing import Iterator, List, Tuple
 
 import pytest
 
-from conftest import Daemon
+from conftest import Daemon, estimating
 from kvstream import Client, Code, KVStreamError, Unavailable
 from kvstream import transfer
 from kvstream.daemon_link import DaemonLink, Session
+from kvstream.recompute import RecomputeSettings
+from kvstream.verdict import Verdict
 from kvstream.shared_region import SharedRegion
 from kvstream.transfer import Piece, Status
 
@@ -255,3 +258,46 @@ def test_a_piece_the_daemon_cannot_stage_fails_alone(state_dir):
     finally:
         link.close()
         daemon.stop()
+
+
+# -- lookups: one daemon lookup per request, the verdict applied ------------------------------------
+
+def test_a_lookup_asks_for_the_estimate_and_a_daemon_without_one_loads_everything(link):
+    session = link.session()
+    keys = [f"plain/{i}" for i in range(4)]
+    source = Private(keys[:3], payloads(3, seed=10))  # alive while written
+    transfer.write(link, session, source.pieces).durable.result(30)
+    asked = estimating(session, None)  # the daemon's own answer
+    verdict = Verdict(RecomputeSettings(tokens_per_s=1000.0), "test")
+    found = transfer.lookup(link, session, keys, verdict=verdict, chunk_tokens=256)
+    assert asked.asked == [(keys, True)]
+    assert (found.held, found.cut, found.hits) == (3, None, 3)
+    assert [found.loads(i) for i in range(4)] == [True, True, True, False]
+    off = transfer.lookup(link, session, keys, verdict=Verdict(RecomputeSettings(verdict=False), "test"))
+    assert asked.asked[-1] == (keys, False) and off.hits == 3
+
+
+def test_a_lookup_asks_chunk_by_chunk_cuts_where_loading_stops_paying_and_unlocks_past_the_cut(link):
+    """Two rows (say two TP ranks) of three chunks, named row by row: the daemon is asked chunk by
+    chunk, so its cumulative estimate at a chunk's last key covers that chunk of both rows. Chunk
+    0 loads fast, chunk 1 slowly: the verdict loads chunk 0 alone; chunks 1 and 2 answer as misses
+    and their locks are released."""
+    session = link.session()
+    names = [f"rows/{r}/{c}" for r in range(2) for c in range(3)]
+    source = Private(names, payloads(6, seed=11))
+    transfer.write(link, session, source.pieces).durable.result(30)
+    asked = estimating(session, lambda name: 0.001 if name.endswith("/0") else 10.0)
+    verdict = Verdict(RecomputeSettings(tokens_per_s=1000.0), "test")  # 0.1 s to recompute a chunk of 100
+    found = transfer.lookup(link, session, names, chunk_of=[0, 1, 2, 0, 1, 2], lock_seconds=60, verdict=verdict,
+                            chunk_tokens=100)
+    assert asked.asked == [([names[0], names[3], names[1], names[4], names[2], names[5]], True)]
+    assert (found.held, found.cut, found.hits, found.recomputed) == (3, 1, 1, 2)
+    assert [found.loads(i) for i in range(6)] == [True, False, False] * 2
+    assert [e.locked for e in found.entries] == [True, False, False] * 2
+    assert session.client.unlock([names[1], names[2], names[4], names[5]]) == 0  # released already
+    assert session.client.unlock([names[0], names[3]]) == 2
+    # A stalled tier holds chunk 1: never loaded, whatever recomputing costs.
+    estimating(session, lambda name: math.inf if name.endswith("/1") else 0.001)
+    stalled = transfer.lookup(link, session, names, chunk_of=[0, 1, 2, 0, 1, 2],
+                              verdict=Verdict(RecomputeSettings(tokens_per_s=1e-3), "test"), chunk_tokens=100)
+    assert stalled.hits == 1

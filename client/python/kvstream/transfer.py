@@ -19,6 +19,9 @@ a write asks `fill` to put them into the arena.
 Every daemon call goes through DaemonLink.call, whose rule decides whether a failed call drops the
 session. A failed call fails its pieces and ends the transfer (later pieces fail unattempted);
 nothing raises. Reports are per piece: OK, MISS (the daemon holds no such key) or FAILED.
+
+`lookup` is the one lookup of every engine integration: one daemon lookup of a request's keys,
+grouped in chunks, with the load-or-recompute verdict (kvstream.verdict) applied to its hit prefix.
 """
 
 from __future__ import annotations
@@ -32,9 +35,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from .arena_alloc import ArenaAllocator
-from .daemon_link import DaemonLink, Session
+from .daemon_link import DaemonLink, Session, call
 from .errors import Code, KVStreamError, is_refusal
-from .types import Chunk, ChunkResult, PersistResult
+from .types import Chunk, ChunkResult, LookupEntry, PersistResult
+from .verdict import Verdict
+
+__all__ = ["Found", "Piece", "PieceResult", "ReadReport", "Status", "Verdict", "WriteReport", "lookup", "read",
+           "write"]
 
 logger = logging.getLogger(__name__)
 
@@ -111,6 +118,95 @@ def write(link: DaemonLink, session: Session, pieces: Sequence[Piece], fill: Opt
     writer = _Writer(link, session, pieces, timeout, room_timeout, fill, on_durable)
     writer.run()
     return WriteReport(writer.results_in_order(), writer.durable, writer.calls, writer.copied_bytes)
+
+
+@dataclass
+class Found:
+    """One lookup (transfer.lookup), in the caller's order of names, with the verdict applied."""
+
+    entries: List[LookupEntry]  # the daemon's answer per name (locks released past the cut read unlocked)
+    chunk_of: List[int]  # each name's chunk
+    held_names: List[bool]  # each name held (present, or the caller's `holds`)
+    held: int  # leading chunks whose every name is held: the hit prefix
+    cut: Optional[int] = None  # the verdict's cut: chunks from here on answer as misses (None: no cut)
+
+    @property
+    def hits(self) -> int:
+        """Leading chunks to load: the hit prefix, or less where the verdict cut it."""
+        return self.held if self.cut is None else min(self.held, self.cut)
+
+    @property
+    def recomputed(self) -> int:
+        """Chunks of the hit prefix the verdict gave to recomputing."""
+        return self.held - self.hits
+
+    def loads(self, i: int) -> bool:
+        """Whether name i answers as a hit: held, and not past the cut."""
+        return self.held_names[i] and (self.cut is None or self.chunk_of[i] < self.cut)
+
+
+def lookup(link: Any, session: Session, names: Sequence[str], *, chunk_of: Optional[Sequence[int]] = None,
+           holds: Optional[Callable[[LookupEntry], bool]] = None, lock_seconds: float = 0.0,
+           verdict: Optional[Verdict] = None, chunk_tokens: int = 0, start_tokens: int = 0, model: str = "",
+           what: str = "") -> Optional[Found]:
+    """ONE daemon lookup of a request's `names` (None when it failed: DaemonLink.call's rule, and
+    misses), with the load-or-recompute verdict applied to its hit prefix.
+
+    `chunk_of[i]`: the chunk (0, 1, ...: its index in the request's prefix) name i belongs to
+    (default: its own, i); a chunk is held when every name of it is (`holds(entry)`, default
+    present). The daemon is asked in chunk order, so its cumulative load estimate of a chunk's
+    last name is the seconds to load the prefix through that chunk. With `verdict` on, it cuts the
+    hit prefix where loading stops paying (kvstream.verdict: `chunk_tokens` tokens a chunk,
+    `start_tokens` cached before chunk 0, the compute model of `model`): chunks from the cut on
+    answer as misses (`Found.loads`, `Found.hits`), and what the lookup locked of them
+    (`lock_seconds`) is unlocked."""
+    n = len(names)
+    chunks = list(chunk_of) if chunk_of is not None else list(range(n))
+    order = sorted(range(n), key=lambda i: (chunks[i], i))  # chunk by chunk: the estimate is cumulative
+    asked = [names[i] for i in order]
+    estimate = verdict is not None and verdict.enabled
+    kwargs: Dict[str, Any] = {"lock_seconds": lock_seconds} if lock_seconds else {}
+    if estimate:
+        kwargs["estimate_load"] = True
+    answer = call(link, session, what or f"lookup of {n} keys", lambda: session.client.lookup(asked, **kwargs))
+    if answer is None:
+        return None
+    answered: List[LookupEntry] = list(answer[0])
+    if len(answered) != n:
+        logger.error("kvstream: kvstreamd answered a lookup of %d keys with %d entries", n, len(answered))
+        return None
+    entries: List[LookupEntry] = [answered[0]] * n if n else []
+    for at, i in enumerate(order):
+        entries[i] = answered[at]
+    held_names = [bool(holds(e)) if holds is not None else bool(e.present) for e in entries]
+    loads: List[float] = []  # per chunk of the hit prefix: its cumulative load estimate
+    at = 0
+    while at < n and chunks[order[at]] == len(loads):
+        end, whole = at, True
+        while end < n and chunks[order[end]] == len(loads):
+            whole = whole and held_names[order[end]]
+            end += 1
+        if not whole:
+            break
+        loads.append(float(answered[end - 1].load_seconds))
+        at = end
+    found = Found(entries, chunks, held_names, len(loads))
+    if estimate and loads:
+        assert verdict is not None
+        h = verdict.cut(loads, chunk_tokens, start_tokens, model)
+        if h < len(loads):
+            found.cut = h
+            logger.debug("kvstream: loading %d of %d hit chunks (load estimates %s)", h, len(loads), loads)
+    if found.cut is not None and lock_seconds:
+        cut = found.cut
+        past = [i for i in range(n) if chunks[i] >= cut and entries[i].locked]
+        if past:
+            release = [names[i] for i in past]
+            call(link, session, f"unlock of {len(release)} keys past the verdict's cut",
+                 lambda: session.client.unlock(release))
+            for i in past:
+                entries[i] = entries[i]._replace(locked=False)
+    return found
 
 
 class _Transfer:
