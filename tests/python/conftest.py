@@ -241,7 +241,7 @@ def check_a_kill_inside_a_retrieve(driver: Any, daemon: Daemon, rules: Path) -> 
     assert driver.connected() and driver.sessions()[0] is not before[0]
 
 
-# The daemon's load estimate, as a test chooses it: a wrapper of a real Client
+# The daemon's load estimate and its staging, as a test chooses them: wrappers of a real Client
 # (the engine's session keeps talking to the real daemon for everything else).
 
 
@@ -275,6 +275,62 @@ class Estimating:
 def estimating(session: Any, seconds: Callable[[str], float] | None) -> Estimating:
     """Makes `session`'s client answer load estimates from `seconds` (see Estimating)."""
     session.client = Estimating(session.client, seconds)
+    return session.client
+
+
+STAGING_FULL = "staging is full: dropped"  # how kvstreamd answers a persist it dropped
+
+
+class StagingFull:
+    """A Client whose daemon has staging room for `room` more chunks: a persist admits its chunks
+    in call order while there is room and answers the others as kvstreamd does once its staging is
+    full (STAGED and DURABLE with RESOURCE_EXHAUSTED, "staging is full: dropped ..."), without
+    sending them. Records each persist's keys, in call order (`calls`)."""
+
+    def __init__(self, client: Any, room: int) -> None:
+        self._client = client
+        self.room = room
+        self.calls: List[List[str]] = []
+
+    def persist_async(self, chunks: Sequence[Any], on_durable: Callable[[Any], None] | None = None,
+                      check: bool = True, timeout: float | None = None,
+                      on_staged: Callable[[Any], None] | None = None) -> Any:
+        from kvstream import Code, PersistResult
+
+        chunks = list(chunks)
+        self.calls.append([c[0] for c in chunks])
+        admitted = min(self.room, len(chunks))
+        self.room -= admitted
+        done: concurrent.futures.Future = concurrent.futures.Future()
+        results: List[Any] = [PersistResult(i, Code.RESOURCE_EXHAUSTED, f"{STAGING_FULL} (test)")
+                              for i in range(len(chunks))]
+        if admitted:  # the leading chunks: the real daemon stages them (indices unchanged)
+            inner = self._client.persist_async(chunks[:admitted], on_durable=on_durable, check=False,
+                                               timeout=timeout, on_staged=on_staged)
+
+            def merge(f: concurrent.futures.Future) -> None:
+                if f.exception() is not None:
+                    done.set_exception(f.exception())
+                else:
+                    done.set_result(f.result() + results[admitted:])
+        for r in results[admitted:]:
+            if on_staged is not None:
+                on_staged(r)
+            if on_durable is not None:
+                on_durable(r)
+        if admitted:
+            inner.add_done_callback(merge)
+        else:
+            done.set_result(results)
+        return done
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+
+def staging_full(session: Any, room: int) -> StagingFull:
+    """Makes `session`'s daemon stage only `room` more chunks (see StagingFull)."""
+    session.client = StagingFull(session.client, room)
     return session.client
 
 

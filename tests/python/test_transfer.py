@@ -13,7 +13,7 @@ from typing import Iterator, List, Tuple
 
 import pytest
 
-from conftest import Daemon, estimating
+from conftest import STAGING_FULL, Daemon, estimating, staging_full
 from kvstream import Client, Code, KVStreamError, Unavailable
 from kvstream import transfer
 from kvstream.daemon_link import DaemonLink, Session
@@ -258,6 +258,48 @@ def test_a_piece_the_daemon_cannot_stage_fails_alone(state_dir):
     finally:
         link.close()
         daemon.stop()
+
+
+# -- writes when the daemon's staging is full -------------------------------------------------------
+
+def test_a_write_sends_every_requests_chunk_0_first_then_chunk_1_and_so_on(daemon, caplog):
+    """Two requests of three chunks each, handed over request by request; the daemon stages four
+    more chunks. In call order by depth, both requests keep their first two chunks; the two dropped
+    are reported DROPPED (counted, not durable, no failure and nothing logged) and are absent."""
+    region = Region(8 * PIECE)
+    link = link_to(daemon.socket, region=region)
+    try:
+        session = link.session()
+        full = staging_full(session, room=4)
+        keys = [f"depth/r{r}/c{c}" for r in range(2) for c in range(3)]
+        pieces = [Piece(k, region.base + i * PIECE, PIECE, depth=i % 3) for i, k in enumerate(keys)]
+        with caplog.at_level(logging.INFO, logger="kvstream"):
+            written = transfer.write(link, session, pieces)
+            durable = written.durable.result(30)
+        assert full.calls == [[keys[0], keys[3], keys[1], keys[4], keys[2], keys[5]]]  # depth 0, 1, 2
+        assert [r.status for r in written.staged] == [Status.OK, Status.OK, Status.DROPPED] * 2
+        assert written.dropped == 2 and written.staged[2].message.startswith(STAGING_FULL)
+        assert durable == [True, True, False] * 2
+        assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+        assert link.session() is session and not session.dropped  # a drop fails no call
+        entries, _ = session.client.lookup(keys)
+        assert [e.present for e in entries] == [True, True, False] * 2
+    finally:
+        link.close()
+        region.close()
+
+
+def test_through_the_arena_the_waves_go_by_depth_too(link):
+    session = link.session()
+    full = staging_full(session, room=3)
+    keys = [f"waves/r{r}/c{c}" for r in range(3) for c in range(2)]
+    source = Private(keys, payloads(6, seed=9))
+    pieces = [p._replace(depth=i % 2) for i, p in enumerate(source.pieces)]
+    written = transfer.write(link, session, pieces)  # waves of 2 pieces (half the 1 MiB arena)
+    assert [k for call in full.calls for k in call] == keys[0::2] + keys[1::2]
+    assert [r.status for r in written.staged] == [Status.OK, Status.DROPPED] * 3
+    assert written.durable.result(30) == [True, False] * 3
+    assert session.allocator.used_bytes == 0  # dropped pieces free their arena ranges too
 
 
 # -- lookups: one daemon lookup per request, the verdict applied ------------------------------------

@@ -18,7 +18,13 @@ a write asks `fill` to put them into the arena.
 
 Every daemon call goes through DaemonLink.call, whose rule decides whether a failed call drops the
 session. A failed call fails its pieces and ends the transfer (later pieces fail unattempted);
-nothing raises. Reports are per piece: OK, MISS (the daemon holds no such key) or FAILED.
+nothing raises. Reports are per piece: OK, MISS (the daemon holds no such key), DROPPED (a write the
+daemon dropped because its staging was full: not stored, and no failure) or FAILED.
+
+A write sends its pieces deepest last (on each path): by `depth`, a piece's chunk index in its
+request's prefix (every request's chunk 0, then every chunk 1, ...). The daemon admits a persist's
+chunks in call order and drops what finds its staging full, and a chunk past a dropped one is worth
+nothing (a lookup's hit ends at the gap).
 
 `lookup` is the one lookup of every engine integration: one daemon lookup of a request's keys,
 grouped in chunks, with the load-or-recompute verdict (kvstream.verdict) applied to its hit prefix.
@@ -46,17 +52,24 @@ __all__ = ["Found", "Piece", "PieceResult", "ReadReport", "Status", "Verdict", "
 logger = logging.getLogger(__name__)
 
 
+# How kvstreamd answers a persisted chunk it dropped, staging being full (STAGED, RESOURCE_EXHAUSTED).
+DROPPED_MESSAGE = "staging is full: dropped"
+
+
 class Piece(NamedTuple):
-    """`size` bytes at `address` in this process (None: see the module docstring), stored under `key`."""
+    """`size` bytes at `address` in this process (None: see the module docstring), stored under `key`.
+    `depth`: a write's piece's chunk index in its request's prefix (writes send shallow pieces first)."""
 
     key: str
     address: Optional[int]
     size: int
+    depth: int = 0
 
 
 class Status(enum.Enum):
     OK = "ok"  # read: landed whole (`size` bytes); write: staged (the daemon copied it out)
     MISS = "miss"  # read: the daemon holds no chunk under the key
+    DROPPED = "dropped"  # write: the daemon's staging was full; not stored (and not a failure)
     FAILED = "failed"
 
 
@@ -91,10 +104,15 @@ class ReadReport:
 
 @dataclass
 class WriteReport:
-    staged: List[PieceResult]  # one per piece: OK once staged (its memory may be reused)
+    staged: List[PieceResult]  # one per piece: OK once staged (its memory may be reused), or DROPPED
     durable: "concurrent.futures.Future[List[bool]]" = field(default_factory=concurrent.futures.Future)
     calls: int = 0  # daemon persists made
     copied_bytes: int = 0  # bytes copied from pieces' memory into the arena
+
+    @property
+    def dropped(self) -> int:
+        """Pieces the daemon dropped, its staging being full."""
+        return sum(1 for r in self.staged if r.status is Status.DROPPED)
 
 
 def read(link: DaemonLink, session: Session, pieces: Sequence[Piece], on_piece: Optional[OnPiece] = None,
@@ -111,7 +129,8 @@ def read(link: DaemonLink, session: Session, pieces: Sequence[Piece], on_piece: 
 def write(link: DaemonLink, session: Session, pieces: Sequence[Piece], fill: Optional[Fill] = None,
           on_durable: Optional[OnDurable] = None, timeout: Optional[float] = None,
           room_timeout: Optional[float] = None) -> WriteReport:
-    """Stores every piece and returns once each is staged or failed (see the module docstring).
+    """Stores every piece and returns once each is staged, dropped or failed (see the module
+    docstring); the pieces go out by depth (stable), the reports come back in piece order.
     `on_durable` fires once per staged piece, on a background thread, when the daemon reports it
     durable or not (a stream that ends without saying: not durable); `durable` completes with a
     flag per piece once every staged piece has been reported. `timeout`, `room_timeout`: as read's."""
@@ -287,7 +306,8 @@ class _Transfer:
         in_place: List[Tuple[int, int]] = []
         through_arena: List[int] = []
         memory = self.session.memory if self.session.region else None
-        for i, piece in enumerate(self.pieces):
+        for i in self.order():
+            piece = self.pieces[i]
             offset = None
             if memory is not None and piece.address is not None:
                 offset = memory.offset_of(piece.address, piece.size)
@@ -296,6 +316,10 @@ class _Transfer:
             else:
                 in_place.append((i, offset))
         return in_place, through_arena
+
+    def order(self) -> Sequence[int]:
+        """The pieces' indices in the order they go to the daemon."""
+        return range(len(self.pieces))
 
     def _allocator(self) -> ArenaAllocator:
         allocator = self.session.allocator
@@ -444,6 +468,11 @@ class _Writer(_Transfer):
         self._durable: List[Optional[bool]] = [None] * len(self.pieces)  # GUARDED_BY(_lock)
         self._open = 1  # persist streams not ended, plus this run; GUARDED_BY(_lock)
 
+    def order(self) -> Sequence[int]:
+        """Shallow pieces first (every request's chunk 0, then chunk 1, ...): the daemon admits in
+        call order and drops what finds its staging full."""
+        return sorted(range(len(self.pieces)), key=lambda i: self.pieces[i].depth)
+
     def move(self, entries: List[Tuple[int, int]], in_arena: bool) -> None:
         if in_arena:
             entries = self._copy_in(entries)
@@ -483,6 +512,8 @@ class _Writer(_Transfer):
             error = not_staged.get(n)
             if error is None:
                 self.report(PieceResult(i, Status.OK, self.pieces[i].size))
+            elif error.code == Code.RESOURCE_EXHAUSTED and error.message.startswith(DROPPED_MESSAGE):
+                self.report(PieceResult(i, Status.DROPPED, message=error.message))  # staging full: not stored
             else:  # the daemon staged it with an error: never staged (its DURABLE says the same)
                 self.report(PieceResult(i, Status.FAILED, message=f"{error.code.name}: {error.message}"))
 
