@@ -184,3 +184,10 @@ def test_the_verdict_off_loads_everything_and_no_model_says_so_once(caplog):
     assert len(said) == 1 and said[0].levelno == logging.WARNING
     shaped = Verdict(RecomputeSettings(shape=recompute.shape_fields(LLAMA_8B_CONFIG)), "test")
     assert shaped.cut(slow, CHUNK, name="no/such-model") == 0
+
+
+def test_chunks_already_promised_stay_loaded_unless_their_tier_stalled():
+    slow = at_bandwidth(10, 10e6)
+    assert best_cut(slow, CHUNK, H100, at_least=4) == 4
+    assert best_cut(slow, CHUNK, H100, at_least=20) == 10
+    assert best_cut(slow[:2] + [math.inf] * 8, CHUNK, H100, at_least=4) == 2

@@ -167,7 +167,7 @@ class Found:
 def lookup(link: Any, session: Session, names: Sequence[str], *, chunk_of: Optional[Sequence[int]] = None,
            holds: Optional[Callable[[LookupEntry], bool]] = None, lock_seconds: float = 0.0,
            verdict: Optional[Verdict] = None, chunk_tokens: int = 0, start_tokens: int = 0, model: str = "",
-           what: str = "") -> Optional[Found]:
+           promised: int = 0, what: str = "") -> Optional[Found]:
     """ONE daemon lookup of a request's `names` (None when it failed: DaemonLink.call's rule, and
     misses), with the load-or-recompute verdict applied to its hit prefix.
 
@@ -178,7 +178,8 @@ def lookup(link: Any, session: Session, names: Sequence[str], *, chunk_of: Optio
     hit prefix where loading stops paying (kvstream.verdict: `chunk_tokens` tokens a chunk,
     `start_tokens` cached before chunk 0, the compute model of `model`): chunks from the cut on
     answer as misses (`Found.loads`, `Found.hits`), and what the lookup locked of them
-    (`lock_seconds`) is unlocked."""
+    (`lock_seconds`) is unlocked. `promised`: leading chunks an earlier verdict already told the
+    engine to load (it asks again before loading them): never cut unless a tier holding one stalled."""
     n = len(names)
     chunks = list(chunk_of) if chunk_of is not None else list(range(n))
     order = sorted(range(n), key=lambda i: (chunks[i], i))  # chunk by chunk: the estimate is cumulative
@@ -212,7 +213,7 @@ def lookup(link: Any, session: Session, names: Sequence[str], *, chunk_of: Optio
     found = Found(entries, chunks, held_names, len(loads))
     if estimate and loads:
         assert verdict is not None
-        h = verdict.cut(loads, chunk_tokens, start_tokens, model)
+        h = verdict.cut(loads, chunk_tokens, start_tokens, model, at_least=promised)
         if h < len(loads):
             found.cut = h
             logger.debug("kvstream: loading %d of %d hit chunks (load estimates %s)", h, len(loads), loads)

@@ -29,15 +29,17 @@ logger = logging.getLogger(__name__)
 
 
 def best_cut(loads: Sequence[float], chunk_tokens: int, model: Optional[RecomputeModel],
-             start_tokens: int = 0) -> int:
+             start_tokens: int = 0, at_least: int = 0) -> int:
     """How many leading chunks of a hit prefix to load (see the module docstring). `loads[c]`: the
-    cumulative load seconds of chunks 0..c; `start_tokens`: tokens cached before chunk 0."""
+    cumulative load seconds of chunks 0..c; `start_tokens`: tokens cached before chunk 0;
+    `at_least`: chunks already promised to the engine (loaded unless a tier holding one stalled)."""
     m = len(loads)
     cap = next((c for c, s in enumerate(loads) if s == math.inf), m)  # never load a stalled chunk
     if model is None or not model.usable or chunk_tokens <= 0 or any(math.isnan(s) for s in loads[:cap]):
         return cap
+    floor = min(max(0, at_least), cap)
     best, best_cost = cap, math.inf
-    for h in range(cap, -1, -1):  # from the longest load down: a tie keeps the longer load
+    for h in range(cap, floor - 1, -1):  # from the longest load down: a tie keeps the longer load
         loaded = max(0.0, loads[h - 1]) if h else 0.0
         cost = loaded + model.seconds((m - h) * chunk_tokens, start_tokens + h * chunk_tokens)
         if cost < best_cost:
@@ -92,8 +94,9 @@ class Verdict:
                               self._describe, name or "the model")
         return found
 
-    def cut(self, loads: Sequence[float], chunk_tokens: int, start_tokens: int = 0, name: str = "") -> int:
+    def cut(self, loads: Sequence[float], chunk_tokens: int, start_tokens: int = 0, name: str = "",
+            at_least: int = 0) -> int:
         """How many leading chunks of the hit prefix to load (best_cut with `name`'s model)."""
         if not self.enabled:
             return len(loads)
-        return best_cut(loads, chunk_tokens, self.model(name), start_tokens)
+        return best_cut(loads, chunk_tokens, self.model(name), start_tokens, at_least)
