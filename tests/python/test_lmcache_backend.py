@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import logging
 import os
 import time
@@ -266,6 +267,12 @@ def test_bad_plugin_settings_are_clear_errors():
     assert Settings(extra_config("/s", arena_bytes=4096)).arena_bytes == 4096
     with pytest.raises(ValueError, match="unknown kvstream settings"):
         extra_config("/s", arena=1)
+    with pytest.raises(ValueError, match="kvstream.verdict"):
+        Settings({"kvstream.verdict": "maybe"})
+    with pytest.raises(ValueError, match="kvstream.model_shape"):
+        Settings({"kvstream.model_shape": {"layers": -1}})
+    recompute = Settings(extra_config("/s", verdict="off", recompute_tflops=100, model_shape={"layers": 2})).recompute
+    assert (recompute.verdict, recompute.tflops, recompute.shape) == (False, 100.0, {"layers": 2})
 
 
 def test_a_refused_session_is_a_clear_error_not_an_outage(daemon, captured):
@@ -368,5 +375,85 @@ def test_a_hung_daemon_costs_one_lookup_timeout_then_misses_at_once(daemon, capt
         while backend.batched_contains(keys) != 2 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert backend.batched_contains(keys) == 2
+    finally:
+        sm.close()
+
+
+# -- load or recompute, and a daemon whose staging is full ------------------------------------------
+
+RECOMPUTE_A_CHUNK = {"kvstream.recompute_tokens_per_s": 2560}  # 0.1 s to recompute a 256-token chunk
+
+
+def slow_from(n: int, seconds: float = 10.0):
+    """Load seconds per key: fast (1 ms) for chunks below `n` of the key(i) numbering, `seconds` from n on."""
+    return lambda name: 0.001 if int(name.rsplit("@", 2)[-2], 16) < n else seconds
+
+
+def test_lookups_contain_only_the_chunks_worth_loading(daemon):
+    """LMCache's lookup (the StorageManager's batched_contains, pins included) and the block mapping
+    of its retrieve see the prefix up to the verdict's cut: all of a fast tier, none at 10 s a
+    chunk, the fast chunks before slow ones, none past a stalled tier; pins past the cut released."""
+    from conftest import estimating
+
+    sm = make_storage_manager(daemon.socket, **RECOMPUTE_A_CHUNK)
+    try:
+        keys = [key(40 + i) for i in range(6)]
+        put(sm, keys, seed=20)
+        backend = backend_of(sm)
+        asked = estimating(backend.link.session(), lambda name: 0.001)
+        assert backend.batched_contains(keys) == 6 and asked.asked[-1][1]  # the estimate was asked for
+        estimating(backend.link.session(), lambda name: 10.0)
+        assert backend.batched_contains([key(50 + i) for i in range(3)]) == 0  # absent: nothing to cut
+        assert backend.batched_contains(keys) == 6  # promised by the verdict above: not cut again
+        backend.lookups._clock = lambda: time.monotonic() + 3600  # the promises have run out
+        assert backend.batched_contains(keys) == 0
+        estimating(backend.link.session(), slow_from(43))
+        assert sm.batched_contains(keys, pin=True) == (3, {"kvstream": keys[:3]})
+        names = [k.to_string() for k in keys]
+        with kvstream.Client.connect(daemon.socket) as c:
+            assert c.unlock(names[3:]) == 0  # released at once, past the cut
+            assert c.unlock(names[:3]) == 3
+        assert backend.status()["recomputed_chunks"] == 6 + 3
+        estimating(backend.link.session(), lambda name: math.inf if name.endswith(f"@{42:x}@bfloat16") else 0.001)
+        backend.lookups._clock = lambda: time.monotonic() + 7200
+        assert backend.batched_contains(keys) == 2  # a stalled tier holds chunk 2
+    finally:
+        sm.close()
+
+
+def test_the_verdict_off_loads_every_hit_and_asks_for_no_estimate(daemon):
+    from conftest import estimating
+
+    sm = make_storage_manager(daemon.socket, **RECOMPUTE_A_CHUNK, **{"kvstream.verdict": "off"})
+    try:
+        keys = [key(60 + i) for i in range(3)]
+        put(sm, keys, seed=21)
+        backend = backend_of(sm)
+        asked = estimating(backend.link.session(), lambda name: math.inf)
+        assert backend.batched_contains(keys) == 3 and asked.asked == [([k.to_string() for k in keys], False)]
+    finally:
+        sm.close()
+
+
+def test_puts_the_daemon_drops_are_counted_not_failed(daemon, captured):
+    """Staging takes two more chunks: a put of four keeps its first two (they go out in prefix
+    order), the other two finish as not stored, counted, with nothing logged."""
+    from conftest import staging_full
+
+    sm = make_storage_manager(daemon.socket)
+    try:
+        backend = backend_of(sm)
+        full = staging_full(backend.link.session(), room=2)
+        objs, _ = random_chunks(sm, 4, seed=22)
+        keys = [key(80 + i) for i in range(4)]
+        done = []
+        futures = backend.batched_submit_put_task(keys, objs, on_complete_callback=done.append)
+        assert [f.result(30) for f in futures] == [True, True, False, False]
+        assert backend.flush(5) and sorted(k.chunk_hash for k in done) == [80, 81]
+        assert full.calls == [[k.to_string() for k in keys]]
+        assert backend.status()["puts_dropped"] == 2 and captured.messages == []
+        assert backend.batched_contains(keys) == 2
+        for o in objs:
+            o.ref_count_down()
     finally:
         sm.close()

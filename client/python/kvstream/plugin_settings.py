@@ -3,12 +3,18 @@ keys of the engine's extra configuration, their types and defaults.
 
 Every key is optional. A value that cannot be read as its type, or a number that is not positive,
 is a ValueError naming the key (the engine then fails to load the plugin, with that message).
+
+Load or recompute (kvstream.verdict, kvstream.recompute): `kvstream.verdict` (on | off, default
+on), `kvstream.recompute_tflops` (effective TFLOPS per GPU, default 400), `kvstream.recompute_tokens_per_s`
+(the prefill rate measured with no cache, 0: not calibrated), `kvstream.model_shape` (a mapping, or its
+JSON, of recompute.SHAPE_FIELDS over the shape found in the engine's config); parsed into `recompute`.
 """
 
 from __future__ import annotations
 
 from typing import Any, Dict, Optional
 
+from . import recompute
 from .client import CONNECT_TIMEOUT_S
 
 DEFAULT_SOCKET = "/run/kvstream/kvstreamd.sock"
@@ -41,6 +47,9 @@ class Settings:
         # SGLang's "allocator": "shm"): reads land in it and persists copy out of it, no copy in Python.
         "kvstream.zero_copy": ("zero_copy", flag, True),
     }
+    # Load or recompute: key -> attribute (the values are read by recompute.settings into `recompute`).
+    RECOMPUTE_KEYS = {f"kvstream.{k}": k for k in ("verdict", "recompute_tflops", "recompute_tokens_per_s",
+                                                   "model_shape")}
 
     def __init__(self, extra_config: Optional[Dict[str, Any]]) -> None:
         extra = extra_config or {}
@@ -54,6 +63,7 @@ class Settings:
             if cast in (int, float) and value <= 0:
                 raise ValueError(f"extra_config {key} must be positive, got {raw!r}")
             setattr(self, attr, value)
+        self.recompute = recompute.settings(extra, prefix="kvstream.", where="extra_config")
         if self.pin_lease > MAX_PIN_LEASE:
             raise ValueError(f"extra_config kvstream.pin_lease must be at most {MAX_PIN_LEASE:g} seconds "
                              f"(kvstreamd's longest lock), got {self.pin_lease!r}")

@@ -26,6 +26,12 @@ while no read is pending), drops the reference once the daemon has staged the by
 When the daemon is down or restarts, calls report misses and puts are dropped, with loud log
 lines, and the backend reconnects by itself (DaemonLink). No exception escapes into LMCache.
 
+Load or recompute: a lookup asks the daemon for its load estimate and contains only the chunks
+worth loading (kvstream.verdict through kvstream.transfer.lookup: LMCache's chunk_size tokens a
+chunk, the model's shape from its config, its layers and head size from LMCache's metadata, the
+engine's world size as its GPUs); settings kvstream.verdict, kvstream.recompute_tflops,
+kvstream.recompute_tokens_per_s, kvstream.model_shape.
+
 This class only maps LMCache's interface onto its parts: settings (extra_config), daemon_link
 (the session), lookups (lookups and payload sizes), gets (reads and prefetches) and puts (the put
 worker). All of them log through this module's logger.
@@ -46,6 +52,7 @@ from lmcache.v1.storage_backend.abstract_backend import StoragePluginInterface
 from ..client import Client
 from ..daemon_link import DaemonLink, Session
 from ..errors import KVStreamError
+from ..verdict import Verdict
 from .gets import Gets
 from .lookups import Lookups
 from .puts import Puts
@@ -94,7 +101,9 @@ class KVStreamBackend(StoragePluginInterface):
                 return Session(Client.connect(s.socket_path, timeout=s.connect_timeout, rpc_timeout=s.lookup_timeout))
             describe = f"kvstreamd on {s.socket_path} (lookups only, role {role or 'unknown'})"
         self.link = DaemonLink(describe, connect, logger, retry_interval=s.retry_interval)
-        self.lookups = Lookups(self.link)
+        self.verdict, chunk_tokens, keys_per_chunk = _verdict(s, config, metadata)
+        self.lookups = Lookups(self.link, self.verdict, chunk_tokens, getattr(metadata, "model_name", "") or "",
+                               keys_per_chunk)
         self.gets = Gets(self.link, self.lookups, local_cpu_backend, s.io_timeout, logger, self.pool)
         self.puts = Puts(self.link, self.lookups, s.io_timeout, logger)
         self.link.connect_now()  # connect now if the daemon is up; otherwise say so once and retry later
@@ -110,7 +119,8 @@ class KVStreamBackend(StoragePluginInterface):
 
     def status(self) -> dict:
         """Which data path serves gets, and how many chunks each delivered (in_place, copied)."""
-        return {"zero_copy": self.zero_copy, "pool": self.pool.path if self.pool else None, **self.gets.counts()}
+        return {"zero_copy": self.zero_copy, "pool": self.pool.path if self.pool else None, **self.gets.counts(),
+                "puts_dropped": self.puts.dropped, "recomputed_chunks": self.lookups.recomputed_chunks}
 
     # -- lookups -----------------------------------------------------------------------------
 
@@ -234,6 +244,24 @@ class KVStreamBackend(StoragePluginInterface):
         self.gets.release_held_back()
         if self.pool is not None:
             self.pool.close()
+
+
+def _verdict(settings: Settings, config: Any, metadata: Any) -> "tuple[Verdict, int, int]":
+    """The backend's load-or-recompute verdict, LMCache's tokens per chunk and keys per chunk (one
+    per layer when LMCache stores layer by layer)."""
+    model = getattr(metadata, "model_name", "") or ""
+    world = int(getattr(metadata, "world_size", 1) or 1)
+    verdict = Verdict(settings.recompute, f"LMCache plugin ({model or 'model'})", gpus=world, log=logger)
+    shape = getattr(metadata, "kv_shape", None)  # (layers, 2 or 1, chunk_size, kv heads per rank, head_size)
+    seen = {}
+    if isinstance(shape, (tuple, list)) and len(shape) == 5:
+        seen = {"layers": int(shape[0])}
+        if not getattr(metadata, "use_mla", False):  # MLA stores its latent, not heads
+            seen["head_dim"] = int(shape[4])
+        verdict.see(seen, model)
+    chunk_tokens = int(getattr(config, "chunk_size", 0) or getattr(metadata, "chunk_size", 0) or 256)
+    layerwise = bool(getattr(config, "use_layerwise", False)) and seen.get("layers", 0) > 0
+    return verdict, chunk_tokens, seen["layers"] if layerwise else 1
 
 
 def _shared_pool(local_cpu_backend: Any) -> Optional[SharedPool]:

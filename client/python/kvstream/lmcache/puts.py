@@ -6,6 +6,10 @@ session arena behind their chunk_codec header (kvstream.transfer: waves of at mo
 so gets keep room; one persist per wave). A MemoryObj's reference is released once its bytes are
 in the arena, a wave's arena ranges once the daemon has staged it; each chunk then finishes exactly once: its future gets True and on_complete(key) is
 called when the daemon reports it durable, and its future gets False when it was dropped.
+
+A submit is one request's chunks in prefix order: each goes out at its depth (its index), so that
+when the daemon's staging is full it drops the deepest; a dropped chunk is counted (`dropped`),
+not logged: LMCache simply does not have it stored.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ class Puts:
         self._lock = threading.Lock()
         self._in_flight: Set[CacheEngineKey] = set()  # keys queued, being staged or being written
         self._closed = False
+        self.dropped = 0  # chunks the daemon dropped, its staging being full
         self._queue: "queue.Queue[Optional[_PutBatch]]" = queue.Queue()
         self._worker = threading.Thread(target=self._loop, name="kvstream-put", daemon=True)
         self._worker.start()
@@ -155,12 +160,13 @@ class Puts:
             target[len(header):] = obj.byte_array.cast("B")
             self._release_obj(batch, i)  # its bytes are in the arena now
 
-        report = transfer.write(self._link, session, [transfer.Piece(names[i], None, sizes[i]) for i in todo],
+        report = transfer.write(self._link, session, [transfer.Piece(names[i], None, sizes[i], i) for i in todo],
                                 fill, lambda n, ok: self._finish(batch, [todo[n]], durable=ok),
                                 timeout=self._io_timeout)
         # Pieces never filled (a failed call ended the transfer first) still hold their reference.
         with self._lock:
             batch.submitted.update(todo[r.index] for r in report.staged if r.ok)
+            self.dropped += report.dropped
         for r in report.staged:
             self._release_obj(batch, todo[r.index])
         self._finish(batch, [todo[r.index] for r in report.staged if not r.ok], durable=False)

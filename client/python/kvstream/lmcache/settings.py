@@ -20,6 +20,7 @@ def extra_config(socket_path: str, **settings: Any) -> Dict[str, Any]:
     """LMCache extra_config entries that load this plugin as storage plugin "kvstream", with the
     daemon's socket and any other Settings by attribute name (e.g. arena_bytes=1 << 30)."""
     by_attr = {attr: key for key, (attr, _, _) in Settings.KEYS.items()}
+    by_attr.update({attr: key for key, attr in Settings.RECOMPUTE_KEYS.items()})
     unknown = sorted(set(settings) - set(by_attr))
     if unknown:
         raise ValueError(f"unknown kvstream settings {unknown}; known: {sorted(by_attr)}")

@@ -14,6 +14,8 @@ retrieves find them in flight or landed. After the step's loads, chunks no reque
 released. Layerwise and async loading keep LMCache's own path (no prefetch). And before LMCache
 builds its engine, each worker process names its CPU pool in shared memory for itself
 (`<shm_name or kvstream_lmcache>_<host>_<pid>`, pool_name.py), so chunks land in place at any TP size.
+It also hands vLLM's model config (hf_config) to kvstream.recompute, where the plugin's
+load-or-recompute verdict finds the model's shape.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from lmcache.logging import init_logger  # noqa: E402
 
 from lmcache.integration.vllm.utils import lmcache_get_or_create_config  # noqa: E402
 
+from .. import recompute  # noqa: E402
 from .pool_name import own_pool_name  # noqa: E402
 from .step_batch import StepLoad, prefetch_step, release_step  # noqa: E402
 
@@ -53,6 +56,9 @@ class KVStreamConnectorV1(LMCacheConnectorV1Dynamic):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         own_pool_name(lmcache_get_or_create_config())  # before LMCache builds its engine and pool
+        model_config = getattr(kwargs.get("vllm_config", args[0] if args else None), "model_config", None)
+        if model_config is not None:  # the model's shape, for the plugin's verdict
+            recompute.register(getattr(model_config, "model", ""), getattr(model_config, "hf_config", None))
         super().__init__(*args, **kwargs)
 
     def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
