@@ -4,6 +4,7 @@ adapter factory, on real LMCache L1 memory (L1MemoryManager), against a real kvs
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -263,3 +264,71 @@ def test_a_real_lmcache_server_loads_the_adapter(daemon, state_dir):
             server.kill()
             server.wait()
     assert "kvstream: L2 adapter closed" in log.read_text(errors="replace")
+
+
+# -- load or recompute, and a daemon whose staging is full ------------------------------------------
+
+def chunk_of_name(name: str) -> int:
+    """The chunk index keys_for(n) gave a key (its chunk hash is the index, twice, as 8 bytes each)."""
+    return int(name.rsplit("@", 1)[1][-16:], 16)
+
+
+def test_lookups_answer_only_the_chunks_worth_loading_in_every_row(daemon, make_adapter, l1):
+    """A request's rows (two kv ranks of four chunks), listed row by row as LMCache does: the daemon
+    is asked chunk by chunk; chunks 0 and 1 load fast, 2 and 3 at 10 s a key against 0.1 s to
+    recompute a chunk: both rows answer chunks 0 and 1, and the locks of 2 and 3 are released."""
+    from conftest import estimating
+
+    adapter = make_adapter(daemon.socket, recompute_tokens_per_s=2560, chunk_tokens=256)
+    rows = [keys_for(4, kv_rank=r) for r in range(2)]
+    keys = rows[0] + rows[1]
+    objs = allocate(l1, 8, seed=7)
+    assert store(adapter, keys, objs).is_successful()
+    asked = estimating(adapter.link.session(), lambda name: 0.001 if chunk_of_name(name) < 2 else 10.0)
+    assert lookup(adapter, keys) == [0, 1, 4, 5]
+    names = [object_key_name(k) for k in keys]
+    assert asked.asked[-1] == ([names[i] for i in (0, 4, 1, 5, 2, 6, 3, 7)], True)
+    with kvstream.Client.connect(daemon.socket) as c:
+        assert c.unlock([names[i] for i in (2, 3, 6, 7)]) == 0  # released past the cut
+        assert c.unlock([names[i] for i in (0, 1, 4, 5)]) == 4
+    assert adapter.report_status()["lookup_recomputed"] == 4
+    estimating(adapter.link.session(), lambda name: math.inf if chunk_of_name(name) == 1 else 0.001)
+    assert lookup(adapter, keys) == [0, 4]  # a stalled tier holds chunk 1
+    adapter.submit_unlock([keys[0], keys[4]])
+    l1.free(objs)
+
+
+def test_the_verdict_off_answers_every_hit(daemon, make_adapter, l1):
+    from conftest import estimating
+
+    adapter = make_adapter(daemon.socket, verdict="off", recompute_tokens_per_s=2560)
+    keys = keys_for(3, start=30)
+    objs = allocate(l1, 3, seed=8)
+    assert store(adapter, keys, objs).is_successful()
+    asked = estimating(adapter.link.session(), lambda name: math.inf)
+    assert lookup(adapter, keys) == [0, 1, 2] and not asked.asked[-1][1]
+    with pytest.raises(ValueError, match="verdict"):
+        create_l2_adapter(parse_spec(l2_adapter_spec(daemon.socket, verdict="sometimes")), None)
+    l1.free(objs)
+
+
+def test_stores_the_daemon_drops_are_counted_not_failed(daemon, make_adapter, l1):
+    """Staging takes three more chunks: a store of two rows of three goes out chunk by chunk, so
+    both rows keep chunk 0 and row 0 chunk 1; the three dropped are store_dropped, not failures,
+    and the task reports not stored (LMCache keeps them in L1)."""
+    from conftest import staging_full
+
+    adapter = make_adapter(daemon.socket)
+    rows = [keys_for(3, start=40, kv_rank=r) for r in range(2)]
+    keys = rows[0] + rows[1]
+    objs = allocate(l1, 6, seed=9)
+    full = staging_full(adapter.link.session(), room=3)
+    result = store(adapter, keys, objs)
+    names = [object_key_name(k) for k in keys]
+    assert full.calls == [[names[i] for i in (0, 3, 1, 4, 2, 5)]]
+    assert not result.is_successful()
+    status = adapter.report_status()
+    assert (status["stored"], status["store_dropped"], status["store_failed"]) == (3, 3, 0)
+    assert lookup(adapter, keys) == [0, 1, 3]
+    adapter.submit_unlock([keys[i] for i in (0, 1, 3)])
+    l1.free(objs)

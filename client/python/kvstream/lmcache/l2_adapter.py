@@ -17,7 +17,16 @@ The plugin factory finds KVStreamL2AdapterConfig by its name (class_name + "Conf
   step; load tasks waiting together (requests LMCache prefetches at once) share their retrieves and
   are answered apart. A key is loaded when the daemon returns exactly the MemoryObj's get_size() bytes.
 - store: one Lookup (keys the daemon already holds are skipped) and one persist per task; the task
-  succeeds once every chunk is durable on its tiers.
+  succeeds once every chunk is durable on its tiers. Chunks go out by their index in their row
+  (every row's chunk 0, then chunk 1, ...); a chunk the daemon drops because its staging is full
+  is counted (store_dropped), not logged, and fails the task (LMCache keeps it in L1).
+- load or recompute: a lookup is kvstream.transfer.lookup with the adapter's verdict. LMCache lists
+  a request's keys row by row (a row per kv rank and object group); the daemon is asked chunk by
+  chunk (chunk 0 of every row, then chunk 1, ...), so its cumulative estimate covers every row, and
+  chunks past the cut answer 0 in every row (their locks released; lookup_recomputed counts them).
+  `chunk_tokens` (256) must be the server's --chunk-size; the model's shape comes from its
+  config.json (ObjectKey.model_name) or `model_shape`; the server does not say the engine's GPUs,
+  so recompute_tflops is the engine's total.
 - delete: an evict per key. Capacity and eviction are the daemon's own (max_capacity_bytes 0 by
   default: LMCache runs no global eviction on this adapter).
 
@@ -62,6 +71,7 @@ from .. import transfer
 from ..client import Client
 from ..daemon_link import DaemonLink, Session
 from ..errors import KVStreamError
+from ..verdict import Verdict
 from ..plugin_settings import DEFAULT_SOCKET
 from .l2_config import KVStreamL2AdapterConfig
 from .shared_pool import SharedPool, pinned_by_a_device
@@ -95,6 +105,18 @@ def object_key_name(key: ObjectKey, prefix: str = "lmcache") -> str:
     return f"{name}@{key.cache_salt}" if key.cache_salt else name
 
 
+def chunk_positions(keys: Sequence[ObjectKey]) -> List[int]:
+    """Each key's chunk index in its request: its position among the keys of its row (model, kv
+    rank, object group, salt), as LMCache lists a request's rows one after another."""
+    seen: Dict[Tuple[str, int, int, str], int] = {}
+    positions = []
+    for k in keys:
+        row = (k.model_name, k.kv_rank, k.object_group_id, k.cache_salt)
+        positions.append(seen.get(row, 0))
+        seen[row] = positions[-1] + 1
+    return positions
+
+
 def _bitmap(n: int, hits: Sequence[int]) -> Bitmap:
     bitmap = Bitmap(n)
     for i in hits:
@@ -118,8 +140,8 @@ class KVStreamL2Adapter(L2AdapterInterface):
         self._stores: Dict[L2TaskId, L2StoreResult] = {}
         self._lookups: Dict[L2TaskId, Bitmap] = {}
         self._loads: Dict[L2TaskId, Bitmap] = {}
-        self._counts = {"stored": 0, "store_failed": 0, "lookup_hits": 0, "lookup_misses": 0,
-                        "loaded": 0, "load_failed": 0, "unlock_retries": 0}
+        self._counts = {"stored": 0, "store_failed": 0, "store_dropped": 0, "lookup_hits": 0, "lookup_misses": 0,
+                        "lookup_recomputed": 0, "loaded": 0, "load_failed": 0, "unlock_retries": 0}
         self._pending_unlocks: List[Tuple[List[str], float]] = []  # (names, give up at), lookup worker only
         self._closed = False
 
@@ -129,6 +151,7 @@ class KVStreamL2Adapter(L2AdapterInterface):
         c = config
         where = f"kvstreamd on {c.socket} (LMCache L2 adapter)"
         self.link = DaemonLink(where, self._connect, logger, retry_interval=c.retry_interval)
+        self.verdict = Verdict(c.recompute, "LMCache L2 adapter", log=logger)
 
         self._queues: Dict[str, "queue.Queue[Optional[Callable[[], None]]]"] = {}
         self._workers: List[threading.Thread] = []
@@ -171,9 +194,11 @@ class KVStreamL2Adapter(L2AdapterInterface):
         return [object_key_name(k, self.config.key_prefix) for k in keys]
 
     @staticmethod
-    def _pieces(names: List[str], objects: Sequence[Any], indices: Iterable[int]) -> List[transfer.Piece]:
+    def _pieces(names: List[str], objects: Sequence[Any], indices: Iterable[int],
+                depths: Optional[Sequence[int]] = None) -> List[transfer.Piece]:
         """The MemoryObjs as pieces: in the L1 pool when the session holds it (kvstream.transfer)."""
-        return [transfer.Piece(names[i], objects[i].data_ptr, objects[i].get_size()) for i in indices]
+        return [transfer.Piece(names[i], objects[i].data_ptr, objects[i].get_size(), depths[i] if depths else 0)
+                for i in indices]
 
     # -- workers ------------------------------------------------------------------------------
 
@@ -270,10 +295,12 @@ class KVStreamL2Adapter(L2AdapterInterface):
         if not todo:
             return L2StoreResult(True, 0)
         # One persist per task (waves when the arena cannot stage them all); done once durable.
-        report = transfer.write(self.link, session, self._pieces(names, objects, todo), timeout=self.config.io_timeout)
+        report = transfer.write(self.link, session, self._pieces(names, objects, todo, chunk_positions(keys)),
+                                timeout=self.config.io_timeout)
         stored = [todo[n] for n, durable in enumerate(report.durable.result()) if durable]
         sizes = [objects[i].get_size() for i in stored]
-        self._count(stored=len(stored), store_failed=len(todo) - len(stored))
+        dropped = report.dropped  # the daemon's staging was full: not stored, and not a failure
+        self._count(stored=len(stored), store_dropped=dropped, store_failed=len(todo) - len(stored) - dropped)
         if stored:
             self._notify_keys_stored([keys[i] for i in stored], sizes)
         return L2StoreResult(len(stored) == len(todo), sum(sizes))
@@ -292,12 +319,15 @@ class KVStreamL2Adapter(L2AdapterInterface):
     def _lookup(self, keys: List[ObjectKey]) -> Bitmap:
         session = self.link.session() if keys else None
         hits: List[int] = []
-        found = None if session is None else self.link.call(
-            session, "lookup and lock", lambda: session.client.lookup(self._names(keys),
-                                                                      lock_seconds=self.config.lock_seconds))
+        recomputed = 0
+        found = None if session is None else transfer.lookup(
+            self.link, session, self._names(keys), chunk_of=chunk_positions(keys),
+            holds=lambda e: e.present and e.locked, lock_seconds=self.config.lock_seconds, verdict=self.verdict,
+            chunk_tokens=self.config.chunk_tokens, model=keys[0].model_name, what="lookup and lock")
         if found is not None:
-            hits = [i for i, e in enumerate(found[0]) if e.present and e.locked]
-        self._count(lookup_hits=len(hits), lookup_misses=len(keys) - len(hits))
+            hits = [i for i in range(len(keys)) if found.loads(i)]
+            recomputed = sum(1 for i in range(len(keys)) if found.held_names[i]) - len(hits)
+        self._count(lookup_hits=len(hits), lookup_misses=len(keys) - len(hits), lookup_recomputed=recomputed)
         return _bitmap(len(keys), hits)
 
     def submit_unlock(self, keys: List[ObjectKey]) -> None:

@@ -9,6 +9,7 @@ from typing import Any, Dict, Tuple
 
 from lmcache.v1.distributed.l2_adapters.config import L2AdapterConfigBase
 
+from .. import recompute
 from ..client import CONNECT_TIMEOUT_S
 from ..plugin_settings import DEFAULT_SOCKET, MAX_PIN_LEASE
 
@@ -28,12 +29,17 @@ class KVStreamL2AdapterConfig(L2AdapterConfigBase):
         "zero_copy": (bool, True),  # hand the L1 pool to the daemon when it is shared memory
         "key_prefix": (str, "lmcache"),
         "max_capacity_bytes": (int, 0),  # > 0 enables LMCache's global L2 eviction on this adapter
+        "chunk_tokens": (int, 256),  # tokens per chunk: the server's --chunk-size
     }
     _NON_NEGATIVE = {"max_capacity_bytes"}
+    # Load or recompute (kvstream.recompute.settings): param -> default, for help().
+    RECOMPUTE_PARAMS: Dict[str, Any] = {"verdict": "on", "recompute_tflops": recompute.DEFAULT_TFLOPS,
+                                        "recompute_tokens_per_s": 0.0, "model_shape": {}}
 
     def __init__(self, **values: Any) -> None:
         for name, (_, default) in self.PARAMS.items():
             setattr(self, name, values.get(name, default))
+        self.recompute: recompute.RecomputeSettings = values.get("recompute") or recompute.RecomputeSettings()
 
     @classmethod
     def from_dict(cls, d: dict) -> "KVStreamL2AdapterConfig":
@@ -41,10 +47,11 @@ class KVStreamL2AdapterConfig(L2AdapterConfigBase):
         d.pop("type", None)
         if "socket_path" in d:
             d.setdefault("socket", d.pop("socket_path"))
-        unknown = sorted(set(d) - set(cls.PARAMS))
+        unknown = sorted(set(d) - set(cls.PARAMS) - set(cls.RECOMPUTE_PARAMS))
         if unknown:
-            raise ValueError(f"unknown kvstream adapter_params {unknown}; known: {sorted(cls.PARAMS)}")
-        values: Dict[str, Any] = {}
+            raise ValueError(f"unknown kvstream adapter_params {unknown}; "
+                             f"known: {sorted(list(cls.PARAMS) + list(cls.RECOMPUTE_PARAMS))}")
+        values: Dict[str, Any] = {"recompute": recompute.settings(d, where="kvstream adapter_params")}
         for name, (kind, default) in cls.PARAMS.items():
             raw = d.get(name, default)
             if kind is bool:
@@ -69,4 +76,5 @@ class KVStreamL2AdapterConfig(L2AdapterConfigBase):
     def help(cls) -> str:
         return ("kvstream L2 adapter (type plugin, module_path kvstream.lmcache.l2_adapter, class_name "
                 "KVStreamL2Adapter); adapter_params, all optional:\n"
-                + "\n".join(f"- {n} ({k.__name__}, default {d!r})" for n, (k, d) in cls.PARAMS.items()))
+                + "\n".join(f"- {n} ({k.__name__}, default {d!r})" for n, (k, d) in cls.PARAMS.items())
+                + "\n" + "\n".join(f"- {n} (default {d!r})" for n, d in cls.RECOMPUTE_PARAMS.items()))
