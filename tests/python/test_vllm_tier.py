@@ -6,6 +6,8 @@ stopped daemon, a daemon restart, drain and shutdown, the copy path, bad setting
 
 from __future__ import annotations
 
+import logging
+import math
 import os
 import signal
 import time
@@ -263,6 +265,9 @@ def test_a_region_a_gpu_pinned_is_read_through_the_daemons_bounce_buffers(daemon
     ("lease_seconds", 7200, "lease_seconds must be at most 3600"),
     ("zero_copy", "yes", "zero_copy must be true or false"),
     ("arena_bytes", 4096, "smaller than one chunk"),
+    ("verdict", "sometimes", "verdict"),
+    ("recompute_tflops", 0, "recompute_tflops"),
+    ("model_shape", {"layers": 1.5}, "model_shape"),
 ])
 def test_bad_settings_are_clear_errors(daemon, setting, value, message):
     extra = {setting: value} if setting != "arena_bytes" else {"zero_copy": False, setting: value}
@@ -304,3 +309,86 @@ def test_a_hung_tier_fails_only_what_no_other_tier_holds(hanging_daemon):
     finally:
         rules.write_text("")
         engine.close()
+
+
+# -- load or recompute, and a daemon whose staging is full ------------------------------------------
+
+def test_lookups_answer_miss_past_the_point_where_loading_stops_paying(daemon):
+    """Six chunks of 16 tokens, 0.1 s to recompute each: the first three load in a millisecond,
+    the others take 10 s each: vLLM sees HIT for three, MISS for the rest, and loads the three."""
+    from conftest import estimating
+
+    engine = Engine(daemon.socket, recompute_tokens_per_s=160)
+    try:
+        keys, payloads = keys_and_payloads(6, 20)
+        engine.store("writer", keys, payloads)
+        wait_durable(daemon, engine.tier, keys)
+        engine.forget_primary()
+        chunk = {f"{engine.tier.status()['namespace']}/{k.hex()}": i for i, k in enumerate(keys)}
+        asked = estimating(engine.tier._lookup_link.session(), lambda name: 0.001 if chunk[name] < 3 else 10.0)
+        trace, loaded = engine.load("reader", keys)
+        assert trace[-1] == ["HIT"] * 3 + ["MISS"] * 3, trace
+        assert [loaded.get(k) for k in keys[:3]] == payloads[:3] and len(loaded) == 3
+        assert asked.asked and all(estimate for _, estimate in asked.asked)
+        assert engine.tier.status()["recomputed_keys"] == 3
+        with kvstream.Client.connect(daemon.socket) as c:  # the lease of the three past the cut is released
+            assert c.unlock(list(chunk)[3:]) == 0
+    finally:
+        engine.close()
+
+
+def test_lookups_and_stores_place_keys_by_the_positions_the_scheduler_recorded(engine):
+    keys, _ = keys_and_payloads(3, 21)
+    ctx = ReqContext(req_id="positions")
+    for i, k in enumerate(keys):
+        ctx.set_offload_key_position(k, (10 + i + 1) * 16)  # chunks 10..12 of the request (16 tokens each)
+    assert engine.tier._chunks(keys, ctx) == ([0, 1, 2], 160)
+    assert engine.tier._chunks(keys, ReqContext(req_id="unknown")) == ([0, 1, 2], 0)
+    # A store's chunks go out by the same positions: their depth in the request.
+    from kvstream.vllm.jobs import batch_of
+    from vllm.v1.kv_offload.tiering.base import TransferJob
+
+    job = TransferJob(job_id=1, keys=keys[::-1], chunk_ids=np.array([0, 1, 2]), is_promotion=False, req_context=ctx)
+    assert batch_of([job], 16).depths == [12, 11, 10]
+    assert batch_of([job]).depths == [0, 1, 2]  # no tokens per chunk known: the job's order
+
+
+def test_the_verdict_off_answers_every_hit_without_asking_for_an_estimate(daemon):
+    from conftest import estimating
+
+    engine = Engine(daemon.socket, verdict="off", recompute_tokens_per_s=160)
+    try:
+        keys, payloads = keys_and_payloads(2, 22)
+        engine.store("writer", keys, payloads)
+        wait_durable(daemon, engine.tier, keys)
+        engine.forget_primary()
+        asked = estimating(engine.tier._lookup_link.session(), lambda name: math.inf)
+        trace, loaded = engine.load("reader", keys)
+        assert trace[-1] == ["HIT", "HIT"] and len(loaded) == 2
+        assert asked.asked and not any(estimate for _, estimate in asked.asked)
+    finally:
+        engine.close()
+
+
+def test_stores_the_daemon_drops_are_back_pressure_not_failed_keys(engine, daemon, caplog):
+    """Two requests' stores in one step, staging room for two chunks: each request's chunk 0 goes
+    out first and is stored; both chunks 1 are dropped: their jobs fail (vLLM's back-pressure),
+    they count as dropped_keys, not failed keys, and nothing is logged."""
+    from conftest import staging_full
+
+    keys, payloads = keys_and_payloads(4, 23)
+    tier = engine.tier
+    for i, p in enumerate(payloads):
+        engine.rows[i] = np.frombuffer(p, dtype=np.uint8)
+    full = staging_full(tier._link.session(), room=2)
+    with caplog.at_level(logging.INFO, logger="kvstream"):
+        ids = [submit(tier, keys[0:2], [0, 1], False), submit(tier, keys[2:4], [2, 3], False)]
+        results = finished(tier, ids)
+    names = [f"{tier.status()['namespace']}/{k.hex()}" for k in keys]
+    assert full.calls == [[names[0], names[2], names[1], names[3]]]
+    assert [results[i].success for i in ids] == [False, False]
+    status = tier.status()
+    assert status["dropped_keys"] == 2 and status["failed_keys:store"] == 0, status
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+    with kvstream.Client.connect(daemon.socket) as c:
+        assert [e.present for e in c.lookup(names)[0]] == [True, False, True, False]

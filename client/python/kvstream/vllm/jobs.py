@@ -3,8 +3,8 @@ knowing its job, so that one daemon call serves the step and results go back per
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import List
+from dataclasses import dataclass, field
+from typing import List, Set
 
 from vllm.v1.kv_offload.base import OffloadKey
 from vllm.v1.kv_offload.tiering.base import TransferJob
@@ -18,12 +18,25 @@ class Batch:
     keys: List[OffloadKey]
     rows: List[int]
     owners: List[int]  # index into jobs, per chunk
+    depths: List[int] = field(default_factory=list)  # per chunk: its index in its request's prefix
+    dropped: Set[int] = field(default_factory=set)  # chunks a store's daemon dropped (staging full)
 
 
-def batch_of(jobs: List[TransferJob]) -> Batch:
+def depth(job: TransferJob, key: OffloadKey, index: int, tokens_per_chunk: int) -> int:
+    """The chunk index of `key` in its request's prefix: from the end token the scheduler recorded
+    for it (ReqContext), else its index in the job."""
+    context = getattr(job, "req_context", None)
+    position = context.get_offload_key_position(key) if context is not None and tokens_per_chunk > 0 else None
+    if position is None:
+        return index
+    return max(0, -(-position // tokens_per_chunk) - 1)
+
+
+def batch_of(jobs: List[TransferJob], tokens_per_chunk: int = 0) -> Batch:
     keys: List[OffloadKey] = []
     rows: List[int] = []
     owners: List[int] = []
+    depths: List[int] = []
     for j, job in enumerate(jobs):
         job_keys = list(job.keys)
         if len(job_keys) != len(job.chunk_ids):
@@ -31,7 +44,8 @@ def batch_of(jobs: List[TransferJob]) -> Batch:
         keys += job_keys
         rows += [int(c) for c in job.chunk_ids]
         owners += [j] * len(job_keys)
-    return Batch(jobs, keys, rows, owners)
+        depths += [depth(job, k, i, tokens_per_chunk) for i, k in enumerate(job_keys)]
+    return Batch(jobs, keys, rows, owners, depths)
 
 
 def batch_of_failed(jobs: List[TransferJob]) -> Batch:

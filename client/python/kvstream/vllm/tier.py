@@ -37,6 +37,15 @@ When a GPU is present vLLM's workers pin the primary region (cudaHostRegister), 
 daemon as device-pinned memory: reads land through the daemon's bounce buffers (one copy in the
 daemon) and the daemon never swaps pages under the GPU.
 
+Load or recompute: a lookup asks the daemon for its load estimate and the tier's verdict
+(kvstream.verdict through kvstream.transfer.lookup) answers MISS for the request's chunks past the
+point where loading stops paying (vLLM recomputes them): the chunks' positions come from the
+request's ReqContext, the model's shape from its config (vLLM's current config or its config.json),
+its TP size times `recompute_tflops` is the engine's throughput. Stores go out by each chunk's
+depth in its request (every request's chunk 0 first); a chunk the daemon drops because its staging
+is full fails its store job (vLLM's back-pressure sees it) and counts as dropped_keys, not as a
+failed key, and nothing is logged.
+
 Keys: `<namespace>/<hex of vLLM's OffloadKey>`; the namespace defaults to the model and a digest
 of everything that shapes a row (dtype, block and chunk sizes, the parallel layout), so engines of
 one model and layout share chunks through the daemon and different layouts never mix.
@@ -66,10 +75,11 @@ from vllm.v1.kv_offload.base import (
 from vllm.v1.kv_offload.tiering.async_lookup import AsyncLookupManager
 from vllm.v1.kv_offload.tiering.base import JobResult, SecondaryTierManager, TransferJob
 
-from .. import engine_versions, transfer
+from .. import engine_versions, recompute, transfer
 from ..client import Client
 from ..daemon_link import DaemonLink, Session
 from ..shared_region import SharedRegion, gpu_present
+from ..verdict import Verdict
 from .jobs import Batch, batch_of, batch_of_failed
 from .namespace import default_namespace
 
@@ -89,7 +99,7 @@ class _Lookups(AsyncLookupManager):
         self._tier = tier
 
     def batch_lookup(self, keys: List[OffloadKey], req_context: ReqContext) -> Iterable[bool]:
-        return self._tier._present(keys)
+        return self._tier._present(keys, req_context)
 
 
 class KVStreamTier(SecondaryTierManager):
@@ -106,6 +116,10 @@ class KVStreamTier(SecondaryTierManager):
       device_pinned   the region is pinned by a GPU (default: when torch sees CUDA)
       arena_bytes     the session arena for the copy path (256 MiB; 1 MiB with zero copy)
       locality        LOCAL or REMOTE, for vLLM's KV events
+      verdict         on | off: cut lookups where loading stops paying (on)
+      recompute_tflops        effective TFLOPS per GPU of the engine's prefill (400)
+      recompute_tokens_per_s  prefill tokens/s measured with no cache (0: not calibrated)
+      model_shape     fields of the model's shape over those of its config (kvstream.recompute)
     """
 
     medium = Medium.STORAGE
@@ -126,6 +140,10 @@ class KVStreamTier(SecondaryTierManager):
         device_pinned: Optional[bool] = None,
         arena_bytes: Optional[int] = None,
         locality: Optional[str] = None,
+        verdict: Any = "on",
+        recompute_tflops: float = recompute.DEFAULT_TFLOPS,
+        recompute_tokens_per_s: float = 0.0,
+        model_shape: Any = None,
     ) -> None:
         super().__init__(offloading_spec, primary_kv_view, tier_type, backpressure_detector)
         for name, value in (("lookup_timeout", lookup_timeout),
@@ -144,6 +162,16 @@ class KVStreamTier(SecondaryTierManager):
                                         or arena_bytes <= 0):
             raise ValueError(f"KVStreamTier: arena_bytes must be a positive integer, got {arena_bytes!r}")
         self.locality = Locality(locality) if locality is not None else None
+        settings = recompute.settings({"verdict": verdict, "recompute_tflops": recompute_tflops,
+                                       "recompute_tokens_per_s": recompute_tokens_per_s,
+                                       "model_shape": model_shape}, where="KVStreamTier:")
+        config = getattr(offloading_spec, "config", None)
+        groups = getattr(config, "groups", ()) or ()
+        blocks = getattr(getattr(config, "cache", None), "blocks_per_chunk", 0) or 0
+        self._chunk_tokens = int(getattr(groups[0], "tokens_per_block", 0) * blocks) if groups else 0
+        self._model = getattr(getattr(config, "model", None), "name", "") or ""
+        tp = int(getattr(getattr(config, "parallel", None), "tp_size", 1) or 1)
+        self._verdict = Verdict(settings, f"vLLM tier '{tier_type}'", gpus=tp, log=logger)
         self._lease = float(lease_seconds)
         self._namespace = namespace or default_namespace(offloading_spec, self.block_size_bytes)
         self._row = self.block_size_bytes
@@ -266,6 +294,10 @@ class KVStreamTier(SecondaryTierManager):
             METRIC_PREFIX + "failed_keys": OffloadingCounterMetadata(
                 documentation="Chunks a load or store could not move.", labelnames=("operation",)),
             METRIC_PREFIX + "retrieves": OffloadingCounterMetadata(documentation="Daemon retrieves (one per step)."),
+            METRIC_PREFIX + "dropped_keys": OffloadingCounterMetadata(
+                documentation="Chunks a store left out because the daemon's staging was full."),
+            METRIC_PREFIX + "recomputed_keys": OffloadingCounterMetadata(
+                documentation="Hit chunks a lookup answered MISS: recomputing them was faster than loading."),
         }
 
     def get_stats(self) -> Any:
@@ -291,7 +323,7 @@ class KVStreamTier(SecondaryTierManager):
         return {"zero_copy": self._region is not None, "connected": self._link.connected,
                 "namespace": self._namespace, **{k: totals.get(k, 0) for k in (
                     "loaded_bytes", "stored_bytes", "copied_bytes", "retrieves", "failed_keys:load",
-                    "failed_keys:store", "failed_keys:durable")}}
+                    "failed_keys:store", "failed_keys:durable", "dropped_keys", "recomputed_keys")}}
 
     # -- the I/O ----------------------------------------------------------------------------------
 
@@ -315,7 +347,7 @@ class KVStreamTier(SecondaryTierManager):
             with self._idle:
                 self._in_flight += len(jobs)
             try:
-                batch = batch_of(jobs)
+                batch = batch_of(jobs, self._chunk_tokens)
                 executor.submit(self._run, batch, run)
             except Exception as e:  # noqa: BLE001 - a bad job or a shut-down executor: fail, never raise into vLLM
                 logger.error("kvstream: could not send %d vLLM jobs: %s", len(jobs), e)
@@ -339,17 +371,22 @@ class KVStreamTier(SecondaryTierManager):
 
     def _finish(self, batch: Batch, ok: Sequence[bool], seconds: float) -> None:
         per_job: List[List[bool]] = [[] for _ in batch.jobs]
-        for owner, good in zip(batch.owners, ok):
+        dropped = [0] * len(batch.jobs)
+        for i, (owner, good) in enumerate(zip(batch.owners, ok)):
             per_job[owner].append(good)
+            dropped[owner] += i in batch.dropped
         failed_loads: List[OffloadKey] = []
         results: List[JobResult] = []
-        for job, flags in zip(batch.jobs, per_job):
+        for job, flags, job_dropped in zip(batch.jobs, per_job, dropped):
             keys = list(job.keys)
             good = [k for k, f in zip(keys, flags) if f]
             success = len(good) == len(keys)
             if job.is_promotion and not success:
                 failed_loads += [k for k, f in zip(keys, flags) if not f]
-            self._count("failed_keys:load" if job.is_promotion else "failed_keys:store", len(keys) - len(good))
+            # A chunk the daemon dropped (staging full) fails its store job (back-pressure) but is no failed key.
+            self._count("dropped_keys", job_dropped)
+            self._count("failed_keys:load" if job.is_promotion else "failed_keys:store",
+                        len(keys) - len(good) - job_dropped)
             results.append(JobResult(
                 job_id=job.job_id, success=success,
                 successful_keys=tuple(good) if job.is_promotion and not success and good else None,
@@ -393,6 +430,8 @@ class KVStreamTier(SecondaryTierManager):
             report = transfer.write(self._link, session, self._pieces(batch, keep))
             for r in report.staged:
                 ok[keep[r.index]] = r.ok
+                if r.status is transfer.Status.DROPPED:
+                    batch.dropped.add(keep[r.index])
             staged = [r.index for r in report.staged if r.ok]
             self._count("stored_bytes", len(staged) * self._row)
             self._count("copied_bytes", report.copied_bytes)
@@ -402,7 +441,8 @@ class KVStreamTier(SecondaryTierManager):
     def _pieces(self, batch: Batch, indices: Optional[Sequence[int]] = None) -> List[transfer.Piece]:
         """The batch's chunks (all, or `indices`) as pieces: their rows of the primary tier."""
         chosen = range(len(batch.keys)) if indices is None else indices
-        return [transfer.Piece(self._name(batch.keys[i]), self._base + batch.rows[i] * self._row, self._row)
+        return [transfer.Piece(self._name(batch.keys[i]), self._base + batch.rows[i] * self._row, self._row,
+                               batch.depths[i] if batch.depths else 0)
                 for i in chosen]
 
     def _note_durable(self, staged: List[int], durable: List[bool]) -> None:
@@ -420,14 +460,31 @@ class KVStreamTier(SecondaryTierManager):
         """A lookup entry of a whole row (a chunk of another size under the key is not ours)."""
         return entry.present and entry.size == self._row
 
-    def _present(self, keys: List[OffloadKey]) -> List[bool]:
-        """On the lookup thread: which keys the daemon holds, each locked for the lease (a failed
-        lookup: misses)."""
+    def _present(self, keys: List[OffloadKey], req_context: Optional[ReqContext] = None) -> List[bool]:
+        """On the lookup thread: which of a request's keys to load, each locked for the lease: those
+        the daemon holds, up to the verdict's cut (a failed lookup: misses)."""
         session = self._lookup_link.session()
+        if session is None or not keys:
+            return [False] * len(keys)
         names = [self._name(k) for k in keys]
-        found = None if session is None else self._lookup_link.call(
-            session, f"lookup of {len(keys)} chunks", lambda: session.client.lookup(names, lock_seconds=self._lease))
-        return [self._holds(e) for e in found[0]] if found is not None else [False] * len(keys)
+        chunk_of, start = self._chunks(keys, req_context)
+        found = transfer.lookup(self._lookup_link, session, names, chunk_of=chunk_of, holds=self._holds,
+                                lock_seconds=self._lease, verdict=self._verdict, chunk_tokens=self._chunk_tokens,
+                                start_tokens=start, model=self._model, what=f"lookup of {len(keys)} chunks")
+        if found is None:
+            return [False] * len(keys)
+        self._count("recomputed_keys", sum(found.held_names) - sum(found.loads(i) for i in range(len(keys))))
+        return [found.loads(i) for i in range(len(keys))]
+
+    def _chunks(self, keys: List[OffloadKey], req_context: Optional[ReqContext]) -> Tuple[List[int], int]:
+        """Each key's chunk index from the first of the lookup, and the tokens before that chunk:
+        from the end tokens the scheduler recorded (ReqContext), else the keys' order from 0."""
+        tokens = self._chunk_tokens
+        ends = [req_context.get_offload_key_position(k) for k in keys] if req_context is not None else []
+        if tokens <= 0 or not ends or any(e is None for e in ends):
+            return list(range(len(keys))), 0
+        first = min(-(-e // tokens) for e in ends)  # chunks up to and including the earliest key
+        return [-(-e // tokens) - first for e in ends], (first - 1) * tokens
 
 
 def _log_failures(results: Sequence[transfer.PieceResult]) -> None:
