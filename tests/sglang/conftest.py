@@ -25,6 +25,9 @@ MAX_LOOKUP_KEYS = _fixtures.MAX_LOOKUP_KEYS
 SESSIONS_WITH_A_LOOKUP_LIMIT = _fixtures.SESSIONS_WITH_A_LOOKUP_LIMIT
 check_a_refused_call = _fixtures.check_a_refused_call
 check_a_kill_inside_a_retrieve = _fixtures.check_a_kill_inside_a_retrieve
+# The daemon's load estimate and staging as a test chooses them (wrappers of the session's client).
+estimating = _fixtures.estimating
+staging_full = _fixtures.staging_full
 
 from sglang.srt.mem_cache.hicache_storage import HiCacheStorageConfig, HiCacheStorageExtraInfo  # noqa: E402
 from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool  # noqa: E402

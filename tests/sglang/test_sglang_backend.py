@@ -182,3 +182,82 @@ def test_legacy_flat_page_interface_as_hicache_file(daemon, pool_factory, tmp_pa
     finally:
         if hasattr(backend, "close"):
             backend.close()
+
+
+# -- load or recompute, and a daemon whose staging is full ------------------------------------------
+
+RECOMPUTE_A_PAGE = {"kvstream.recompute_tokens_per_s": 10 * PAGE}  # 0.1 s to recompute a page
+
+
+def page_of(name: str) -> int:
+    """The page index page_keys(n) gave a piece's key (<prefix>/<page hash>/<piece>)."""
+    return int(name.rsplit("/", 2)[1][:2])
+
+
+def test_exists_counts_only_the_pages_worth_loading(daemon, pool_factory):
+    """Pages 0 and 1 load in a millisecond, 2 and 3 in 10 s a piece, against 0.1 s to recompute a
+    page: batch_exists says 2 (and batch_get_v1 loads those); a stalled tier holding page 1 says 1;
+    the pages before the call (SGLang's prefix_keys) are the tokens cached before it."""
+    from conftest import HiCacheStorageExtraInfo, estimating
+
+    _, host = pool_factory()
+    backend = make_backend(daemon, host, extra=RECOMPUTE_A_PAGE)
+    try:
+        keys = page_keys(4, "v")
+        src = host.alloc(4 * PAGE)
+        fill(host, src, 5)
+        assert backend.batch_set_v1(keys, src, EXTRA_INFO) == [True] * 4
+        assert until(lambda: backend.batch_exists(keys, EXTRA_INFO) == 4)
+        asked = estimating(backend.link.session(), lambda name: 0.001 if page_of(name) < 2 else 10.0)
+        cuts = []
+        real_cut = backend.verdict.cut
+        backend.verdict.cut = lambda *a, **kw: cuts.append(a[2]) or real_cut(*a, **kw)
+        assert backend.batch_exists(keys, HiCacheStorageExtraInfo(prefix_keys=page_keys(3, "p"))) == 2
+        assert asked.asked[-1][1] and cuts == [3 * PAGE]
+        assert backend.get_stats()["pages_recomputed"] == 2
+        estimating(backend.link.session(), lambda name: float("inf") if page_of(name) == 1 else 0.001)
+        assert backend.batch_exists(keys, EXTRA_INFO) == 1
+    finally:
+        backend.close()
+
+
+def test_the_verdict_off_counts_every_stored_page(daemon, pool_factory):
+    from conftest import estimating
+
+    _, host = pool_factory()
+    backend = make_backend(daemon, host, extra={**RECOMPUTE_A_PAGE, "kvstream.verdict": "off"})
+    try:
+        keys = page_keys(2, "o")
+        src = host.alloc(2 * PAGE)
+        fill(host, src, 6)
+        assert backend.batch_set_v1(keys, src, EXTRA_INFO) == [True] * 2
+        asked = estimating(backend.link.session(), lambda name: float("inf"))
+        assert until(lambda: backend.batch_exists(keys, EXTRA_INFO) == 2) and not asked.asked[-1][1]
+    finally:
+        backend.close()
+
+
+def test_pages_the_daemon_drops_are_not_stored_and_counted_not_failed(daemon, pool_factory, caplog):
+    """Staging takes three more page parts: of three pages (K and V each), page 0 is stored, page 1
+    loses its V and page 2 both: batch_set_v1 says [True, False, False], pages_dropped 2, no failure
+    counted or logged, and batch_exists sees page 0."""
+    import logging
+
+    from conftest import staging_full
+
+    _, host = pool_factory()
+    backend = make_backend(daemon, host)
+    try:
+        keys = page_keys(3, "d")
+        src = host.alloc(3 * PAGE)
+        fill(host, src, 7)
+        full = staging_full(backend.link.session(), room=3)
+        with caplog.at_level(logging.INFO, logger="kvstream"):
+            assert backend.batch_set_v1(keys, src, EXTRA_INFO) == [True, False, False]
+        assert [page_of(name) for name in full.calls[0]] == [0, 0, 1, 1, 2, 2]
+        stats = backend.get_stats()
+        assert (stats["pages_written"], stats["pages_dropped"], stats["pages_failed"]) == (1, 2, 0), stats
+        assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+        assert until(lambda: backend.batch_exists(keys, EXTRA_INFO) == 1)
+    finally:
+        backend.close()

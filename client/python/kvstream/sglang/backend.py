@@ -19,6 +19,14 @@ background (a page that fails to become durable is a miss later, and logged).
 
 A daemon that is down or restarting gives misses and failed sets, never an exception or None into
 SGLang; the backend reattaches by itself (DaemonLink) and hands its region over again.
+
+Load or recompute: batch_exists is kvstream.transfer.lookup with the backend's verdict: it asks
+the daemon for its load estimate and counts only the leading pages worth loading (a page's tokens
+per chunk, the pages before the call's from extra_info.prefix_keys, the model's shape from its
+config.json and the host pool's layers and head size, tp_size times recompute_tflops).
+Pages are written shallow first (the call's order, after its prefix_keys); a page part the daemon
+drops because its staging is full fails its page (SGLang does not have it stored) and counts as
+pages_dropped, not pages_failed, with nothing logged.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ from ..daemon_link import DaemonLink, Session
 from ..errors import KVStreamError
 from ..plugin_settings import DEFAULT_SOCKET, Settings
 from ..shared_region import SharedRegion, gpu_present
+from ..verdict import Verdict
 
 logger = logging.getLogger(__name__)
 
@@ -94,8 +103,12 @@ class KVStreamHiCache(HiCacheStorage):
         self._shm_base = 0
         self._shm_size = 0
         self._counts_lock = threading.Lock()  # SGLang gets and sets on different threads
-        self._counts = {"pages_read": 0, "pages_missed": 0, "pages_written": 0, "pages_failed": 0}
+        self._counts = {"pages_read": 0, "pages_missed": 0, "pages_written": 0, "pages_failed": 0,
+                        "pages_dropped": 0, "pages_recomputed": 0}
         s = self.settings
+        self._model = storage_config.model_name or ""
+        self.verdict = Verdict(s.recompute, f"SGLang {self._model or 'model'}", gpus=storage_config.tp_size or 1,
+                               log=logger)
         describe = f"kvstreamd on {s.socket_path} (SGLang {storage_config.model_name or 'model'} {self.prefix})"
         self.link = DaemonLink(describe, self._connect, logger, retry_interval=s.retry_interval)
 
@@ -109,6 +122,7 @@ class KVStreamHiCache(HiCacheStorage):
         buffer = getattr(mem_pool_host, "kv_buffer", None)
         if isinstance(fd, int) and fd >= 0 and isinstance(buffer, torch.Tensor):
             self._shm_fd, self._shm_base, self._shm_size = fd, buffer.data_ptr(), os.fstat(fd).st_size
+        self.verdict.see(_pool_shape(mem_pool_host, self.config), self._model)
         self.link.connect_now()  # now if the daemon is up; otherwise say so once and retry later
 
     def _connect(self) -> Session:
@@ -143,9 +157,10 @@ class KVStreamHiCache(HiCacheStorage):
     # -- the v1 interface (zero copy where the pool allows) -------------------------------------
 
     def batch_exists(self, keys: List[str], extra_info: Any = None) -> int:
-        """How many leading pages are stored (every piece of each). Ranks ask for their own keys."""
+        """How many leading pages to load: stored (every piece of each), up to the verdict's cut.
+        Ranks ask for their own keys."""
         try:
-            return self._stored_prefix(keys, self._pieces_per_page())
+            return self._stored_prefix(keys, self._pieces_per_page(), start=_pages_before(extra_info))
         except Exception as e:  # noqa: BLE001 - never into SGLang
             logger.error("kvstream: batch_exists: %s", e)
             return 0
@@ -171,7 +186,7 @@ class KVStreamHiCache(HiCacheStorage):
         except Exception as e:  # noqa: BLE001
             logger.error("kvstream: batch_set_v1: %s", e)
             return [False] * len(keys)
-        return self._write(keys, pages)
+        return self._write(keys, pages, start=_pages_before(extra_info))
 
     # -- the legacy interface (a flat page tensor per key) --------------------------------------
 
@@ -254,23 +269,33 @@ class KVStreamHiCache(HiCacheStorage):
         per = len(ptrs) // len(keys)
         return [list(zip(ptrs[i * per:(i + 1) * per], sizes[i * per:(i + 1) * per])) for i in range(len(keys))]
 
-    def _stored_prefix(self, keys: Sequence[str], pieces: int, flat: bool = False) -> int:
+    def _stored_prefix(self, keys: Sequence[str], pieces: int, flat: bool = False, start: int = 0) -> int:
+        """Leading pages to load (`start`: pages before the first, cached): ONE daemon lookup of
+        every piece of each, with the verdict."""
         session = self.link.session()
         if session is None or not keys:
             return 0
         names = [k for key in keys for k in self._keys(key, pieces, flat or not self.interface_v1)]
         per = 1 if (flat or not self.interface_v1) else pieces
-        found = self.link.call(session, f"lookup of {len(names)} keys", lambda: session.client.lookup(names))
+        tokens = self._page_tokens()
+        found = transfer.lookup(self.link, session, names, chunk_of=[i // per for i in range(len(names))],
+                                verdict=self.verdict, chunk_tokens=tokens, start_tokens=start * tokens,
+                                model=self._model, what=f"lookup of {len(names)} keys")
         if found is None:
             return 0
-        entries = found[0]
-        for i in range(len(keys)):
-            if not all(e.present for e in entries[i * per:(i + 1) * per]):
-                return i
-        return len(keys)
+        self._count(pages_recomputed=found.recomputed)
+        return found.hits
 
-    def _pieces(self, names: List[List[str]], pages: List[List[PagePart]]) -> List[transfer.Piece]:
-        return [transfer.Piece(n, address, size) for ns, p in zip(names, pages) for n, (address, size) in zip(ns, p)]
+    def _page_tokens(self) -> int:
+        """Tokens per page (per key SGLang hashes)."""
+        logical = getattr(self.config, "logical_page_size", None)
+        return int(logical or getattr(self.mem_pool_host, "page_size", 0) or 0)
+
+    def _pieces(self, names: List[List[str]], pages: List[List[PagePart]],
+                depths: Optional[Sequence[int]] = None) -> List[transfer.Piece]:
+        """The pages' parts as pieces; `depths`: each page's index in its request's prefix."""
+        return [transfer.Piece(n, address, size, depths[i] if depths is not None else 0)
+                for i, (ns, p) in enumerate(zip(names, pages)) for n, (address, size) in zip(ns, p)]
 
     def _read(self, keys: Sequence[str], pages: List[List[PagePart]], flat: bool = False) -> List[bool]:
         """Reads the pages' parts (kvstream.transfer: in place in the pool, else through the arena);
@@ -286,8 +311,10 @@ class KVStreamHiCache(HiCacheStorage):
             at += len(p)
         return out
 
-    def _write(self, keys: Sequence[str], pages: List[List[PagePart]], flat: bool = False) -> List[bool]:
-        """Stores the pages not stored yet; per page, True once every part is staged (or it was stored)."""
+    def _write(self, keys: Sequence[str], pages: List[List[PagePart]], flat: bool = False,
+               start: int = 0) -> List[bool]:
+        """Stores the pages not stored yet, shallow first (`start`: pages before the first); per
+        page, True once every part is staged (or it was stored)."""
         session = self.link.session()
         if session is None:
             self._count(pages_failed=len(keys))
@@ -298,17 +325,21 @@ class KVStreamHiCache(HiCacheStorage):
             return [False] * len(keys)
         todo = [i for i in range(len(keys)) if i not in stored]
         names = [self._keys(keys[i], len(pages[i]), flat) for i in todo]
-        report = transfer.write(self.link, session, self._pieces(names, [pages[i] for i in todo]),
+        report = transfer.write(self.link, session, self._pieces(names, [pages[i] for i in todo],
+                                                                 [start + i for i in todo]),
                                 timeout=self.settings.io_timeout)
         staged = [r.index for r in report.staged if r.ok]
         report.durable.add_done_callback(lambda f: self._durable_later(staged, f.result()))
         ok = [True] * len(keys)
+        dropped = 0  # pages with a part the daemon dropped (staging full) and none failed
         at = 0
         for i in todo:
-            ok[i] = all(r.ok for r in report.staged[at:at + len(pages[i])])
+            parts = report.staged[at:at + len(pages[i])]
+            ok[i] = all(r.ok for r in parts)
+            dropped += not ok[i] and all(r.ok or r.status is transfer.Status.DROPPED for r in parts)
             at += len(pages[i])
         written = sum(ok[i] for i in todo)
-        self._count(pages_written=written, pages_failed=len(todo) - written)
+        self._count(pages_written=written, pages_dropped=dropped, pages_failed=len(todo) - written - dropped)
         return ok
 
     def _stored_prefix_set(self, session: Session, keys: Sequence[str], pages: List[List[PagePart]],
@@ -333,6 +364,26 @@ class KVStreamHiCache(HiCacheStorage):
         if failed:
             self._count(pages_failed=failed)
             logger.warning("kvstream: %d of %d staged page parts failed to become durable", failed, len(staged))
+
+def _pages_before(extra_info: Any) -> int:
+    """The pages of the request before a call's keys (SGLang's prefix_keys), 0 when not told."""
+    prefix = getattr(extra_info, "prefix_keys", None)
+    return len(prefix) if isinstance(prefix, (list, tuple)) else 0
+
+
+def _pool_shape(host: Any, config: HiCacheStorageConfig) -> Dict[str, int]:
+    """What SGLang's host pool says of the model: its layers (a pipeline stage's, times the stages)
+    and, for an MHA pool, the head size. Not its KV heads: a rank's, which SGLang replicates when
+    there are fewer than ranks (the model's config says how many)."""
+    seen: Dict[str, int] = {}
+    layers = getattr(host, "target_layer_num", None) or getattr(host, "layer_num", None)
+    if isinstance(layers, int) and layers > 0:
+        seen["layers"] = layers * max(1, config.pp_size)
+    head_dim = getattr(host, "head_dim", None)
+    if not config.is_mla_model and isinstance(head_dim, int) and head_dim > 0:
+        seen["head_dim"] = head_dim
+    return seen
+
 
 def _tensor_piece(tensor: torch.Tensor) -> PagePart:
     if not tensor.is_contiguous() or tensor.device.type != "cpu":
