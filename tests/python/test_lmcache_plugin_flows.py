@@ -124,6 +124,7 @@ def test_the_shipped_lmcache_yaml_loads_the_plugin(daemon, loop):
     try:
         backend = backends["kvstream"]
         assert backend.settings.io_timeout == 60 and backend.settings.retry_interval == 1
+        assert backend.settings.recompute.verdict and backend.settings.recompute.tflops == 400
         assert backend.link.connected
     finally:
         close_all(backends)
