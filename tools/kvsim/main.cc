@@ -31,7 +31,7 @@ void AddServingOptions(CLI::App& app, CommandLine& cl) {
   app.add_option("--validate", cl.validate_path,
                  "instead of simulating: predict the per-policy retrieval times measured in a kvcore_bench or kvbench --json file")
       ->check(CLI::ExistingFile);
-  app.add_option("--model", s.profile_name, "model profile: 14B | 32B | 70B | 110B (KV bytes/token, forward time)")->capture_default_str();
+  app.add_option("--model", s.profile_name, "model profile: 8B | 14B | 32B | 70B | 110B (KV bytes/token, forward time, shape)")->capture_default_str();
   app.add_option("--memory", s.memory_text, "GPU + host KV capacity in front of storage (e.g. 64GiB)")->capture_default_str();
   app.add_option("--bw", s.bw_text, "read bandwidth per tier in bytes/s, comma-separated (tier 0 first; default: 4 NVMe drives and a PFS link)")->capture_default_str();
   app.add_option("--write-bw", s.write_bw_text, "write bandwidth per tier in bytes/s, comma-separated (default: as fast as each reads)");
@@ -46,6 +46,10 @@ void AddServingOptions(CLI::App& app, CommandLine& cl) {
   app.add_option("--order", s.order_text, "arrival order: recorded | round-robin | random (sessions interleaved)")->capture_default_str();
   app.add_option("--seed", s.seed, "seed for --order random and --nodes gaps")->capture_default_str();
   app.add_option("--policies", s.policies_text, "comma-separated: recompute, serial, fastest, static:<g>, completion")->capture_default_str();
+  app.add_option("--attention", s.attention_text,
+                 "prefill pays attention's quadratic term (4 x layers x heads x head_dim flops per causal token pair): "
+                 "on | off")
+      ->capture_default_str();
   app.add_option("--staging", s.staging_text, "staging memory for deferred writes; beyond it a step waits for writes")->capture_default_str();
   app.add_option("--token-budget", s.node.token_budget, "tokens per step")->capture_default_str();
   app.add_option("--max-running", s.node.max_running, "requests admitted at once")->capture_default_str();

@@ -14,14 +14,31 @@
 namespace kvsim {
 namespace {
 
-// Forward-time assumptions per model (TP 8 on a node of H100-class GPUs); a profile is a model of
-// the engine, to be replaced by measured values where they exist.
+// Forward-time assumptions per model; a profile is a model of the engine, to be replaced by
+// measured values where they exist. The 14B-110B forward costs are for TP 8 on a node of
+// H100-class GPUs, with the paper's KV bytes per token (Table 3: 160, 256, 320, 320 KB); their
+// prefill rates imply 2.5-2.8 PFLOP/s for the weights (2 x params / prefill_s_per_token), a third
+// of 8 H100s' dense bf16 peak. 8B runs on one GPU (TP 1) at the same third of its peak:
+// 2 x 8.03e9 flops per token at ~0.32 PFLOP/s = 50 us; its step base is its weights read once
+// (16 GB at 3.35 TB/s, ~5 ms) plus launch overhead, and a decode reads ~6k tokens of KV per
+// sequence (~0.8 GB, ~0.2 ms).
+// Shapes (layers, hidden, heads, KV heads, head dim), from each model's published config.json on
+// Hugging Face; the 14B-110B models are ones whose KV per token matches the paper's figure
+// (2 x layers x KV heads x head dim x 2 bytes):
+//   8B   meta-llama/Meta-Llama-3-8B     32 x 4096, 32 heads, 8 KV x 128: 128 KiB/token (bf16), 8.03B params
+//   14B  Qwen/Qwen3-14B                 40 x 5120, 40 heads, 8 KV x 128: 160 KiB, 14.8B
+//   32B  Qwen/Qwen2.5-32B               64 x 5120, 40 heads, 8 KV x 128: 256 KiB, 32.5B
+//   70B  meta-llama/Meta-Llama-3-70B    80 x 8192, 64 heads, 8 KV x 128: 320 KiB, 70.6B
+//   110B Qwen/Qwen1.5-110B              80 x 8192, 64 heads, 8 KV x 128: 320 KiB, 111B
 const std::vector<ModelProfile>& Profiles() {
+  // name, KV bytes/token, TP, step base s, prefill s/token, decode s/sequence,
+  // params, layers, hidden, heads, KV heads, head dim
   static const std::vector<ModelProfile> profiles = {
-      {"14B", 160e3, 8, 0.012, 12e-6, 40e-6},
-      {"32B", 256e3, 8, 0.018, 25e-6, 60e-6},
-      {"70B", 320e3, 8, 0.025, 50e-6, 90e-6},
-      {"110B", 320e3, 8, 0.032, 80e-6, 120e-6},
+      {"8B", 131072, 1, 0.008, 50e-6, 200e-6, 8.03e9, 32, 4096, 32, 8, 128},
+      {"14B", 160e3, 8, 0.012, 12e-6, 40e-6, 14.8e9, 40, 5120, 40, 8, 128},
+      {"32B", 256e3, 8, 0.018, 25e-6, 60e-6, 32.5e9, 64, 5120, 40, 8, 128},
+      {"70B", 320e3, 8, 0.025, 50e-6, 90e-6, 70.6e9, 80, 8192, 64, 8, 128},
+      {"110B", 320e3, 8, 0.032, 80e-6, 120e-6, 111e9, 80, 8192, 64, 8, 128},
   };
   return profiles;
 }
@@ -67,6 +84,7 @@ struct Active {
   uint32_t new_blocks;    // blocks whose KV it computes (written to storage): the last ones
   double shared_bytes = 0;  // of read_bytes, those every tier holds (the rest only tier 0)
   bool retrieved = false;
+  uint32_t context = 0;     // tokens whose KV it has (loaded or computed so far): attention's context
 };
 
 // A copy for the tiers after the first, waiting for their idle write bandwidth (idle, reuse).
@@ -84,7 +102,16 @@ absl::StatusOr<ModelProfile> FindProfile(const std::string& name) {
   for (const ModelProfile& p : Profiles()) {
     if (p.name == name) return p;
   }
-  return absl::NotFoundError("no model profile '" + name + "' (have 14B, 32B, 70B, 110B)");
+  return absl::NotFoundError("no model profile '" + name + "' (have 8B, 14B, 32B, 70B, 110B)");
+}
+
+double PrefillSeconds(const ModelProfile& p, double tokens, double context, bool attention) {
+  if (!(tokens > 0)) return 0;
+  const double weights = tokens * p.prefill_s_per_token;
+  if (!attention || !(p.params > 0) || !(p.prefill_s_per_token > 0)) return weights;
+  const double flops_per_s = 2 * p.params / p.prefill_s_per_token;
+  const double pairs = tokens * context + tokens * (tokens + 1) / 2;
+  return weights + 4.0 * p.layers * p.heads * p.head_dim * pairs / flops_per_s;
 }
 
 std::vector<std::string> ProfileNames() {
@@ -290,6 +317,7 @@ PolicyResult Simulate(const std::vector<Request>& trace, const NodeConfig& node,
       }
       const uint32_t cached_tokens = std::min<uint32_t>(cached_blocks * kTraceBlockTokens, r.input_tokens - 1);
       a.prefill_left = r.input_tokens - cached_tokens;
+      a.context = cached_tokens;
       a.new_blocks = static_cast<uint32_t>(r.blocks.size()) - cached_blocks;
       out.computed_blocks += a.new_blocks;
       a.read_chunks = static_cast<uint64_t>(std::ceil(a.read_bytes / (node.chunk_tokens * node.profile.kv_bytes_per_token)));
@@ -299,7 +327,7 @@ PolicyResult Simulate(const std::vector<Request>& trace, const NodeConfig& node,
     }
     // Compose the step: every decoding request gets one token, prefills share the rest.
     uint32_t budget = node.token_budget > decoding.size() ? node.token_budget - static_cast<uint32_t>(decoding.size()) : 0;
-    double read_bytes = 0, shared_bytes = 0;
+    double read_bytes = 0, shared_bytes = 0, attention_s = 0;
     std::vector<uint64_t> new_ids;  // blocks computed by the prefills that finish this step
     uint64_t read_chunks = 0, prefill_tokens = 0;
     std::vector<size_t> finished_prefill;
@@ -315,6 +343,8 @@ PolicyResult Simulate(const std::vector<Request>& trace, const NodeConfig& node,
       a.prefill_left -= take;
       budget -= take;
       prefill_tokens += take;
+      if (node.attention) attention_s += PrefillSeconds(node.profile, take, a.context) - take * node.profile.prefill_s_per_token;
+      a.context += take;
       if (a.prefill_left == 0) {
         finished_prefill.push_back(i);
         const std::vector<uint64_t>& blocks = trace[a.request].blocks;
@@ -342,7 +372,7 @@ PolicyResult Simulate(const std::vector<Request>& trace, const NodeConfig& node,
       for (size_t k = 0; k < tiers; ++k) backlog[k] -= in_flight[k];  // written before the reads
     }
     const double t_fwd = node.profile.step_base_s + prefill_tokens * node.profile.prefill_s_per_token +
-                         decoding.size() * node.profile.decode_s_per_sequence;
+                         decoding.size() * node.profile.decode_s_per_sequence + attention_s;
     // Deferred writes (M2, M3): new KV is staged for every tier it is replicated to and written
     // during the forward pass; what does not fit stays staged for the next idle period, and past the
     // staging limit the engine waits for it (back-pressure, T_wr).

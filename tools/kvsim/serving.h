@@ -18,12 +18,26 @@ struct ModelProfile {
   double kv_bytes_per_token = 0;     // all layers, all KV heads, the whole model (all TP ranks)
   uint32_t tp = 8;
   double step_base_s = 0;            // fixed cost of a forward step
-  double prefill_s_per_token = 0;
+  double prefill_s_per_token = 0;    // the weights' part of prefill (2 x params flops per token)
   double decode_s_per_sequence = 0;
+  // The shape (for the attention term of prefill, PrefillSeconds).
+  double params = 0;                 // parameters
+  uint32_t layers = 0, hidden = 0, heads = 0, kv_heads = 0, head_dim = 0;
 };
-// The paper's models (Table 3): 14B, 32B, 70B, 110B with 160, 256, 320, 320 KB per token.
+// 8B (Llama-3-8B, 128 KiB per token), and the paper's models (Table 3): 14B, 32B, 70B, 110B with
+// 160, 256, 320, 320 KB per token. Shapes and sources: the table in serving.cc.
 absl::StatusOr<ModelProfile> FindProfile(const std::string& name);
 std::vector<std::string> ProfileNames();
+
+// Seconds to prefill `tokens` new tokens of one sequence after `context` tokens whose KV is
+// already there (loaded or computed), at the profile's rate:
+//   flops = 2 params tokens                                      (the weights; = tokens x prefill_s_per_token)
+//         + 4 layers heads head_dim (tokens context + tokens (tokens + 1) / 2)   (attention: QK^T and
+//           AV, 2 flops per multiply-add, for every causal pair of a new token and a token before
+//           it or itself)
+// The attention flops run at the rate the weights' part implies (2 params / prefill_s_per_token).
+// Without `attention`, the weights' part alone (kvsim before the attention term).
+double PrefillSeconds(const ModelProfile& p, double tokens, double context, bool attention = true);
 
 enum class PolicyKind { kRecompute, kSerial, kFastest, kStatic, kCompletion };
 
@@ -76,6 +90,7 @@ struct NodeConfig {
   double staging_bytes = 32.0 * (1ull << 30);  // deferred writes beyond this back-pressure the step
   uint32_t write_depth = 2;         // write pieces (blocks) in flight per tier when reads start
   std::vector<double> slo_s = {1, 2, 5};
+  bool attention = true;            // prefill pays the attention term (PrefillSeconds)
 };
 
 struct PolicyResult {

@@ -81,6 +81,11 @@ bool Setup(const ServingOptions& o, ServingSetup* setup) {
     std::cerr << "kvsim: bandwidths and --rate must be positive\n";
     return false;
   }
+  if (o.attention_text != "on" && o.attention_text != "off") {
+    std::cerr << "kvsim: --attention is on or off\n";
+    return false;
+  }
+  node.attention = o.attention_text == "on";
   std::vector<Policy>& policies = setup->policies;
   std::stringstream ps(o.policies_text);
   for (std::string p; std::getline(ps, p, ',');) {
@@ -155,6 +160,7 @@ void PrintReport(const ServingOptions& o, const ServingSetup& s, const Demand& d
               s.trace.size(), o.profile_name.c_str(), node.profile.kv_bytes_per_token / 1e3, node.profile.tp,
               o.memory_text.c_str(), o.bw_text.c_str(), o.write_bw_text.empty() ? "as reads" : o.write_bw_text.c_str(),
               o.replication.c_str(), o.rate, o.order_text.c_str());
+  std::printf("prefill %s\n", node.attention ? "with the attention term" : "without the attention term (--attention off)");
   std::printf("demand: V = %.1f GB reused, Pr[d > M] = %.3f, D = %.1f GB from storage\n\n",
               demand.reuses * block_kv / 1e9, demand.fraction(), demand.beyond * block_kv / 1e9);
   std::printf("%-20s %9s %9s %9s %9s %9s %8s %10s %9s %9s", "policy", "req/s", "ttft_mean", "ttft_p50", "ttft_p90",
@@ -200,6 +206,7 @@ void WriteJson(const ServingOptions& o, const ServingSetup& s, const Demand& dem
   j["memory_bytes"] = node.memory_bytes;
   j["bandwidth_bps"] = s.bw;
   j["rate"] = o.rate;
+  j["attention"] = node.attention;
   j["order"] = o.order_text;
   j["demand"] = {{"reused_bytes", demand.reuses * block_kv}, {"fraction_beyond_memory", demand.fraction()},
                  {"storage_bytes", demand.beyond * block_kv}};

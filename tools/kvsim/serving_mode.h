@@ -14,6 +14,7 @@ namespace kvsim {
 // the defaults are the command line's).
 struct ServingOptions {
   std::string trace_path;             // --trace: Mooncake JSON lines (LoadTrace)
+  std::string attention_text = "on";  // --attention: on | off (NodeConfig::attention)
   std::string profile_name = "32B";   // --model: FindProfile
   std::string memory_text = "64GiB";  // --memory: GPU + host KV capacity (kvstream::ParseBytes)
   std::string bw_text = "12e9,6e9";   // --bw: read bytes/s per tier, comma-separated (ParseList)

@@ -229,6 +229,51 @@ TEST_CASE("kvsim: adaptive replication never loses to serial or full replication
   }
 }
 
+// --- Prefill cost: the model shapes and attention ---
+
+TEST_CASE("kvsim: prefill cost is the weights' linear term plus attention's quadratic one") {
+  const ModelProfile p = *FindProfile("32B");  // Qwen2.5-32B's shape: 64 layers, 40 heads x 128
+  REQUIRE(p.layers == 64);
+  REQUIRE(p.heads == 40);
+  REQUIRE(p.head_dim == 128);
+  // 1000 new tokens, nothing before: 1000 x 25 us for the weights; attention 4 x 64 x 40 x 128
+  // flops per causal pair, 1000 x 1001 / 2 pairs, at 2 x 32.5e9 / 25 us = 2.6 PFLOP/s.
+  const double rate = 2 * 32.5e9 / 25e-6;
+  CHECK(PrefillSeconds(p, 1000, 0) == Approx(1000 * 25e-6 + 1310720.0 * 500500 / rate));
+  // After 4000 tokens of context each new token also attends to those.
+  CHECK(PrefillSeconds(p, 1000, 4000) == Approx(1000 * 25e-6 + 1310720.0 * (4e6 + 500500) / rate));
+  CHECK(PrefillSeconds(p, 1000, 4000, false) == Approx(1000 * 25e-6));
+  // Chunked prefill costs what one pass does: 32k tokens in four chunks of 8k.
+  double chunks = 0;
+  for (int i = 0; i < 4; ++i) chunks += PrefillSeconds(p, 8192, 8192.0 * i);
+  CHECK(chunks == Approx(PrefillSeconds(p, 32768, 0)));
+  // At 128k tokens attention costs more than the weights (quadratic beats linear).
+  CHECK(PrefillSeconds(p, 131072, 0) > 2 * PrefillSeconds(p, 131072, 0, false));
+  // Every profile's KV bytes per token follow its shape (2 x layers x KV heads x head dim x 2
+  // bytes): exactly for 8B (Llama-3-8B), within the paper's rounding (KB for KiB) for the others.
+  CHECK(FindProfile("8B")->kv_bytes_per_token == 128 * 1024);
+  for (const std::string& name : ProfileNames()) {
+    const ModelProfile m = *FindProfile(name);
+    INFO(name);
+    CHECK(m.kv_bytes_per_token == Approx(4.0 * m.layers * m.kv_heads * m.head_dim).epsilon(0.03));
+    CHECK(m.heads * m.head_dim == m.hidden);
+  }
+}
+
+TEST_CASE("kvsim: the simulated prefill pays the attention term") {
+  NodeConfig node;
+  node.profile = *FindProfile("32B");
+  node.bandwidth = [](uint64_t, double) { return std::vector<double>{2e9, 1e9}; };
+  Request r;
+  r.input_tokens = 32768;
+  r.output_tokens = 1;
+  for (uint64_t b = 0; b < 64; ++b) r.blocks.push_back(b);
+  const double with = Simulate({r}, node, {PolicyKind::kRecompute}).ttft_mean;
+  node.attention = false;
+  const double without = Simulate({r}, node, {PolicyKind::kRecompute}).ttft_mean;
+  CHECK(with - without == Approx(PrefillSeconds(node.profile, 32768, 0) - PrefillSeconds(node.profile, 32768, 0, false)));
+}
+
 }  // namespace
 }  // namespace kvsim
 
