@@ -45,7 +45,15 @@ void AddServingOptions(CLI::App& app, CommandLine& cl) {
   app.add_option("--rate", s.rate, "arrival-rate scale (2 = twice as fast)")->capture_default_str();
   app.add_option("--order", s.order_text, "arrival order: recorded | round-robin | random (sessions interleaved)")->capture_default_str();
   app.add_option("--seed", s.seed, "seed for --order random and --nodes gaps")->capture_default_str();
-  app.add_option("--policies", s.policies_text, "comma-separated: recompute, serial, fastest, static:<g>, completion")->capture_default_str();
+  app.add_option("--policies", s.policies_text,
+                 "comma-separated: recompute, serial, fastest, static:<g>, completion, verdict (completion routing; "
+                 "each request loads the prefix of its storage hit that gets its first token soonest by the daemon's "
+                 "load estimate and the model's prefill cost, and computes the rest; new KV that staging cannot take "
+                 "is dropped, earliest prefix blocks kept, never waited for)")
+      ->capture_default_str();
+  app.add_flag("--overlap", s.node.overlap,
+               "loads overlap forward passes, for every policy (an engine loading KV asynchronously): a request waits "
+               "for its own load while the others compute; default: each step's loads are its T_ret");
   app.add_option("--attention", s.attention_text,
                  "prefill pays attention's quadratic term (4 x layers x heads x head_dim flops per causal token pair): "
                  "on | off")

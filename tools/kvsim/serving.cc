@@ -85,6 +85,15 @@ struct Active {
   double shared_bytes = 0;  // of read_bytes, those every tier holds (the rest only tier 0)
   bool retrieved = false;
   uint32_t context = 0;     // tokens whose KV it has (loaded or computed so far): attention's context
+  uint32_t first_new = 0;   // verdict: its blocks from here on are computed (and written if not stored)
+  double ready_at = 0;      // overlap: when its load lands
+};
+
+// A block a verdict step may write: its position in its request's prefix decides its value.
+struct WriteCandidate {
+  uint32_t position;
+  size_t request;  // index into the step's finished prefills
+  uint64_t id;
 };
 
 // A copy for the tiers after the first, waiting for their idle write bandwidth (idle, reuse).
@@ -126,6 +135,7 @@ std::string Policy::label() const {
     case PolicyKind::kSerial: return "serial";
     case PolicyKind::kFastest: return "fastest";
     case PolicyKind::kCompletion: return "completion";
+    case PolicyKind::kVerdict: return "verdict";
     case PolicyKind::kStatic: {
       char buf[32];
       std::snprintf(buf, sizeof(buf), "static:%g", g);
@@ -140,11 +150,12 @@ absl::StatusOr<Policy> ParsePolicy(const std::string& text) {
   if (text == "serial") return Policy{PolicyKind::kSerial};
   if (text == "fastest") return Policy{PolicyKind::kFastest};
   if (text == "completion") return Policy{PolicyKind::kCompletion};
+  if (text == "verdict") return Policy{PolicyKind::kVerdict};
   double g;
   if (text.rfind("static:", 0) == 0 && absl::SimpleAtod(text.substr(7), &g) && g >= 0 && g <= 1) {
     return Policy{PolicyKind::kStatic, g};
   }
-  return absl::InvalidArgumentError("policy '" + text + "' is not one of recompute, serial, fastest, static:<g>, completion");
+  return absl::InvalidArgumentError("policy '" + text + "' is not one of recompute, serial, fastest, static:<g>, completion, verdict");
 }
 
 std::string Replication::label() const {
@@ -199,7 +210,8 @@ double PartialReplicaTime(const Policy& policy, const NodeConfig& node, double o
       const double t1 = split[1] > 0 ? delay[1] + split[1] / bw[1] : 0;
       return std::max(t0, t1);
     }
-    case PolicyKind::kCompletion: {
+    case PolicyKind::kCompletion:
+    case PolicyKind::kVerdict: {
       const double t = CompletionTime(total, node.block_bytes, node.queue_depth, bw, delay, &split);
       double others = 0;
       for (size_t k = 1; k < split.size(); ++k) others += split[k];
@@ -222,15 +234,44 @@ std::vector<double> WriteBandwidth(const NodeConfig& node, const std::vector<dou
   return w;
 }
 
+Cut ChooseCut(const NodeConfig& node, const std::vector<kvstream::TierRate>& tiers, const std::vector<HitBlock>& prefix,
+              uint32_t input_tokens, double compute_ahead_s, double queued_s) {
+  const double step_per_token = node.token_budget > 0 ? node.profile.step_base_s / node.token_budget : 0;
+  auto recompute = [&](size_t h) {
+    const double cached = std::min(static_cast<double>(h) * kTraceBlockTokens, input_tokens - 1.0);
+    const double n = input_tokens - cached;
+    return PrefillSeconds(node.profile, n, cached, node.attention) + n * step_per_token;
+  };
+  auto cost = [&](double load, double rest) {
+    if (node.overlap) return std::max(load, compute_ahead_s) + rest;
+    return (load > 0 ? load - queued_s : 0) + rest;
+  };
+  kvstream::LoadModel model(tiers);
+  Cut best;
+  best.recompute_s = recompute(0);
+  best.cost_s = cost(0, best.recompute_s);
+  double load = 0;
+  for (size_t h = 1; h <= prefix.size(); ++h) {
+    if (prefix[h - 1].bytes > 0) load = model.Add(prefix[h - 1].bytes, prefix[h - 1].holders);
+    const double rest = recompute(h);
+    const double c = cost(load, rest);
+    if (c < best.cost_s) best = {static_cast<uint32_t>(h), load, rest, c};
+  }
+  return best;
+}
+
 PolicyResult Simulate(const std::vector<Request>& trace, const NodeConfig& node, const Policy& policy) {
   const double block_kv = kTraceBlockTokens * node.profile.kv_bytes_per_token;
   const bool uses_storage = policy.kind != PolicyKind::kRecompute;
+  const bool verdict = policy.kind == PolicyKind::kVerdict;
   const Replication& rep = node.replication;
   // A one-tier policy reads and writes tier 0 only (its other tiers would never be read), as does
   // primary replication.
   const bool single_tier =
       policy.kind == PolicyKind::kSerial || policy.kind == PolicyKind::kFastest || rep.single_tier();
   const size_t tiers = node.bandwidth(0, 0).size();
+  const uint32_t every_tier = tiers >= 32 ? ~0u : (1u << tiers) - 1;
+  const double step_per_token = node.token_budget > 0 ? node.profile.step_base_s / node.token_budget : 0;
   PolicyResult out;
   out.policy = policy.label();
   out.bytes_read.assign(tiers, 0);
@@ -243,6 +284,7 @@ PolicyResult Simulate(const std::vector<Request>& trace, const NodeConfig& node,
   std::deque<Secondary> secondaries;        // idle, reuse: copies for the other tiers, oldest first
   std::unordered_set<uint64_t> queued;      // ids in `secondaries`
   double secondary_bytes = 0;
+  double read_free_at = 0;                  // overlap: when storage has read every load issued so far
   // Secondaries are written only with the other tiers' write bandwidth (the slowest of them) over
   // `seconds`, and the oldest dropped when they outgrow what staging has left beside tier 0's.
   auto drain_secondaries = [&](const std::vector<double>& wbw, double seconds) {
@@ -276,6 +318,20 @@ PolicyResult Simulate(const std::vector<Request>& trace, const NodeConfig& node,
     secondaries.push_back({id, block_kv});
     secondary_bytes += block_kv;
   };
+  // Deferred writes are not issued during reads, but the pieces already in flight when reads start
+  // (at most write_depth blocks per tier) delay that tier: their bytes, and the seconds they take.
+  auto write_pieces = [&](const std::vector<double>& wbw, std::vector<double>* in_flight, std::vector<double>* delay) {
+    in_flight->assign(tiers, 0);
+    delay->assign(tiers, 0);
+    for (size_t k = 0; k < tiers; ++k) {
+      (*in_flight)[k] = std::min(backlog[k], node.write_depth * node.block_bytes);
+      (*delay)[k] = wbw[k] > 0 ? (*in_flight)[k] / wbw[k] : 0;
+    }
+  };
+  // What this request's own prefill costs (its chunks' weights, attention and step share).
+  auto remaining_s = [&](const Active& a) {
+    return PrefillSeconds(node.profile, a.prefill_left, a.context, node.attention) + a.prefill_left * step_per_token;
+  };
 
   std::deque<Active> prefilling;
   struct Decoding { size_t request; uint32_t left; };
@@ -283,15 +339,21 @@ PolicyResult Simulate(const std::vector<Request>& trace, const NodeConfig& node,
   size_t next = 0;
   double now = 0;
   uint64_t step = 0;
+  auto ready = [&](const Active& a) { return !node.overlap || a.ready_at <= now; };
   while (next < trace.size() || !prefilling.empty() || !decoding.empty()) {
-    if (prefilling.empty() && decoding.empty() && trace[next].arrival_s > now) {
-      // The node is idle until the next arrival: staged writes drain meanwhile.
-      const std::vector<double> idle_bw = WriteBandwidth(node, node.bandwidth(step, now));
-      for (size_t k = 0; k < tiers; ++k) {
-        backlog[k] = std::max(0.0, backlog[k] - idle_bw[k] * (trace[next].arrival_s - now));
+    if (decoding.empty() && std::none_of(prefilling.begin(), prefilling.end(), ready)) {
+      // Nothing to compute until the next arrival (or, with overlap, a load landing): staged
+      // writes drain meanwhile, once the tiers have read what was issued.
+      double wake = INFINITY;
+      if (next < trace.size() && prefilling.size() < node.max_running) wake = trace[next].arrival_s;
+      for (const Active& a : prefilling) wake = std::min(wake, a.ready_at);
+      if (wake > now) {
+        const std::vector<double> idle_bw = WriteBandwidth(node, node.bandwidth(step, now));
+        const double idle = std::max(0.0, wake - std::max(now, read_free_at));
+        for (size_t k = 0; k < tiers; ++k) backlog[k] = std::max(0.0, backlog[k] - idle_bw[k] * idle);
+        if (tiers > 1) drain_secondaries(idle_bw, idle);
+        now = wake;
       }
-      if (tiers > 1) drain_secondaries(idle_bw, trace[next].arrival_s - now);
-      now = trace[next].arrival_s;
     }
     // Admission in arrival order; the cache state is looked up when a request is admitted.
     while (next < trace.size() && trace[next].arrival_s <= now &&
@@ -299,21 +361,66 @@ PolicyResult Simulate(const std::vector<Request>& trace, const NodeConfig& node,
       const Request& r = trace[next];
       Active a{next, 0, 0, 0, 0};
       uint32_t cached_blocks = 0;
-      for (uint64_t id : r.blocks) {
+      // A hit block, accounted: from memory, or read from storage.
+      auto take_hit = [&](uint64_t id) {
         if (memory.Contains(id)) {
           ++out.memory_hit_blocks;
-        } else if (uses_storage && stored.count(id)) {
-          ++out.storage_hit_blocks;
-          a.read_bytes += block_kv;
-          if (!single_tier && replicated.count(id)) {
-            a.shared_bytes += block_kv;
-          } else if (rep.secondaries_on_reuse()) {
-            add_secondary(id);  // read back from tier 0: copied to the others from memory
-          }
-        } else {
-          break;  // prefix semantics: the rest is computed
+          return;
         }
-        ++cached_blocks;
+        ++out.storage_hit_blocks;
+        a.read_bytes += block_kv;
+        if (!single_tier && replicated.count(id)) {
+          a.shared_bytes += block_kv;
+        } else if (rep.secondaries_on_reuse()) {
+          add_secondary(id);  // read back from tier 0: copied to the others from memory
+        }
+      };
+      if (!verdict) {
+        for (uint64_t id : r.blocks) {
+          if (!memory.Contains(id) && !(uses_storage && stored.count(id))) break;  // prefix semantics: the rest is computed
+          take_hit(id);
+          ++cached_blocks;
+        }
+      } else {
+        // The verdict: the cut of the cached prefix that gets this request's first token soonest.
+        std::vector<HitBlock> prefix;
+        for (uint64_t id : r.blocks) {
+          if (memory.Contains(id)) {
+            prefix.push_back({0, 0});
+          } else if (stored.count(id)) {
+            prefix.push_back({block_kv, !single_tier && replicated.count(id) ? every_tier : 1u});
+          } else {
+            break;
+          }
+        }
+        const std::vector<double> bw = node.bandwidth(step, now);
+        std::vector<double> in_flight, delay;
+        write_pieces(WriteBandwidth(node, bw), &in_flight, &delay);
+        std::vector<kvstream::TierRate> rates(tiers);
+        for (size_t k = 0; k < tiers; ++k) rates[k] = {bw[k], delay[k]};
+        double compute_ahead = 0, queued_s = 0;
+        if (node.overlap) {
+          // Storage is busy with the loads issued before: every tier starts on this one then.
+          if (read_free_at > now) {
+            for (auto& t : rates) t.delay_s = read_free_at - now;
+          }
+          for (const Active& ahead : prefilling) compute_ahead += remaining_s(ahead);
+        } else {
+          // The reads of the requests admitted and not yet retrieved come first.
+          kvstream::LoadModel ahead(rates);
+          for (const Active& q : prefilling) {
+            if (q.retrieved) continue;
+            ahead.Add(q.read_bytes - q.shared_bytes, 1u);
+            ahead.Add(q.shared_bytes, every_tier);
+          }
+          queued_s = ahead.seconds();
+          for (auto& t : rates) t.delay_s = std::max(t.delay_s, queued_s);
+        }
+        const Cut cut = ChooseCut(node, rates, prefix, r.input_tokens, compute_ahead, queued_s);
+        for (uint32_t i = 0; i < cut.blocks; ++i) take_hit(r.blocks[i]);
+        for (size_t i = cut.blocks; i < prefix.size(); ++i) out.hit_blocks_computed += prefix[i].bytes > 0 ? 1 : 0;
+        cached_blocks = cut.blocks;
+        a.first_new = cut.blocks;
       }
       const uint32_t cached_tokens = std::min<uint32_t>(cached_blocks * kTraceBlockTokens, r.input_tokens - 1);
       a.prefill_left = r.input_tokens - cached_tokens;
@@ -322,17 +429,40 @@ PolicyResult Simulate(const std::vector<Request>& trace, const NodeConfig& node,
       out.computed_blocks += a.new_blocks;
       a.read_chunks = static_cast<uint64_t>(std::ceil(a.read_bytes / (node.chunk_tokens * node.profile.kv_bytes_per_token)));
       for (uint64_t id : r.blocks) memory.Touch(id);
+      if (node.overlap && a.read_bytes > 0) {
+        // Issued now; storage serves loads one after another, each at the policy's speed.
+        const std::vector<double> bw = node.bandwidth(step, now);
+        std::vector<double> in_flight, delay, tier_bytes;
+        write_pieces(WriteBandwidth(node, bw), &in_flight, &delay);
+        const bool idle = read_free_at <= now;
+        if (!idle) delay.assign(tiers, 0);
+        const double t = PartialReplicaTime(policy, node, a.read_bytes - a.shared_bytes, a.shared_bytes, a.read_chunks,
+                                            bw, delay, &tier_bytes);
+        if (idle) {
+          for (size_t k = 0; k < tiers; ++k) backlog[k] -= in_flight[k];  // written before the reads
+        }
+        a.ready_at = std::max(now, read_free_at) + t;
+        read_free_at = a.ready_at;
+        a.retrieved = true;
+        for (size_t k = 0; k < tiers; ++k) out.bytes_read[k] += tier_bytes[k];
+        out.retrieval_s += t;
+        out.bound_s += BoundTime(a.read_bytes, bw);
+      }
       prefilling.push_back(a);
       ++next;
     }
+    if (decoding.empty() && std::none_of(prefilling.begin(), prefilling.end(), ready)) continue;  // loads pending
     // Compose the step: every decoding request gets one token, prefills share the rest.
     uint32_t budget = node.token_budget > decoding.size() ? node.token_budget - static_cast<uint32_t>(decoding.size()) : 0;
     double read_bytes = 0, shared_bytes = 0, attention_s = 0;
     std::vector<uint64_t> new_ids;  // blocks computed by the prefills that finish this step
+    std::vector<WriteCandidate> candidates;  // verdict: the same, with their positions
+    std::unordered_set<uint64_t> candidate_ids;
     uint64_t read_chunks = 0, prefill_tokens = 0;
     std::vector<size_t> finished_prefill;
     for (size_t i = 0; i < prefilling.size() && budget > 0; ++i) {
       Active& a = prefilling[i];
+      if (!ready(a)) continue;  // overlap: its load has not landed; the others go ahead
       if (!a.retrieved) {
         a.retrieved = true;
         read_bytes += a.read_bytes;
@@ -348,22 +478,24 @@ PolicyResult Simulate(const std::vector<Request>& trace, const NodeConfig& node,
       if (a.prefill_left == 0) {
         finished_prefill.push_back(i);
         const std::vector<uint64_t>& blocks = trace[a.request].blocks;
-        new_ids.insert(new_ids.end(), blocks.end() - a.new_blocks, blocks.end());
+        if (!verdict) {
+          new_ids.insert(new_ids.end(), blocks.end() - a.new_blocks, blocks.end());
+        } else {
+          for (uint32_t p = a.first_new; p < blocks.size(); ++p) {
+            if (!stored.count(blocks[p]) && candidate_ids.insert(blocks[p]).second) {
+              candidates.push_back({p, finished_prefill.size() - 1, blocks[p]});
+            }
+          }
+        }
       }
     }
-    // T_ret under the policy. Deferred writes are not issued during reads, but the pieces already
-    // in flight when the step starts (at most write_depth blocks per tier) delay that tier.
+    // T_ret under the policy (without overlap: the loads were issued at admission otherwise).
     std::vector<double> bw = node.bandwidth(step, now);
     const std::vector<double> wbw = WriteBandwidth(node, bw);
-    std::vector<double> delay(tiers, 0);
-    std::vector<double> in_flight(tiers, 0);
-    for (size_t k = 0; k < tiers; ++k) {
-      in_flight[k] = std::min(backlog[k], node.write_depth * node.block_bytes);
-      delay[k] = wbw[k] > 0 ? in_flight[k] / wbw[k] : 0;
-    }
     double t_ret = 0;
     if (read_bytes > 0) {
-      std::vector<double> tier_bytes;
+      std::vector<double> in_flight, delay, tier_bytes;
+      write_pieces(wbw, &in_flight, &delay);
       t_ret = PartialReplicaTime(policy, node, read_bytes - shared_bytes, shared_bytes, read_chunks, bw, delay,
                                  &tier_bytes);
       for (size_t k = 0; k < tiers; ++k) out.bytes_read[k] += tier_bytes[k];
@@ -373,11 +505,17 @@ PolicyResult Simulate(const std::vector<Request>& trace, const NodeConfig& node,
     }
     const double t_fwd = node.profile.step_base_s + prefill_tokens * node.profile.prefill_s_per_token +
                          decoding.size() * node.profile.decode_s_per_sequence + attention_s;
+    // The tiers write while they read nothing: during the forward pass, or with overlap, the part
+    // of the step after the loads issued so far.
+    const double write_window =
+        node.overlap ? std::max(0.0, now + t_ret + t_fwd - std::max(now, read_free_at)) : t_fwd;
     // Deferred writes (M2, M3): new KV is staged for every tier it is replicated to and written
-    // during the forward pass; what does not fit stays staged for the next idle period, and past the
-    // staging limit the engine waits for it (back-pressure, T_wr).
+    // while the tiers do not read; what does not fit stays staged for the next idle period, and past
+    // the staging limit the engine waits for it (back-pressure, T_wr). Under the verdict, new
+    // blocks are admitted to staging by value instead, earlier prefix positions first, while they
+    // fit (a block past one that did not fit is worthless to its request), and the rest dropped.
     double t_wr = 0;
-    if (uses_storage) {
+    if (uses_storage && !verdict) {
       for (uint64_t id : new_ids) {
         // Tier 0 always; the others through staging or as a secondary.
         for (size_t k = 0; k < (everywhere(id) ? tiers : 1); ++k) {
@@ -386,15 +524,43 @@ PolicyResult Simulate(const std::vector<Request>& trace, const NodeConfig& node,
         }
         if (rep.secondaries_from_idle()) add_secondary(id);
       }
+    } else if (verdict) {
+      std::stable_sort(candidates.begin(), candidates.end(),
+                       [](const WriteCandidate& x, const WriteCandidate& y) { return x.position < y.position; });
+      std::vector<bool> cut_off(finished_prefill.size(), false);
+      auto fits = [&](size_t k) { return backlog[k] + block_kv - wbw[k] * write_window <= node.staging_bytes; };
+      for (const WriteCandidate& c : candidates) {
+        const size_t copies = everywhere(c.id) ? tiers : 1;
+        if (cut_off[c.request] || !fits(0)) {  // tier 0 holds every stored block: no room, no block
+          cut_off[c.request] = true;
+          out.write_dropped_bytes += copies * block_kv;
+          continue;
+        }
+        bool every_copy = copies == tiers;
+        for (size_t k = 0; k < copies; ++k) {
+          if (k > 0 && !fits(k)) {  // the copy is dropped; tier 0's is kept
+            every_copy = false;
+            out.write_dropped_bytes += block_kv;
+            continue;
+          }
+          backlog[k] += block_kv;
+          out.bytes_written[k] += block_kv;
+        }
+        stored.insert(c.id);
+        if (every_copy && copies > 1) replicated.insert(c.id);
+        if (rep.secondaries_from_idle()) add_secondary(c.id);
+      }
     }
     for (size_t k = 0; k < tiers; ++k) {
-      backlog[k] = std::max(0.0, backlog[k] - wbw[k] * t_fwd);
-      if (backlog[k] > node.staging_bytes) {  // staging full: the engine waits for the writes
+      backlog[k] = std::max(0.0, backlog[k] - wbw[k] * write_window);
+      if (!verdict && backlog[k] > node.staging_bytes) {  // staging full: the engine waits for the writes
         t_wr = std::max(t_wr, (backlog[k] - node.staging_bytes) / wbw[k]);
       }
     }
     for (size_t k = 0; k < tiers; ++k) backlog[k] = std::max(0.0, std::min(backlog[k] - wbw[k] * t_wr, node.staging_bytes));
-    if (tiers > 1) drain_secondaries(wbw, t_fwd + t_wr);
+    if (tiers > 1) drain_secondaries(wbw, write_window + t_wr);
+    // With overlap, the tiers write through a stall, so the loads still to read wait for it.
+    if (node.overlap && t_wr > 0 && read_free_at > now + t_fwd) read_free_at += t_wr;
     const double t_step = t_ret + t_fwd + t_wr;
     now += t_step;
     out.forward_s += t_fwd;
@@ -404,11 +570,11 @@ PolicyResult Simulate(const std::vector<Request>& trace, const NodeConfig& node,
     for (Decoding& d : decoding) --d.left;
     std::erase_if(decoding, [](const Decoding& d) { return d.left == 0; });
     // Blocks computed this step count as on storage from now on (the model ignores the window
-    // between staging and durability).
+    // between staging and durability); under the verdict, those staging took.
     for (auto it = finished_prefill.rbegin(); it != finished_prefill.rend(); ++it) {
       const Active& a = prefilling[*it];
       const Request& r = trace[a.request];
-      if (uses_storage) {
+      if (uses_storage && !verdict) {
         for (uint64_t id : r.blocks) {
           stored.insert(id);
           if (everywhere(id)) replicated.insert(id);

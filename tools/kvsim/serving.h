@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "model/load_model.h"
 #include "trace.h"
 
 namespace kvsim {
@@ -39,14 +40,16 @@ std::vector<std::string> ProfileNames();
 // Without `attention`, the weights' part alone (kvsim before the attention term).
 double PrefillSeconds(const ModelProfile& p, double tokens, double context, bool attention = true);
 
-enum class PolicyKind { kRecompute, kSerial, kFastest, kStatic, kCompletion };
+enum class PolicyKind { kRecompute, kSerial, kFastest, kStatic, kCompletion, kVerdict };
 
 struct Policy {
   PolicyKind kind = PolicyKind::kCompletion;
   double g = 0.5;  // kStatic
   std::string label() const;
 };
-// "recompute" | "serial" | "fastest" | "static:<g>" | "completion"
+// "recompute" | "serial" | "fastest" | "static:<g>" | "completion" | "verdict"
+// verdict: completion routing, and for each request a load-or-recompute cut of its storage hit
+// (ChooseCut); new KV that staging cannot take is dropped (and counted), never waited for.
 absl::StatusOr<Policy> ParsePolicy(const std::string& text);
 
 // Where new KV is written (M3), and which chunks the other tiers hold.
@@ -91,6 +94,12 @@ struct NodeConfig {
   uint32_t write_depth = 2;         // write pieces (blocks) in flight per tier when reads start
   std::vector<double> slo_s = {1, 2, 5};
   bool attention = true;            // prefill pays the attention term (PrefillSeconds)
+  // Loads overlap forward passes (an engine loading KV asynchronously: vLLM's KV connector,
+  // SGLang's prefetch): a request's load is issued when it is admitted, storage serves loads in
+  // admission order at the policy's speed, and the request joins the batch at the first step
+  // after its load landed; meanwhile the other requests' steps run (T_ret is then no part of a
+  // step). Off: the load is a step's T_ret, before its forward pass (section 1's model).
+  bool overlap = false;
 };
 
 struct PolicyResult {
@@ -110,7 +119,9 @@ struct PolicyResult {
   std::vector<double> bytes_read;      // per tier
   std::vector<double> bytes_written;   // per tier
   double secondary_dropped_bytes = 0;  // secondaries dropped before they were written (idle, reuse)
+  double write_dropped_bytes = 0;      // verdict: new KV copies staging could not take, not written
   uint64_t memory_hit_blocks = 0, storage_hit_blocks = 0, computed_blocks = 0;
+  uint64_t hit_blocks_computed = 0;    // verdict: stored blocks past the cut, computed instead of read
   std::vector<double> ttft;            // per request, in admission order
 };
 
@@ -118,6 +129,31 @@ struct PolicyResult {
 std::vector<double> WriteBandwidth(const NodeConfig& node, const std::vector<double>& read_bw);
 
 PolicyResult Simulate(const std::vector<Request>& trace, const NodeConfig& node, const Policy& policy);
+
+// The verdict of one request (docs/design-notes.md, "Load or recompute in kvsim"): its cached
+// prefix, block by block (trace blocks of kTraceBlockTokens), is in memory (bytes 0) or on
+// storage (`bytes` held by the tiers of `holders`). Loading the first h blocks takes L(h), the
+// daemon's estimate (kvstream::LoadModel over `tiers`: each tier's read bandwidth and delay,
+// cumulative as blocks are added); computing the rest takes R(h) = PrefillSeconds(n - h', h') +
+// (n - h') / token_budget x step_base, h' = the tokens of h blocks (at most n - 1: the last token is
+// always computed). The verdict is the h in 0..blocks minimising
+//   overlap:    max(L(h), compute_ahead_s) + R(h)   (the load runs while the prefill work ahead
+//               of the request does; either way its own prefill starts after both)
+//   sequential: L(h) - queued_s + R(h) for h with reads, R(0) otherwise (the reads queued ahead,
+//               queued_s, are in earlier steps whatever this request does)
+struct HitBlock {
+  double bytes = 0;      // to read from storage; 0: in memory
+  uint32_t holders = 0;  // bit k: tier k holds it
+};
+struct Cut {
+  uint32_t blocks = 0;  // h: the blocks loaded (or taken from memory); the rest are computed
+  double load_s = 0;    // L(h)
+  double recompute_s = 0;  // R(h)
+  double cost_s = 0;    // what was minimised
+};
+// node gives the profile, the token budget, attention and overlap.
+Cut ChooseCut(const NodeConfig& node, const std::vector<kvstream::TierRate>& tiers, const std::vector<HitBlock>& prefix,
+              uint32_t input_tokens, double compute_ahead_s, double queued_s);
 
 // Retrieval time of `only0` bytes that only tier 0 holds and `shared` bytes every tier holds,
 // under `policy`; fills the bytes each tier read. With shared == everything, the policy's usual

@@ -160,23 +160,30 @@ void PrintReport(const ServingOptions& o, const ServingSetup& s, const Demand& d
               s.trace.size(), o.profile_name.c_str(), node.profile.kv_bytes_per_token / 1e3, node.profile.tp,
               o.memory_text.c_str(), o.bw_text.c_str(), o.write_bw_text.empty() ? "as reads" : o.write_bw_text.c_str(),
               o.replication.c_str(), o.rate, o.order_text.c_str());
-  std::printf("prefill %s\n", node.attention ? "with the attention term" : "without the attention term (--attention off)");
+  std::printf("loads %s; prefill %s\n",
+              node.overlap ? "overlap forward passes (--overlap: a request waits for its own load, the others compute)"
+                           : "are each step's T_ret, before its forward pass",
+              node.attention ? "with the attention term" : "without the attention term (--attention off)");
   std::printf("demand: V = %.1f GB reused, Pr[d > M] = %.3f, D = %.1f GB from storage\n\n",
               demand.reuses * block_kv / 1e9, demand.fraction(), demand.beyond * block_kv / 1e9);
-  std::printf("%-20s %9s %9s %9s %9s %9s %8s %10s %9s %9s", "policy", "req/s", "ttft_mean", "ttft_p50", "ttft_p90",
-              "ttft_p99", "gap", "retrieve_s", "wstall_s", "slo@");
+  std::printf("%-20s %9s %9s %9s %9s %9s %8s %10s %9s %9s %9s", "policy", "req/s", "ttft_mean", "ttft_p50", "ttft_p90",
+              "ttft_p99", "gap", "retrieve_s", "wstall_s", "wdrop_GB", "slo@");
   std::printf("%-7s %8s %s\n", (std::to_string(static_cast<int>(node.slo_s.empty() ? 0 : node.slo_s.front())) + "s").c_str(),
               "write_x", "GB written per tier");
   for (const PolicyResult& r : results) {
     // Write amplification: bytes written to all tiers over the new KV written once.
     double written = 0, first = r.bytes_written.empty() ? 0 : r.bytes_written[0];
     for (double b : r.bytes_written) written += b;
-    std::printf("%-20s %9.3f %9.3f %9.3f %9.3f %9.3f %+7.1f%% %10.1f %9.1f %8.1f%% %7.2fx ", r.policy.c_str(),
+    std::printf("%-20s %9.3f %9.3f %9.3f %9.3f %9.3f %+7.1f%% %10.1f %9.1f %9.1f %8.1f%% %7.2fx ", r.policy.c_str(),
                 r.throughput_rps, r.ttft_mean, r.ttft_p50, r.ttft_p90, r.ttft_p99, 100 * r.gap, r.retrieval_s,
-                r.write_stall_s, r.slo_attainment.empty() ? 0 : 100 * r.slo_attainment.front(),
+                r.write_stall_s, r.write_dropped_bytes / 1e9, r.slo_attainment.empty() ? 0 : 100 * r.slo_attainment.front(),
                 first > 0 ? written / first : 0);
     for (size_t k = 0; k < r.bytes_written.size(); ++k) std::printf("%s%.1f", k ? "/" : " ", r.bytes_written[k] / 1e9);
     if (r.secondary_dropped_bytes > 0) std::printf(" (%.1f GB of copies dropped)", r.secondary_dropped_bytes / 1e9);
+    if (r.policy.rfind("verdict", 0) == 0) {
+      const uint64_t hits = r.storage_hit_blocks + r.hit_blocks_computed;
+      std::printf(" (%.1f%% of storage hits computed)", hits ? 100.0 * r.hit_blocks_computed / hits : 0.0);
+    }
     std::printf("\n");
   }
 }
@@ -191,7 +198,8 @@ nlohmann::json ToJson(const PolicyResult& r, const NodeConfig& node) {
           {"ttft_p99_s", r.ttft_p99}, {"slo_attainment", slo}, {"retrieval_s", r.retrieval_s},
           {"bound_s", r.bound_s}, {"gap", r.gap}, {"forward_s", r.forward_s}, {"write_stall_s", r.write_stall_s},
           {"bytes_read_per_tier", r.bytes_read}, {"bytes_written_per_tier", r.bytes_written},
-          {"secondary_dropped_bytes", r.secondary_dropped_bytes},
+          {"secondary_dropped_bytes", r.secondary_dropped_bytes}, {"write_dropped_bytes", r.write_dropped_bytes},
+          {"hit_blocks_computed", r.hit_blocks_computed},
           {"memory_hit_blocks", r.memory_hit_blocks}, {"storage_hit_blocks", r.storage_hit_blocks},
           {"computed_blocks", r.computed_blocks}};
 }
@@ -202,11 +210,12 @@ void WriteJson(const ServingOptions& o, const ServingSetup& s, const Demand& dem
   const NodeConfig& node = s.node;
   nlohmann::json j;
   j["trace"] = o.trace_path;
+  j["overlap"] = node.overlap;
+  j["attention"] = node.attention;
   j["model"] = o.profile_name;
   j["memory_bytes"] = node.memory_bytes;
   j["bandwidth_bps"] = s.bw;
   j["rate"] = o.rate;
-  j["attention"] = node.attention;
   j["order"] = o.order_text;
   j["demand"] = {{"reused_bytes", demand.reuses * block_kv}, {"fraction_beyond_memory", demand.fraction()},
                  {"storage_bytes", demand.beyond * block_kv}};

@@ -24,10 +24,10 @@ struct ServingOptions {
   double rate = 1;                    // --rate: arrival-rate scale (Arrange)
   std::string order_text = "recorded";  // --order: ParseArrivalOrder
   uint64_t seed = 1;                  // --seed: for --order random
-  std::string policies_text = "recompute,serial,fastest,static:0.5,static:0.75,completion";  // --policies
+  std::string policies_text = "recompute,serial,fastest,static:0.5,static:0.75,completion,verdict";  // --policies
   std::string staging_text = "32GiB";  // --staging: deferred-write memory (kvstream::ParseBytes)
   std::string slo_text = "1,2,5";     // --slo: TTFT deadlines in seconds, comma-separated
-  NodeConfig node;                    // --token-budget, --max-running, --queue-depth; RunServing sets the rest
+  NodeConfig node;                    // --token-budget, --max-running, --queue-depth, --overlap; RunServing sets the rest
   std::string json_path;              // --json: the full results; empty: none
   std::string plot_dir;               // --plot-dir: TTFT CDF and gap-vs-g plots (gnuplot); empty: none
 };

@@ -274,6 +274,124 @@ TEST_CASE("kvsim: the simulated prefill pays the attention term") {
   CHECK(with - without == Approx(PrefillSeconds(node.profile, 32768, 0) - PrefillSeconds(node.profile, 32768, 0, false)));
 }
 
+// --- Load or recompute: the verdict policy (docs/design-notes.md, "Load or recompute in kvsim") ---
+
+// A cached prefix of `blocks` trace blocks on storage, held by the tiers of `holders`.
+std::vector<HitBlock> StoredPrefix(uint32_t blocks, uint32_t holders, double bytes_per_token) {
+  return std::vector<HitBlock>(blocks, HitBlock{kTraceBlockTokens * bytes_per_token, holders});
+}
+
+TEST_CASE("kvsim verdict: slow storage means recompute, fast storage means load it all") {
+  NodeConfig node;
+  node.profile = *FindProfile("32B");
+  const uint32_t blocks = 64, input = blocks * kTraceBlockTokens + 100;  // 32k tokens cached, 100 new
+  const auto prefix = StoredPrefix(blocks, 0b11, node.profile.kv_bytes_per_token);
+  using Rates = std::vector<kvstream::TierRate>;
+  for (bool overlap : {false, true}) {
+    INFO("overlap " << overlap);
+    node.overlap = overlap;
+    // 10 MB/s: the 8.4 GB prefix takes minutes; its prefill about a second.
+    const Cut slow = ChooseCut(node, Rates{{5e6, 0}, {5e6, 0}}, prefix, input, 0, 0);
+    CHECK(slow.blocks == 0);
+    CHECK(slow.recompute_s == Approx(PrefillSeconds(node.profile, input, 0) + input * 0.018 / 8192));
+    // 10 GB/s: 0.84 s to load against ~1.15 s to compute.
+    const Cut fast = ChooseCut(node, Rates{{5e9, 0}, {5e9, 0}}, prefix, input, 0, 0);
+    CHECK(fast.blocks == blocks);
+    CHECK(fast.load_s == Approx(blocks * kTraceBlockTokens * node.profile.kv_bytes_per_token / 10e9));
+    // The same bytes held by one 5 GB/s tier only: the load model reads them at 5, not 10 GB/s,
+    // and then computing is faster.
+    CHECK(ChooseCut(node, Rates{{5e9, 0}, {5e9, 0}}, StoredPrefix(blocks, 0b01, node.profile.kv_bytes_per_token),
+                    input, 0, 0).blocks == 0);
+  }
+}
+
+TEST_CASE("kvsim verdict: reads queued ahead count only where the engine waits for them") {
+  NodeConfig node;
+  node.profile = *FindProfile("32B");
+  const uint32_t blocks = 64, input = blocks * kTraceBlockTokens + 100;
+  const auto prefix = StoredPrefix(blocks, 0b11, node.profile.kv_bytes_per_token);
+  // The tiers are busy for 2 s with the reads of requests admitted before.
+  const std::vector<kvstream::TierRate> busy = {{5e9, 2}, {5e9, 2}};
+  // Sequential steps read those anyway before this request's first step: load it all.
+  node.overlap = false;
+  CHECK(ChooseCut(node, busy, prefix, input, 0, 2).blocks == blocks);
+  // Overlapped, with no prefill work ahead, the request would wait 2 s for storage: compute.
+  node.overlap = true;
+  CHECK(ChooseCut(node, busy, prefix, input, 0, 0).blocks == 0);
+  // With 3 s of prefill work ahead, the load is hidden behind it: load it all.
+  CHECK(ChooseCut(node, busy, prefix, input, 3, 0).blocks == blocks);
+  // At 1 GB/s (8.4 s for the prefix) and 4 s of work ahead, it loads what lands within the 4 s
+  // and computes the rest: an interior cut.
+  const Cut part = ChooseCut(node, {{0.5e9, 0}, {0.5e9, 0}}, prefix, input, 4, 0);
+  INFO("cut " << part.blocks << " load " << part.load_s << " s");
+  CHECK(part.blocks > 0);
+  CHECK(part.blocks < blocks);
+  CHECK(part.load_s == Approx(4).margin(8.4 / blocks + 1e-9));
+}
+
+TEST_CASE("kvsim verdict: staging full drops the latest prefix blocks instead of stalling the step") {
+  NodeConfig node;
+  node.profile = *FindProfile("32B");
+  node.memory_bytes = 0;  // everything reused comes from storage
+  node.bandwidth = [](uint64_t, double) { return std::vector<double>{10e9}; };
+  node.write_bandwidth = {1e6};  // writes barely drain
+  const double block_kv = kTraceBlockTokens * node.profile.kv_bytes_per_token;
+  node.staging_bytes = 10.5 * block_kv;  // room for 10 blocks
+  // A 64-block document computed at t = 0, then read again with a new question at t = 100.
+  Request first, again;
+  for (uint64_t b = 0; b < 64; ++b) first.blocks.push_back(b);
+  first.input_tokens = 64 * kTraceBlockTokens;
+  first.output_tokens = 1;
+  again = first;
+  again.arrival_s = 100;
+  again.blocks.push_back(1000);
+  again.input_tokens += 100;
+  const std::vector<Request> trace = {first, again};
+  const PolicyResult completion = Simulate(trace, node, {PolicyKind::kCompletion});
+  CHECK(completion.write_stall_s > 0);  // the engine waits for 54 blocks at 1 MB/s
+  CHECK(completion.storage_hit_blocks == 64);
+  const PolicyResult once = Simulate({first}, node, {PolicyKind::kVerdict});
+  CHECK(once.write_stall_s == 0);
+  CHECK(once.write_dropped_bytes == Approx(54 * block_kv));
+  CHECK(once.bytes_written[0] == Approx(10 * block_kv));
+  CHECK(once.ttft[0] < completion.ttft[0]);
+  // The ten it kept are the first ten: the second read finds exactly those on storage.
+  const PolicyResult verdict = Simulate(trace, node, {PolicyKind::kVerdict});
+  CHECK(verdict.write_stall_s == 0);
+  CHECK(verdict.storage_hit_blocks + verdict.hit_blocks_computed == 10);
+}
+
+TEST_CASE("kvsim verdict: with overlap a request waiting for its load lets the others compute") {
+  NodeConfig node;
+  node.profile = *FindProfile("32B");
+  node.memory_bytes = 0;
+  node.bandwidth = [](uint64_t, double) { return std::vector<double>{0.2e9, 0.1e9}; };
+  // A long document computed first; later it is read again beside a short fresh request.
+  Request doc, reread, fresh;
+  for (uint64_t b = 0; b < 64; ++b) doc.blocks.push_back(b);
+  doc.input_tokens = 64 * kTraceBlockTokens;
+  doc.output_tokens = 1;
+  reread = doc;
+  reread.arrival_s = 100;
+  reread.blocks.push_back(1000);
+  reread.input_tokens += 100;
+  fresh.arrival_s = 100;
+  fresh.blocks = {2000, 2001};
+  fresh.input_tokens = 1000;
+  fresh.output_tokens = 1;
+  const std::vector<Request> trace = {doc, reread, fresh};
+  const PolicyResult steps = Simulate(trace, node, {PolicyKind::kCompletion});
+  node.overlap = true;
+  const PolicyResult overlapped = Simulate(trace, node, {PolicyKind::kCompletion});
+  const double load = 64 * kTraceBlockTokens * node.profile.kv_bytes_per_token / 0.3e9;  // 28 s
+  // Inside the steps, the short request's first step carries the 28 s read; overlapped it does not.
+  CHECK(steps.ttft[2] > load);
+  CHECK(overlapped.ttft[2] < 0.5);
+  CHECK(overlapped.ttft[1] > load);  // the reread itself still waits for its load
+  CHECK(overlapped.retrieval_s == Approx(steps.retrieval_s).epsilon(0.01));
+}
+
+
 }  // namespace
 }  // namespace kvsim
 
