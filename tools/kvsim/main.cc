@@ -26,8 +26,14 @@ struct CommandLine {
 // The serving mode's options and --validate, in --help's order.
 void AddServingOptions(CLI::App& app, CommandLine& cl) {
   ServingOptions& s = cl.serving;
-  app.add_option("--trace", s.trace_path, "request trace (JSON lines: timestamp ms, input_length, output_length, hash_ids)")
+  auto* trace = app.add_option("--trace", s.trace_path, "request trace (JSON lines: timestamp ms, input_length, output_length, hash_ids)")
       ->check(CLI::ExistingFile);
+  app.add_option("--synthetic", s.synthetic,
+                 "instead of --trace, a generated workload: long-doc[:<docs>[:<reads>]] (default 32 documents of "
+                 "32k-128k tokens, each read by 8 requests with a short unique suffix, Poisson arrivals at 0.1/s "
+                 "before --rate or --load; --seed applies)")
+      ->excludes(trace);
+  app.add_option("--requests", s.requests, "replay only the first N requests (after --order; 0: all)")->capture_default_str();
   app.add_option("--validate", cl.validate_path,
                  "instead of simulating: predict the per-policy retrieval times measured in a kvcore_bench or kvbench --json file")
       ->check(CLI::ExistingFile);
@@ -42,7 +48,11 @@ void AddServingOptions(CLI::App& app, CommandLine& cl) {
                  "back from tier 0 alone is copied to the others) | adaptive (idle and reuse)")
       ->capture_default_str();
   app.add_option("--schedule", s.schedule, "bandwidth over time: constant | periodic:<period_s>:<amplitude> (swings the last tier) | replay:<file> (step records as JSON, e.g. kvcore_bench --json, or one line of bytes/s per tier per step)");
-  app.add_option("--rate", s.rate, "arrival-rate scale (2 = twice as fast)")->capture_default_str();
+  auto* rate = app.add_option("--rate", s.rate, "arrival-rate scale (2 = twice as fast)")->capture_default_str();
+  app.add_option("--load", s.load,
+                 "instead of --rate, the arrival-rate scale at which recomputing every prompt in full would keep the "
+                 "node's prefill busy this fraction of the time (e.g. 0.5)")
+      ->excludes(rate);
   app.add_option("--order", s.order_text, "arrival order: recorded | round-robin | random (sessions interleaved)")->capture_default_str();
   app.add_option("--seed", s.seed, "seed for --order random and --nodes gaps")->capture_default_str();
   app.add_option("--policies", s.policies_text,
@@ -63,7 +73,9 @@ void AddServingOptions(CLI::App& app, CommandLine& cl) {
   app.add_option("--max-running", s.node.max_running, "requests admitted at once")->capture_default_str();
   app.add_option("--queue-depth", s.node.queue_depth, "blocks in flight per tier (completion)")->capture_default_str();
   app.add_option("--slo", s.slo_text, "TTFT deadlines in seconds, comma-separated")->capture_default_str();
-  app.add_option("--json", s.json_path, "write the full results as JSON here (--nodes: per node and aggregate)");
+  app.add_option("--json", s.json_path,
+                 "write the full results as JSON here (--nodes: per node and aggregate; the gap across static:g when a "
+                 "static policy runs)");
   app.add_option("--plot-dir", s.plot_dir, "write TTFT CDF and gap-vs-g PNG plots (gnuplot) into this directory");
 }
 
@@ -136,8 +148,8 @@ int Main(int argc, char** argv) {
   if (!cl.nodes.validate_path.empty()) return ValidateNodes(cl.nodes, s.node.queue_depth, s.seed, s.json_path);
   if (cl.nodes.nodes > 0) return RunNodes(cl.nodes, s.node.queue_depth, s.seed, s.json_path);
   if (cl.drives.drives > 0) return RunDrives(cl.drives, s.node.queue_depth, s.seed);
-  if (s.trace_path.empty()) {
-    std::cerr << "kvsim: --trace is required (or --validate, --nodes, --validate-nodes, --drives)\n";
+  if (s.trace_path.empty() && s.synthetic.empty()) {
+    std::cerr << "kvsim: --trace or --synthetic is required (or --validate, --nodes, --validate-nodes, --drives)\n";
     return 2;
   }
   return RunServing(s);

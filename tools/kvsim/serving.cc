@@ -260,6 +260,17 @@ Cut ChooseCut(const NodeConfig& node, const std::vector<kvstream::TierRate>& tie
   return best;
 }
 
+double OfferedLoadRate(const std::vector<Request>& trace, const NodeConfig& node, double load) {
+  if (trace.size() < 2 || !(load > 0)) return 1;
+  const double step_per_token = node.token_budget > 0 ? node.profile.step_base_s / node.token_budget : 0;
+  double work = 0;
+  for (const Request& r : trace) {
+    work += PrefillSeconds(node.profile, r.input_tokens, 0, node.attention) + r.input_tokens * step_per_token;
+  }
+  const double span = trace.back().arrival_s - trace.front().arrival_s;
+  return span > 0 && work > 0 ? load * span / work : 1;
+}
+
 PolicyResult Simulate(const std::vector<Request>& trace, const NodeConfig& node, const Policy& policy) {
   const double block_kv = kTraceBlockTokens * node.profile.kv_bytes_per_token;
   const bool uses_storage = policy.kind != PolicyKind::kRecompute;

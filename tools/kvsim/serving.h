@@ -130,6 +130,11 @@ std::vector<double> WriteBandwidth(const NodeConfig& node, const std::vector<dou
 
 PolicyResult Simulate(const std::vector<Request>& trace, const NodeConfig& node, const Policy& policy);
 
+// The arrival-rate scale at which `trace` offers `load` of the node's compute: its requests'
+// recompute work (every prompt prefilled in full, PrefillSeconds plus its share of step bases;
+// decodes not counted) over its arrival span divided by the rate equals `load`.
+double OfferedLoadRate(const std::vector<Request>& trace, const NodeConfig& node, double load);
+
 // The verdict of one request (docs/design-notes.md, "Load or recompute in kvsim"): its cached
 // prefix, block by block (trace blocks of kTraceBlockTokens), is in memory (bytes 0) or on
 // storage (`bytes` held by the tiers of `holders`). Loading the first h blocks takes L(h), the

@@ -29,7 +29,9 @@ struct ServingSetup {
   std::vector<double> bw;                 // --bw
   std::vector<Replication> replications;  // --replication, in order
   std::vector<Policy> policies;           // --policies, in order
-  std::vector<Request> trace;             // arranged by --rate, --order and --seed
+  std::vector<Request> trace;             // arranged by --rate (or --load), --order and --seed
+  size_t trace_requests = 0;              // in the whole trace, before --requests
+  double rate = 1;                        // the arrival-rate scale applied (--rate, or --load's)
 };
 
 // Parses and checks the options and loads the trace: false, with a message on stderr, when one
@@ -77,8 +79,8 @@ bool Setup(const ServingOptions& o, ServingSetup* setup) {
     std::cerr << "kvsim: --replication needs at least one policy\n";
     return false;
   }
-  if (bw.empty() || std::any_of(bw.begin(), bw.end(), [](double b) { return !(b > 0); }) || o.rate <= 0) {
-    std::cerr << "kvsim: bandwidths and --rate must be positive\n";
+  if (bw.empty() || std::any_of(bw.begin(), bw.end(), [](double b) { return !(b > 0); }) || o.rate <= 0 || o.load < 0) {
+    std::cerr << "kvsim: bandwidths and --rate must be positive (and --load not negative)\n";
     return false;
   }
   if (o.attention_text != "on" && o.attention_text != "off") {
@@ -101,7 +103,17 @@ bool Setup(const ServingOptions& o, ServingSetup* setup) {
     std::cerr << "kvsim: " << sched.status().message() << "\n";
     return false;
   }
-  auto loaded = LoadTrace(o.trace_path);
+  absl::StatusOr<std::vector<Request>> loaded;
+  if (!o.synthetic.empty()) {
+    auto synthetic = ParseSynthetic(o.synthetic);
+    if (synthetic.ok()) {
+      loaded = LongDocTrace(*synthetic, o.seed);
+    } else {
+      loaded = synthetic.status();
+    }
+  } else {
+    loaded = LoadTrace(o.trace_path);
+  }
   if (!loaded.ok()) {
     std::cerr << "kvsim: " << loaded.status().message() << "\n";
     return false;
@@ -110,7 +122,15 @@ bool Setup(const ServingOptions& o, ServingSetup* setup) {
   node.memory_bytes = static_cast<double>(*memory);
   node.bandwidth = *sched;
   node.replication = replications.front();
-  setup->trace = Arrange(*std::move(loaded), o.rate, *order, o.seed);
+  setup->trace_requests = loaded->size();
+  // --requests takes the first arrivals of the arranged trace, and --load is measured on them.
+  setup->rate = o.load > 0 ? 1 : o.rate;
+  setup->trace = Arrange(*std::move(loaded), setup->rate, *order, o.seed);
+  if (o.requests > 0 && o.requests < setup->trace.size()) setup->trace.resize(o.requests);
+  if (o.load > 0) {
+    setup->rate = OfferedLoadRate(setup->trace, node, o.load);
+    for (Request& r : setup->trace) r.arrival_s /= setup->rate;
+  }
   return true;
 }
 
@@ -139,10 +159,13 @@ std::vector<PolicyResult> SimulatePolicies(const ServingSetup& s) {
 }
 
 // Gap of static:g over the bound across g, on the completion policy's per-step demands (two
-// tiers; none otherwise).
-std::vector<std::pair<double, double>> GapVsStaticShare(const ServingSetup& s) {
+// tiers, when a static policy runs or there are plots to draw; none otherwise).
+std::vector<std::pair<double, double>> GapVsStaticShare(const ServingOptions& o, const ServingSetup& s) {
   std::vector<std::pair<double, double>> gap_vs_g;
-  if (s.bw.size() == 2) {
+  const bool wanted = !o.plot_dir.empty() || std::any_of(s.policies.begin(), s.policies.end(), [](const Policy& p) {
+                        return p.kind == PolicyKind::kStatic;
+                      });
+  if (s.bw.size() == 2 && wanted) {
     for (int i = 0; i <= 20; ++i) {
       const double g = i / 20.0;
       gap_vs_g.emplace_back(g, Simulate(s.trace, s.node, Policy{PolicyKind::kStatic, g}).gap);
@@ -155,11 +178,19 @@ std::vector<std::pair<double, double>> GapVsStaticShare(const ServingSetup& s) {
 void PrintReport(const ServingOptions& o, const ServingSetup& s, const Demand& demand, double block_kv,
                  const std::vector<PolicyResult>& results) {
   const NodeConfig& node = s.node;
-  std::printf("kvsim: %zu requests, model %s (%.0f KB/token, TP %u), memory %s, tiers %s B/s (writes %s), "
-              "replication %s, rate x%g, order %s\n",
-              s.trace.size(), o.profile_name.c_str(), node.profile.kv_bytes_per_token / 1e3, node.profile.tp,
-              o.memory_text.c_str(), o.bw_text.c_str(), o.write_bw_text.empty() ? "as reads" : o.write_bw_text.c_str(),
-              o.replication.c_str(), o.rate, o.order_text.c_str());
+  std::string requests = std::to_string(s.trace.size()) + " requests";
+  if (s.trace.size() < s.trace_requests) requests += " (the first of " + std::to_string(s.trace_requests) + ")";
+  char rate[96];
+  std::snprintf(rate, sizeof(rate), "rate x%.4g", s.rate);
+  if (o.load > 0) {
+    std::snprintf(rate, sizeof(rate), "rate x%.4g (--load %g of recomputing every prompt)", s.rate, o.load);
+  }
+  std::printf("kvsim: %s%s, model %s (%.0f KB/token, TP %u), memory %s, tiers %s B/s (writes %s), "
+              "replication %s, %s, order %s\n",
+              o.synthetic.empty() ? "" : ("synthetic " + o.synthetic + ", ").c_str(), requests.c_str(),
+              o.profile_name.c_str(), node.profile.kv_bytes_per_token / 1e3, node.profile.tp, o.memory_text.c_str(),
+              o.bw_text.c_str(), o.write_bw_text.empty() ? "as reads" : o.write_bw_text.c_str(), o.replication.c_str(),
+              rate, o.order_text.c_str());
   std::printf("loads %s; prefill %s\n",
               node.overlap ? "overlap forward passes (--overlap: a request waits for its own load, the others compute)"
                            : "are each step's T_ret, before its forward pass",
@@ -209,13 +240,14 @@ void WriteJson(const ServingOptions& o, const ServingSetup& s, const Demand& dem
                const std::vector<PolicyResult>& results, const std::vector<std::pair<double, double>>& gap_vs_g) {
   const NodeConfig& node = s.node;
   nlohmann::json j;
-  j["trace"] = o.trace_path;
+  j["trace"] = o.synthetic.empty() ? o.trace_path : "synthetic:" + o.synthetic;
+  j["requests"] = s.trace.size();
   j["overlap"] = node.overlap;
   j["attention"] = node.attention;
   j["model"] = o.profile_name;
   j["memory_bytes"] = node.memory_bytes;
   j["bandwidth_bps"] = s.bw;
-  j["rate"] = o.rate;
+  j["rate"] = s.rate;
   j["order"] = o.order_text;
   j["demand"] = {{"reused_bytes", demand.reuses * block_kv}, {"fraction_beyond_memory", demand.fraction()},
                  {"storage_bytes", demand.beyond * block_kv}};
@@ -260,7 +292,7 @@ int RunServing(const ServingOptions& o) {
   const double block_kv = kTraceBlockTokens * s.node.profile.kv_bytes_per_token;
   const Demand demand = TraceDemand(s, block_kv);
   const std::vector<PolicyResult> results = SimulatePolicies(s);
-  const std::vector<std::pair<double, double>> gap_vs_g = GapVsStaticShare(s);
+  const std::vector<std::pair<double, double>> gap_vs_g = GapVsStaticShare(o, s);
   PrintReport(o, s, demand, block_kv, results);
   if (!o.json_path.empty()) WriteJson(o, s, demand, block_kv, results, gap_vs_g);
   if (!o.plot_dir.empty()) Plot(o.plot_dir, results, gap_vs_g);

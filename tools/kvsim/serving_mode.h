@@ -14,6 +14,10 @@ namespace kvsim {
 // the defaults are the command line's).
 struct ServingOptions {
   std::string trace_path;             // --trace: Mooncake JSON lines (LoadTrace)
+  std::string synthetic;              // --synthetic: instead of --trace, ParseSynthetic (LongDocTrace, --seed)
+  uint64_t requests = 0;              // --requests: only the first N requests (after --order); 0: all
+  double load = 0;                    // --load: instead of --rate, the arrival rate that offers this
+                                      //   fraction of the node's recompute capacity (serving.h OfferedLoadRate)
   std::string attention_text = "on";  // --attention: on | off (NodeConfig::attention)
   std::string profile_name = "32B";   // --model: FindProfile
   std::string memory_text = "64GiB";  // --memory: GPU + host KV capacity (kvstream::ParseBytes)
@@ -32,9 +36,10 @@ struct ServingOptions {
   std::string plot_dir;               // --plot-dir: TTFT CDF and gap-vs-g plots (gnuplot); empty: none
 };
 
-// Parses and checks the options, loads and arranges the trace, and simulates every policy (a
-// two-tier one under every replication, a one-tier one once) and, on two tiers, static:g for g in
-// 0, 0.05, ..., 1. Prints the storage demand and one row per policy; writes --json and --plot-dir.
+// Parses and checks the options, loads (or generates) and arranges the trace, and simulates every
+// policy (a two-tier one under every replication, a one-tier one once) and, on two tiers with a
+// static policy among them or --plot-dir, static:g for g in 0, 0.05, ..., 1. Prints the storage
+// demand and one row per policy; writes --json and --plot-dir.
 // Returns 0, or 2 with a message on stderr for a bad option or trace.
 int RunServing(const ServingOptions& o);
 

@@ -8,6 +8,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+
 namespace kvsim {
 
 absl::StatusOr<std::vector<Request>> LoadTrace(const std::string& path) {
@@ -43,6 +46,42 @@ absl::StatusOr<ArrivalOrder> ParseArrivalOrder(const std::string& text) {
   if (text == "round-robin") return ArrivalOrder::kSessionsRoundRobin;
   if (text == "random") return ArrivalOrder::kSessionsRandom;
   return absl::InvalidArgumentError("arrival order '" + text + "' is not one of recorded, round-robin, random");
+}
+
+absl::StatusOr<LongDocOptions> ParseSynthetic(const std::string& text) {
+  const std::vector<std::string> parts = absl::StrSplit(text, ':');
+  LongDocOptions o;
+  bool ok = parts[0] == "long-doc" && parts.size() <= 3;
+  if (ok && parts.size() > 1) ok = absl::SimpleAtoi(parts[1], &o.docs) && o.docs > 0 && o.docs < (1u << 20);
+  if (ok && parts.size() > 2) ok = absl::SimpleAtoi(parts[2], &o.reads) && o.reads > 0 && o.reads < (1u << 20);
+  if (!ok) return absl::InvalidArgumentError("synthetic workload '" + text + "' is not long-doc[:<docs>[:<reads>]]");
+  return o;
+}
+
+std::vector<Request> LongDocTrace(const LongDocOptions& o, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  auto uniform = [&](uint32_t lo, uint32_t hi) { return std::uniform_int_distribution<uint32_t>(lo, hi)(rng); };
+  std::vector<uint32_t> doc_blocks(o.docs);
+  for (uint32_t& b : doc_blocks) b = uniform(o.min_tokens / kTraceBlockTokens, o.max_tokens / kTraceBlockTokens);
+  std::vector<uint32_t> order;
+  for (uint32_t d = 0; d < o.docs; ++d) order.insert(order.end(), o.reads, d);
+  std::shuffle(order.begin(), order.end(), rng);
+  std::exponential_distribution<double> gap(o.rate_rps);
+  std::vector<Request> out;
+  double t = 0;
+  for (size_t j = 0; j < order.size(); ++j) {
+    const uint32_t d = order[j];
+    Request r;
+    r.arrival_s = t;
+    t += gap(rng);
+    for (uint64_t i = 0; i < doc_blocks[d]; ++i) r.blocks.push_back((uint64_t{d} + 1) << 32 | i);
+    r.blocks.push_back(uint64_t{1} << 62 | j);
+    r.input_tokens = doc_blocks[d] * kTraceBlockTokens + uniform(o.min_suffix, o.max_suffix);
+    r.output_tokens = uniform(o.min_output, o.max_output);
+    r.session = d;
+    out.push_back(std::move(r));
+  }
+  return out;
 }
 
 std::vector<Request> Arrange(std::vector<Request> trace, double rate, ArrivalOrder order, uint64_t seed) {

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <map>
 
 #include "model.h"
 #include "reuse.h"
@@ -229,9 +230,9 @@ TEST_CASE("kvsim: adaptive replication never loses to serial or full replication
   }
 }
 
-// --- Prefill cost: the model shapes and attention ---
+// --- Load or recompute: the verdict policy (docs/design-notes.md, "Load or recompute in kvsim") ---
 
-TEST_CASE("kvsim: prefill cost is the weights' linear term plus attention's quadratic one") {
+TEST_CASE("kvsim verdict: prefill cost is the weights' linear term plus attention's quadratic one") {
   const ModelProfile p = *FindProfile("32B");  // Qwen2.5-32B's shape: 64 layers, 40 heads x 128
   REQUIRE(p.layers == 64);
   REQUIRE(p.heads == 40);
@@ -260,7 +261,7 @@ TEST_CASE("kvsim: prefill cost is the weights' linear term plus attention's quad
   }
 }
 
-TEST_CASE("kvsim: the simulated prefill pays the attention term") {
+TEST_CASE("kvsim verdict: the simulated prefill pays the attention term the verdict counts") {
   NodeConfig node;
   node.profile = *FindProfile("32B");
   node.bandwidth = [](uint64_t, double) { return std::vector<double>{2e9, 1e9}; };
@@ -273,8 +274,6 @@ TEST_CASE("kvsim: the simulated prefill pays the attention term") {
   const double without = Simulate({r}, node, {PolicyKind::kRecompute}).ttft_mean;
   CHECK(with - without == Approx(PrefillSeconds(node.profile, 32768, 0) - PrefillSeconds(node.profile, 32768, 0, false)));
 }
-
-// --- Load or recompute: the verdict policy (docs/design-notes.md, "Load or recompute in kvsim") ---
 
 // A cached prefix of `blocks` trace blocks on storage, held by the tiers of `holders`.
 std::vector<HitBlock> StoredPrefix(uint32_t blocks, uint32_t holders, double bytes_per_token) {
@@ -391,6 +390,42 @@ TEST_CASE("kvsim verdict: with overlap a request waiting for its load lets the o
   CHECK(overlapped.retrieval_s == Approx(steps.retrieval_s).epsilon(0.01));
 }
 
+TEST_CASE("kvsim verdict: the long-document workload is seeded, and --load sets the offered work") {
+  auto o = ParseSynthetic("long-doc:4:3");
+  REQUIRE(o.ok());
+  CHECK(o->docs == 4);
+  CHECK(o->reads == 3);
+  CHECK(!ParseSynthetic("long-doc:0").ok());
+  CHECK(!ParseSynthetic("short-doc").ok());
+  const auto a = LongDocTrace(*o, 7), b = LongDocTrace(*o, 7), c = LongDocTrace(*o, 8);
+  REQUIRE(a.size() == 12);
+  bool differ = false;
+  std::map<uint64_t, int> reads;
+  for (size_t i = 0; i < a.size(); ++i) {
+    CHECK(a[i].blocks == b[i].blocks);
+    CHECK(a[i].arrival_s == b[i].arrival_s);
+    differ |= a[i].blocks != c[i].blocks || a[i].arrival_s != c[i].arrival_s;
+    const uint32_t doc_tokens = (a[i].blocks.size() - 1) * kTraceBlockTokens;
+    CHECK(doc_tokens >= 32768);
+    CHECK(doc_tokens <= 131072);
+    CHECK(a[i].input_tokens > doc_tokens);  // a short suffix of its own, in one block
+    CHECK(a[i].input_tokens < doc_tokens + kTraceBlockTokens);
+    CHECK(a[i].blocks.back() >> 62 == 1);
+    ++reads[a[i].blocks[0]];
+    if (i > 0) CHECK(a[i].arrival_s >= a[i - 1].arrival_s);
+  }
+  CHECK(differ);
+  CHECK(reads.size() == 4);
+  for (auto [doc, n] : reads) CHECK(n == 3);
+  // Two requests 10 s apart whose prefill takes w seconds in all: --load 0.5 stretches 10 s to 2w.
+  NodeConfig node;
+  node.profile = *FindProfile("32B");
+  std::vector<Request> two(2);
+  two[1].arrival_s = 10;
+  two[0].input_tokens = two[1].input_tokens = 4096;
+  const double w = 2 * (PrefillSeconds(node.profile, 4096, 0) + 4096 * node.profile.step_base_s / node.token_budget);
+  CHECK(10 / OfferedLoadRate(two, node, 0.5) == Approx(2 * w));
+}
 
 }  // namespace
 }  // namespace kvsim
