@@ -47,7 +47,8 @@ loads="0.5 0.9"
 mode=--overlap
 [ -z "$sequential" ] || mode=""
 
-# run_cell TRACE MODEL GBPS MEMORY LOAD: one kvsim run into $out/cell-NAME.{txt,json}.
+# run_cell TRACE MODEL GBPS MEMORY LOAD: one kvsim run into $out/cell-NAME.{txt,json} (run by xargs).
+# shellcheck disable=SC2317
 run_cell() {
   local trace=$1 model=$2 gbps=$3 memory=$4 load=$5 input bw
   local name="$trace-$model-$gbps-$memory-$load"
