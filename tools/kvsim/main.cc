@@ -68,7 +68,7 @@ void AddServingOptions(CLI::App& app, CommandLine& cl) {
                  "prefill pays attention's quadratic term (4 x layers x heads x head_dim flops per causal token pair): "
                  "on | off")
       ->capture_default_str();
-  app.add_option("--staging", s.staging_text, "staging memory for deferred writes; beyond it a step waits for writes")->capture_default_str();
+  app.add_option("--staging", s.staging_text, "staging memory for deferred writes; beyond it a step waits for writes (verdict drops new KV instead)")->capture_default_str();
   app.add_option("--token-budget", s.node.token_budget, "tokens per step")->capture_default_str();
   app.add_option("--max-running", s.node.max_running, "requests admitted at once")->capture_default_str();
   app.add_option("--queue-depth", s.node.queue_depth, "blocks in flight per tier (completion)")->capture_default_str();
