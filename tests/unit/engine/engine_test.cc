@@ -8,6 +8,7 @@
 #include <cstring>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "sim_rig.h"
 
 namespace kvstream::testing {
@@ -144,6 +145,27 @@ TEST_CASE("a read-only tier gets no replicas but is read, a tier out of reach is
   PassTierCheck(rig);
   CHECK(rig.engine->Stats().tiers[1].readable);
   CHECK(rig.engine->Stats().tiers[1].writable);
+}
+
+TEST_CASE("a persist that finds staging full is dropped and counted under when_full drop, refused under wait") {
+  for (const bool drop : {true, false}) {
+    INFO("drop " << drop);
+    StoreConfig config;
+    config.staging_limit_bytes = 6 * kBlock;
+    config.staging_drop_when_full = drop;
+    SimRig rig({300 * MBps}, config);
+    rig.clock->Pause();  // nothing is written: staging stays full
+    const std::vector<uint8_t> data(4 * kBlock, 1);
+    REQUIRE(rig.engine->TryPersist("a", data.data(), data.size()).ok());
+    const absl::Status second = rig.engine->TryPersist("b", data.data(), data.size());
+    CHECK(absl::IsResourceExhausted(second));
+    CHECK(absl::StrContains(second.message(), "dropped") == drop);
+    const StoreStats stats = rig.engine->Stats();
+    CHECK(stats.persists_dropped == (drop ? 1u : 0u));
+    CHECK(stats.persist_dropped_bytes == (drop ? data.size() : 0u));
+    CHECK_FALSE(rig.engine->Lookup({"b"})[0].present);  // nothing of it was kept
+    rig.clock->Resume();
+  }
 }
 
 }  // namespace
