@@ -35,6 +35,17 @@ def config(extra: dict) -> HiCacheStorageConfig:
                                 model_name="bench/32B", extra_config=extra)
 
 
+def host_pool(tokens: int, page_size: int, heads: int, head_dim: int, layers: int) -> MHATokenToKVPoolHost:
+    """SGLang's real host KV pool (page_first, shared memory as `allocator: shm` makes it) of twice
+    `tokens`, behind a CPU device pool of `tokens`."""
+    device = MHATokenToKVPool(tokens, page_size, torch.bfloat16, heads, head_dim, layers, "cpu", False,
+                              start_layer=0, end_layer=layers)
+    return MHATokenToKVPoolHost(device.get_device_pool_infos()[0].buffer_info, 2.0, 0, page_size, "page_first",
+                                pin_memory=False, device="cpu", allocator_type="shm",
+                                device_capacity_tokens=device.size, start_layer=0, end_layer=layers,
+                                write_back_staging=device.hicache_write_back_staging)
+
+
 def drop_page_cache() -> None:
     os.sync()
     with open("/proc/sys/vm/drop_caches", "w") as f:
@@ -57,12 +68,7 @@ def main() -> None:
     a = ap.parse_args()
 
     tokens = a.pages * a.page_size
-    device = MHATokenToKVPool(tokens, a.page_size, torch.bfloat16, a.heads, a.head_dim, a.layers, "cpu", False,
-                              start_layer=0, end_layer=a.layers)
-    host = MHATokenToKVPoolHost(device.get_device_pool_infos()[0].buffer_info, 2.0, 0, a.page_size, "page_first",
-                                pin_memory=False, device="cpu", allocator_type="shm",
-                                device_capacity_tokens=device.size, start_layer=0, end_layer=a.layers,
-                                write_back_staging=device.hicache_write_back_staging)
+    host = host_pool(tokens, a.page_size, a.heads, a.head_dim, a.layers)
     page_bytes = host.get_size_per_token() * a.page_size
     keys = [f"{i:064x}" for i in range(a.pages)]
     src = host.alloc(tokens)

@@ -50,16 +50,17 @@ from kvbench_runs import kvbench_runs
 _engines = itertools.count()
 
 
-def make_manager(args: argparse.Namespace, tier: Dict[str, Any]) -> Any:
-    row = args.chunk_mib << 20
+def make_manager(row: int, rows: int, tier: Dict[str, Any], tokens_per_chunk: int = 16) -> Any:
+    """vLLM's TieringOffloadingManager (scheduler side) with a CPU tier of `rows` chunks of `row`
+    bytes (one block of `tokens_per_chunk` tokens each) and `tier` as its one secondary tier."""
     config = OffloadingConfig(
-        groups=(OffloadingGroupConfig(tokens_per_block=16, layer_names=("l0",), group_id=0),),
+        groups=(OffloadingGroupConfig(tokens_per_block=tokens_per_chunk, layer_names=("l0",), group_id=0),),
         worker_kv_bytes_per_block=row,
         enable_kv_cache_events=False,
-        extra_config={"cpu_bytes_to_use": 2 * args.requests * args.chunks * row, "secondary_tiers": [tier]},
+        extra_config={"cpu_bytes_to_use": rows * row, "secondary_tiers": [tier]},
         engine_id=f"bench{os.getpid()}x{next(_engines)}",
         model=OffloadingModelConfig(name="bench/model", dtype="bfloat16"),
-        cache=OffloadingCacheConfig(tokens_per_hash=16, blocks_per_chunk=1),
+        cache=OffloadingCacheConfig(tokens_per_hash=tokens_per_chunk, blocks_per_chunk=1),
         parallel=OffloadingParallelConfig(rank=0, world_size=1, tp_size=1, pp_size=1, pcp_size=1, dcp_size=1,
                                           data_parallel_index=0, data_parallel_size=1, data_parallel_rank_local=None,
                                           is_parallelism_agnostic=False))
@@ -172,7 +173,7 @@ def main() -> int:
     managers: Dict[str, Any] = {}
     views: Dict[str, np.ndarray] = {}  # each manager's CPU tier, as the workers would write it
     for name, tier in backends.items():
-        manager = make_manager(args, tier)
+        manager = make_manager(args.chunk_mib << 20, 2 * args.requests * args.chunks, tier)
         rows = np.frombuffer(manager.primary_tier.get_kv_memoryview(), dtype=np.uint8).reshape(
             -1, args.chunk_mib << 20)
         start = time.perf_counter()
