@@ -5,8 +5,9 @@
 # kvstreamd (its default configuration) on ONE disk-backed tierlab tier whose read cap steps through
 # --caps (default 300,100,30,10 MB/s). Per engine (tools/bench/bench_verdict_engines.py): one
 # request's prefix (16 chunks of 4 MiB, 256 tokens each) stored once through the engine; per cap,
-# after untimed one-chunk loads that let the daemon measure the tier at the new cap, the TTFT of
-# three modes (medians of --reps):
+# after 13 untimed loads of about 0.5 s each that let the daemon measure the tier at the new cap
+# (its estimate is a moving average over steps; shorter steps ride the blkio throttle's burst),
+# the TTFT of three modes (medians of --reps, each timed load after the same 0.3 s pause):
 #   verdict        the engine's lookup picks h hits: measured lookup + load of h chunks, plus the
 #                  predicted compute of the rest (after h cached);
 #   load-all       the verdict off: measured lookup + load of every chunk;
@@ -17,7 +18,7 @@
 # each engine as its own recompute settings.
 # Checks per engine: TTFT(verdict) <= 1.05 x min(load-all, recompute-all) at every cap, and the hits
 # never grow as the cap drops, all at the first cap, at most 2 at the last. Prints a table per
-# engine; exit status 1 when a check fails. About 3 minutes on 2 cores.
+# engine; exit status 1 when a check fails. About 4 minutes on 2 cores.
 #
 # One tier, not two: the check is whether the verdict follows ONE tier's bandwidth as it drops; with
 # a second tier the daemon's placement (replication, completion routing) would also decide what a

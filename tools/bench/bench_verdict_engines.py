@@ -6,18 +6,21 @@ lookup and load path, on CPU, against kvstreamd on a tierlab tier whose read cap
 One request's prefix of --chunks chunks (--chunk-mib MiB and --chunk-tokens tokens each) is stored
 once through the engine's store path. Then, per read cap (--caps, set with `tierlab cap`):
 
-  warm-up     --warmup-steps untimed loads of one chunk each through the engine's load path with
-              the verdict off, so that the daemon measures the tier at the new cap: its estimate is
-              a moving average over steps (a quarter weight each), so it takes steps, not bytes, to
-              forget the old cap;
+  warm-up     --warmup-steps untimed loads through the engine's load path with the verdict off, so
+              that the daemon measures the tier at the new cap: its estimate is a moving average
+              over steps (a quarter weight each), so it takes steps, not bytes, to forget the old
+              cap; each reads the prefix's first chunks for about --warmup-seconds at the cap
+              (warmup_chunks: shorter steps ride the blkio throttle's burst);
   verdict     the engine's lookup with the verdict on picks h hit chunks; TTFT = the measured wall
               time of that lookup and the load of those h chunks through the engine's path, plus the
               predicted compute of the other m - h chunks after h cached;
   load-all    the same with the verdict off: every chunk loads, nothing is computed;
   recompute-all  the predicted compute of the whole prefix (no lookup, no load).
 
-verdict and load-all alternate over --reps repetitions (medians reported). The tokens after the
-prefix are computed in every mode alike and left out.
+verdict and load-all alternate over --reps repetitions (medians reported), each after the same
+idle --pause: the blkio throttle works in slices of about 100 ms, and whether a load starts on a
+fresh slice (with a slice's bytes at once) would otherwise be chance, +-0.1 s a load. The tokens
+after the prefix are computed in every mode alike and left out.
 
 The fake compute clock: "computing" n tokens after c cached adds RecomputeModel.seconds(n, c) to the
 emulated TTFT (nothing sleeps). The model is kvstream.recompute's, built from the same settings the
@@ -370,6 +373,14 @@ def set_cap(args: argparse.Namespace, mbps: float) -> None:
                    stdout=subprocess.DEVNULL)
 
 
+def warmup_chunks(args: argparse.Namespace, cap_mbps: float) -> int:
+    """Chunks in a warm-up step at `cap_mbps`: enough for --warmup-seconds of reading at the cap
+    (at most the prefix). The blkio throttle dispatches in slices of about 100 ms and, after a
+    pause, grants a slice's bytes at once: a step of a slice or two reads above the cap, and the
+    daemon would take that burst for the tier's bandwidth."""
+    return max(1, min(args.chunks, math.ceil(cap_mbps * 1e6 * args.warmup_seconds / (args.chunk_mib << 20))))
+
+
 def estimate(control: Any, names: Sequence[str]) -> float:
     """The daemon's estimate of loading the whole prefix now (what the verdict is told)."""
     entries, _ = control.lookup(list(names), estimate_load=True)
@@ -384,14 +395,19 @@ def sweep(args: argparse.Namespace, engine: Any, model: RecomputeModel) -> List[
     with kvstream.Client.connect(args.socket) as control:
         for cap in args.caps:
             set_cap(args, cap)
-            for step in range(args.warmup_steps):  # the daemon measures the tier at this cap
-                engine.load(False, step % m, 1)
+            # The daemon measures the tier at this cap (see warmup_chunks).
+            for _ in range(args.warmup_steps):
+                engine.load(False, 0, warmup_chunks(args, cap))
             est, hits, ttft_v, ttft_l = [], [], [], []
             for _ in range(args.reps):
+                # The same pause before every timed load: each starts on a fresh throttle slice
+                # (with back-to-back loads, whether one does is chance: +-1 slice, 0.1 s).
+                time.sleep(args.pause)
                 est.append(estimate(control, names))
                 h, took = engine.load(True)
                 hits.append(h)
                 ttft_v.append(took + model.seconds((m - h) * tokens, h * tokens))
+                time.sleep(args.pause)
                 h_all, took = engine.load(False)
                 if h_all != m:
                     raise RuntimeError(f"load-all loaded {h_all} of {m} chunks")
@@ -454,7 +470,12 @@ def main() -> int:
     p.add_argument("--crossover-mbps", type=float, default=40.0,
                    help="the read rate at which loading the prefix takes as long as recomputing it")
     p.add_argument("--reps", type=int, default=3)
-    p.add_argument("--warmup-steps", type=int, default=16, help="untimed one-chunk loads after each cap change")
+    p.add_argument("--warmup-steps", type=int, default=13,
+                   help="untimed loads after each cap change (the daemon's moving average keeps 0.75^N of the old cap)")
+    p.add_argument("--warmup-seconds", type=float, default=0.5,
+                   help="each warm-up load reads this long at the cap (at most the whole prefix)")
+    p.add_argument("--pause", type=float, default=0.3,
+                   help="seconds idle before each timed load (longer than a blkio throttle slice)")
     p.add_argument("--tolerance", type=float, default=1.05)
     p.add_argument("--few", type=int, default=2, help="most hits allowed at the last cap")
     p.add_argument("--json", help="write the results here")
