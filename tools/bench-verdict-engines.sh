@@ -5,7 +5,7 @@
 # kvstreamd (its default configuration) on ONE disk-backed tierlab tier whose read cap steps through
 # --caps (default 300,100,30,10 MB/s). Per engine (tools/bench/bench_verdict_engines.py): one
 # request's prefix (16 chunks of 4 MiB, 256 tokens each) stored once through the engine; per cap,
-# after 13 untimed loads of about 0.5 s each that let the daemon measure the tier at the new cap
+# after 20 untimed loads of about 0.5 s each that let the daemon measure the tier at the new cap
 # (its estimate is a moving average over steps; shorter steps ride the blkio throttle's burst),
 # the TTFT of three modes (medians of --reps, each timed load after the same 0.3 s pause):
 #   verdict        the engine's lookup picks h hits: measured lookup + load of h chunks, plus the

@@ -470,7 +470,7 @@ def main() -> int:
     p.add_argument("--crossover-mbps", type=float, default=40.0,
                    help="the read rate at which loading the prefix takes as long as recomputing it")
     p.add_argument("--reps", type=int, default=3)
-    p.add_argument("--warmup-steps", type=int, default=13,
+    p.add_argument("--warmup-steps", type=int, default=20,
                    help="untimed loads after each cap change (the daemon's moving average keeps 0.75^N of the old cap)")
     p.add_argument("--warmup-seconds", type=float, default=0.5,
                    help="each warm-up load reads this long at the cap (at most the whole prefix)")
