@@ -18,7 +18,7 @@
 # each engine as its own recompute settings.
 # Checks per engine: TTFT(verdict) <= 1.05 x min(load-all, recompute-all) at every cap, and the hits
 # never grow as the cap drops, all at the first cap, at most 2 at the last. Prints a table per
-# engine; exit status 1 when a check fails. About 4 minutes on 2 cores.
+# engine; exit status 1 when a check fails. About 4.5 minutes on 2 cores.
 #
 # One tier, not two: the check is whether the verdict follows ONE tier's bandwidth as it drops; with
 # a second tier the daemon's placement (replication, completion routing) would also decide what a
