@@ -28,6 +28,42 @@ double TotalSeconds(const Run& run) {
   return seconds;
 }
 
+std::vector<double> EstimateErrors(const Run& run, size_t* unknown) {
+  std::vector<double> errors;
+  size_t nan = 0;
+  for (const StepSample& s : run.steps) {
+    if (!s.estimated || !(s.seconds > 0)) continue;
+    if (std::isnan(s.estimate_seconds)) {
+      ++nan;
+    } else {
+      errors.push_back((s.estimate_seconds - s.seconds) / s.seconds);
+    }
+  }
+  if (unknown) *unknown = nan;
+  return errors;
+}
+
+EstimateSummary SummarizeErrors(const std::vector<double>& errors, size_t unknown) {
+  EstimateSummary e;
+  e.steps = errors.size();
+  e.unknown = unknown;
+  std::vector<double> abs;
+  for (double x : errors) abs.push_back(std::abs(x));
+  e.median_abs = Percentile(abs, 0.5);
+  e.p90_abs = Percentile(abs, 0.9);
+  e.median = Percentile(errors, 0.5);
+  return e;
+}
+
+std::optional<EstimateSummary> SummarizeEstimate(const Run& run) {
+  if (std::none_of(run.steps.begin(), run.steps.end(), [](const StepSample& s) { return s.estimated; })) {
+    return std::nullopt;
+  }
+  size_t unknown = 0;
+  const std::vector<double> errors = EstimateErrors(run, &unknown);
+  return SummarizeErrors(errors, unknown);
+}
+
 std::vector<double> StepBounds(const Run& run, const std::vector<const Run*>& alone) {
   std::vector<double> bounds(run.steps.size(), 0);
   for (size_t i = 0; i < run.steps.size(); ++i) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,11 @@ struct StepSample {
   std::vector<uint64_t> tier_bytes_written = {};
   uint64_t new_bytes = 0;  // of new KV persisted (once)
   double write_stall_seconds = 0;
+  // With --estimate: the daemon's load estimate for the step, asked just before it (one Lookup with
+  // estimate_load over every rank's keys of the step: its last entry's load_seconds); NaN where the
+  // daemon had none (a tier not measured yet).
+  bool estimated = false;
+  double estimate_seconds = 0;
 };
 
 struct Run {
@@ -60,5 +66,23 @@ double Bandwidth(const Run& run);
 
 // Sum of a run's step times.
 double TotalSeconds(const Run& run);
+
+// The load estimate against the step's measured time (StepSample::seconds, kvbench's own: from
+// the release of the ranks to the last rank's reply), over the steps of a run that were estimated:
+// error = (estimate - seconds) / seconds. A NaN estimate (the daemon had none) is counted apart,
+// not as an error; an infinite one (the daemon saw no tier able to serve) is an infinite error.
+struct EstimateSummary {
+  size_t steps = 0;        // estimated, with an estimate (the errors' count)
+  size_t unknown = 0;      // estimated, answered NaN
+  double median_abs = 0;   // median |error|
+  double p90_abs = 0;      // 90th percentile of |error|
+  double median = 0;       // median signed error: the bias (< 0: the estimate is short)
+};
+// Each estimated step's signed error, in step order; `unknown` (when given) counts the NaN ones.
+std::vector<double> EstimateErrors(const Run& run, size_t* unknown = nullptr);
+// Of the errors (nearest-rank percentiles, as Percentile).
+EstimateSummary SummarizeErrors(const std::vector<double>& errors, size_t unknown = 0);
+// None when no step of the run was estimated.
+std::optional<EstimateSummary> SummarizeEstimate(const Run& run);
 
 }  // namespace kvbench

@@ -48,6 +48,7 @@ struct Options {
   std::string read_into = "arena", key_prefix;
   bool allow_buffered = false, dry_run = false, no_alone = false, no_populate = false, alone_writes = false;
   bool background_writes = false;
+  bool estimate = false;
 };
 
 void AddOptions(CLI::App& app, Options& o) {
@@ -96,6 +97,11 @@ void AddOptions(CLI::App& app, Options& o) {
                "the runs with writes do not wait for a step's new chunks to be durable: each step's persists go on "
                "in the background while the next steps read (with --write-gap 0, reads that never pause); the "
                "report gives each run's persist times (call to durable) and its read loss against completion+idle");
+  app.add_flag("--estimate", o.estimate,
+               "before each measured step, ask the daemon's load estimate (one Lookup with estimate_load over every "
+               "rank's keys of the step, as a client would before retrieving) and report, per run, its error against "
+               "the step's time measured here (release of the ranks to the last reply): median and 90th percentile of "
+               "|estimate - time| / time and the median signed error");
   app.add_option("--json", o.json, "write the results as JSON to this file");
   app.add_option("--plot", o.plot, "write a PNG plot (per-step time vs bound, tier share) to this file");
   app.add_option("--check", o.check, "exit 3 if the completion policy's gap exceeds this (e.g. 0.03)");
@@ -249,6 +255,7 @@ int Main(int argc, char** argv) {
     }
   }
   bench.WarmUpEachRun(o.warm_up);
+  bench.EstimateEachStep(o.estimate);
   sync();
   std::this_thread::sleep_for(std::chrono::seconds(o.settle));
   std::vector<double> drains;

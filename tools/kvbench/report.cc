@@ -1,5 +1,6 @@
 #include "report.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 
@@ -18,6 +19,9 @@ nlohmann::json RunJson(const Run& run, const Summary& s, const std::vector<doubl
     const StepSample& st = run.steps[i];
     nlohmann::json step = {{"seconds", st.seconds}, {"bytes", st.bytes}, {"tier_bytes", st.tier_bytes},
                            {"bound_seconds", bounds[i]}, {"daemon_cpu_seconds", st.daemon_cpu_seconds}};
+    if (st.estimated) {  // null: the daemon had none (NaN)
+      step["estimate_seconds"] = std::isnan(st.estimate_seconds) ? nlohmann::json(nullptr) : nlohmann::json(st.estimate_seconds);
+    }
     if (st.cycle_seconds > 0) {  // a run with writes
       step.update({{"cycle_seconds", st.cycle_seconds}, {"tier_bytes_written", st.tier_bytes_written},
                    {"new_bytes", st.new_bytes}, {"write_stall_seconds", st.write_stall_seconds}});
@@ -25,6 +29,10 @@ nlohmann::json RunJson(const Run& run, const Summary& s, const std::vector<doubl
     j["steps"].push_back(std::move(step));
   }
   if (!run.persist_seconds.empty()) j["persist_seconds"] = run.persist_seconds;
+  if (const auto e = SummarizeEstimate(run)) {
+    j["estimate"] = {{"steps", e->steps}, {"unknown", e->unknown}, {"median_abs_error", e->median_abs},
+                     {"p90_abs_error", e->p90_abs}, {"median_error", e->median}};
+  }
   return j;
 }
 
@@ -132,6 +140,24 @@ void PrintReplication(std::FILE* out, const BenchResults& results) {
   }
 }
 
+// The runs with --estimate: the daemon's load estimate before each step against the step's time.
+void PrintEstimates(std::FILE* out, const BenchResults& results) {
+  bool header = false;
+  for (const Run& r : results.runs) {
+    const auto e = SummarizeEstimate(r);
+    if (!e) continue;
+    if (!header) {
+      std::fprintf(out, "\nload estimate (a Lookup with estimate_load over every rank's keys just before each step) "
+                        "against the step's time here (release of the ranks to the last reply):\n"
+                        "%-26s %6s %8s %12s %10s %8s\n",
+                   "run", "steps", "unknown", "median|err|", "p90|err|", "bias");
+      header = true;
+    }
+    std::fprintf(out, "%-26s %6zu %8zu %11.1f%% %9.1f%% %+7.1f%%\n", r.label.c_str(), e->steps, e->unknown,
+                 100 * e->median_abs, 100 * e->p90_abs, 100 * e->median);
+  }
+}
+
 }  // namespace
 
 Analysis Analyze(const BenchResults& results) {
@@ -174,6 +200,7 @@ void PrintReport(std::FILE* out, const BenchResults& results, const Analysis& an
   PrintTable(out, results, analysis);
   PrintReadsWithWrites(out, results, analysis);
   PrintReplication(out, results);
+  PrintEstimates(out, results);
 }
 
 nlohmann::json ToJson(const BenchResults& results, const Analysis& analysis) {

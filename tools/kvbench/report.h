@@ -46,11 +46,13 @@ void PrintHeader(std::FILE* out, const Workload& workload, uint32_t ranks, const
 
 // The report: average step size, each tier's bandwidth alone and, with a completion run, together;
 // fio against the first tier alone and every tier at once; one table row per run; reads of each completion+writes:<w>
-// run against completion+idle.
+// run against completion+idle; the replication runs; and, for the runs with load estimates (--estimate), their
+// steps, median and 90th percentile of |estimate - time| / time and the median signed error (the bias).
 void PrintReport(std::FILE* out, const BenchResults& results, const Analysis& analysis);
 
 // The --json document: the results' fields and, per run, its summary and per-step samples and
-// bounds.
+// bounds; with load estimates, each step's estimate_seconds (null: none) and the run's "estimate"
+// (steps, unknown, median_abs_error, p90_abs_error, median_error).
 nlohmann::json ToJson(const BenchResults& results, const Analysis& analysis);
 
 // Per-step time against the bound and the first tier's share per step, one line per run but the

@@ -234,6 +234,15 @@ absl::StatusOr<Run> Bench::Measure(const RunSpec& spec, const StepHook& hook) {
       join_background();
       return before.status();
     }
+    std::optional<double> estimate;
+    if (estimate_) {
+      auto e = EstimateStep(step);
+      if (!e.ok()) {
+        join_background();
+        return absl::Status(e.status().code(), absl::StrCat(spec.label, " step ", s, ": estimate: ", e.status().message()));
+      }
+      estimate = *e;
+    }
     auto times = RunStep(step, spec.with_writes ? std::optional<size_t>(run_index) : std::nullopt, &persists,
                          spec.background_writes ? &background : nullptr);
     if (!times.ok()) {
@@ -247,6 +256,10 @@ absl::StatusOr<Run> Bench::Measure(const RunSpec& spec, const StepHook& hook) {
     sample.seconds = times->reads;
     sample.bytes = step.reads.size() * ranks_.size() * w_.chunk_bytes;
     sample.daemon_cpu_seconds = after->process_cpu_seconds - before->process_cpu_seconds;
+    if (estimate) {
+      sample.estimated = true;
+      sample.estimate_seconds = *estimate;
+    }
     for (size_t t = 0; t < after->tiers.size(); ++t) {
       sample.tier_bytes.push_back(after->tiers[t].bytes_read - before->tiers[t].bytes_read);
       sample.tier_bytes_written.push_back(after->tiers[t].bytes_written - before->tiers[t].bytes_written);
@@ -265,6 +278,24 @@ absl::StatusOr<Run> Bench::Measure(const RunSpec& spec, const StepHook& hook) {
   }
   run.persist_seconds = std::move(persists.seconds);
   return run;
+}
+
+absl::StatusOr<double> Bench::EstimateStep(const BenchStep& step) {
+  std::vector<std::string> keys;
+  for (uint32_t r = 0; r < ranks_.size(); ++r) {
+    for (const std::string& id : step.reads) keys.push_back(RankKey(id, r));
+  }
+  if (keys.empty()) return 0.0;
+  std::vector<double> load;
+  auto found = control_->Lookup(keys, nullptr, 0, &load);
+  if (!found.ok()) return found.status();
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!(*found)[i].present) return absl::NotFoundError(keys[i] + " is not stored");
+  }
+  if (load.size() != keys.size()) {
+    return absl::InternalError(absl::StrCat("the daemon answered ", load.size(), " load estimates for ", keys.size(), " keys"));
+  }
+  return load.back();
 }
 
 void Bench::PersistLog::Add(const absl::StatusOr<double>& persisted) {

@@ -68,6 +68,11 @@ class Bench {
   // previous policy left it, and that credit lasts about a run (docs/design-notes.md).
   void WarmUpEachRun(bool on) { warm_up_ = on; }
 
+  // From now on, before each measured step (after its hook and idle time, as a client would before
+  // retrieving), one Lookup with the daemon's load estimate over every rank's keys of the step;
+  // the last entry's load_seconds is the step's estimate (StepSample::estimate_seconds).
+  void EstimateEachStep(bool on) { estimate_ = on; }
+
   // Runs every step under `spec`; `hook` (if any) runs before each step (of the warm-up pass too).
   absl::StatusOr<Run> Measure(const RunSpec& spec, const StepHook& hook);
 
@@ -121,6 +126,9 @@ class Bench {
   };
   absl::StatusOr<StepTimes> RunStep(const BenchStep& step, std::optional<size_t> write_run, PersistLog* log = nullptr,
                                     std::vector<std::thread>* background = nullptr);
+  // The daemon's load estimate for every rank's reads of `step` (EstimateEachStep); fails when a
+  // chunk is not stored (the estimate would not cover the step).
+  absl::StatusOr<double> EstimateStep(const BenchStep& step);
   // One chunk drain of MeasureChunkDrains: `probe` under `routing`.
   absl::StatusOr<double> MeasureChunkDrain(const std::string& routing, const BenchStep& probe, int pairs);
   void RestorePolicies(const kvstream::Policies& policies);
@@ -148,6 +156,7 @@ class Bench {
   std::vector<std::vector<std::string>> locked_;  // per rank: keys this Bench locked
   size_t runs_measured_ = 0;
   bool warm_up_ = false;
+  bool estimate_ = false;
   kvstream::Client* control_;
   Workload w_;
   size_t read_slots_;

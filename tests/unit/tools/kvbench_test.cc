@@ -2,6 +2,7 @@
 // its workloads, its run planning, and its report (text, JSON, --check verdict).
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -329,6 +330,65 @@ TEST_CASE("a run with writes prints its read loss and its persists' median, 95th
   const nlohmann::json j = ToJson(results, Analyze(results));
   CHECK(j.at("runs").back().at("persist_seconds").size() == 20);
   CHECK_FALSE(j.at("runs").front().contains("persist_seconds"));
+}
+
+// A completion run whose steps were estimated: 1 s each, estimates off by the given fractions.
+Run EstimatedRun(const std::vector<double>& errors) {
+  Run run{"completion", {}};
+  for (double e : errors) {
+    StepSample s{1.0, 100'000'000, {60'000'000, 40'000'000}, 0.015};
+    s.estimated = true;
+    s.estimate_seconds = 1.0 + e;
+    run.steps.push_back(s);
+  }
+  return run;
+}
+
+TEST_CASE("a load estimate's error is against the step's time, NaN estimates counted apart") {
+  Run run = EstimatedRun({0.05, -0.02, 0.10, -0.30, 0.01, 0.0, -0.04, 0.20, 0.03, -0.01});
+  run.steps[2].seconds = 2.0;  // estimate 1.1 s against 2 s: -45%
+  run.steps.push_back(run.steps[0]);
+  run.steps.back().estimate_seconds = NAN;
+  run.steps.push_back(run.steps[0]);
+  run.steps.back().estimated = false;  // not asked: neither an error nor unknown
+  size_t unknown = 0;
+  const std::vector<double> errors = EstimateErrors(run, &unknown);
+  REQUIRE(errors.size() == 10);
+  CHECK(unknown == 1);
+  CHECK(errors[2] == Approx(-0.45));
+  const auto e = SummarizeEstimate(run);
+  REQUIRE(e.has_value());
+  CHECK(e->steps == 10);
+  CHECK(e->unknown == 1);
+  // |errors| sorted: 0 .01 .01 .02 .03 .04 .05 .2 .3 .45 -> the 5th and the 9th
+  CHECK(e->median_abs == Approx(0.03));
+  CHECK(e->p90_abs == Approx(0.30));
+  // signed, sorted: -.45 -.3 -.04 -.02 -.01 0 .01 .03 .05 .2 -> the 5th
+  CHECK(e->median == Approx(-0.01));
+  CHECK_FALSE(SummarizeEstimate(HandMadeResults().runs[2]).has_value());
+}
+
+TEST_CASE("runs with load estimates print their errors and write them and each step's estimate to the JSON") {
+  BenchResults results = HandMadeResults();
+  results.runs.push_back(EstimatedRun({0.05, -0.10, NAN}));
+  const std::string printed = Printed([&](std::FILE* out) { PrintReport(out, results, Analyze(results)); });
+  CHECK(printed.find("\nload estimate (a Lookup with estimate_load over every rank's keys just before each step) "
+                     "against the step's time here (release of the ranks to the last reply):\n"
+                     "run                         steps  unknown  median|err|   p90|err|     bias\n"
+                     "completion                      2        1         5.0%      10.0%   -10.0%\n") !=
+        std::string::npos);
+  const nlohmann::json j = ToJson(results, Analyze(results));
+  const nlohmann::json& estimated = j.at("runs").back();
+  CHECK(estimated.at("estimate").at("steps") == 2);
+  CHECK(estimated.at("estimate").at("unknown") == 1);
+  CHECK(estimated.at("estimate").at("p90_abs_error").get<double>() == Approx(0.10));
+  CHECK(estimated.at("steps")[0].at("estimate_seconds").get<double>() == Approx(1.05));
+  CHECK(estimated.at("steps")[2].at("estimate_seconds").is_null());  // NaN
+  CHECK_FALSE(j.at("runs").front().contains("estimate"));
+  CHECK_FALSE(j.at("runs").front().at("steps")[0].contains("estimate_seconds"));
+  results.runs.pop_back();
+  CHECK(Printed([&](std::FILE* out) { PrintReport(out, results, Analyze(results)); }).find("load estimate") ==
+        std::string::npos);
 }
 
 TEST_CASE("a percentile is the smallest value with at least that share at or below it") {
