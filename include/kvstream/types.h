@@ -134,7 +134,7 @@ struct TierStats {
   bool readable = true;         // false: the tier is out of reach (unmounted, replaced)
   bool writable = true;         // false: out of reach or read-only
   std::string condition;        // why not, or ""
-  double reference_bandwidth_bps = 0;  // moving average of achieved step bandwidth
+  double reference_bandwidth_bps = 0;  // bytes over busy time in recent steps (moving averages)
 };
 
 // The counters of tier_counters.h as data: each one's name, its metric, labels and help, and its

@@ -74,7 +74,8 @@ struct Tier {
   TierCounters counters;
   LogLimiter write_log;  // failed writes (loop thread)
   LogLimiter read_log;   // failed reads (loop thread)
-  std::atomic<double> reference_bps{0};  // moving average of the bandwidth achieved in steps
+  // Its bandwidth in recent steps: bytes over busy time, both moving averages (ReferenceRate).
+  std::atomic<double> reference_bps{0};
   std::atomic<bool> stalled{false};      // a read is past its deadline: the tier claims nothing new
   // What the load estimate (Engine::LoadSeconds) reads besides the above, published by the loop
   // each turn: a read's usual time from issue to landing (0 before one landed), and the issue

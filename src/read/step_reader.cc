@@ -23,7 +23,8 @@ StepReader::StepReader(const StoreConfig& config, const Tiers& tiers, GuardedInd
       counters_(counters),
       on_step_finished_(std::move(on_step_finished)),
       deadlines_(config, tiers.size()),
-      pace_(tiers.size()) {}
+      pace_(tiers.size()),
+      reference_(tiers.size()) {}
 
 absl::Status StepReader::Init() {
   const size_t block = config_.block_size;
@@ -384,15 +385,13 @@ void StepReader::Finish(ReadStep* step) {
   step->end_ns = std::max(reactor_->NowNs(), step->start_ns + 1);
   pool_->Remove(step);
   for (TierUse& use : step->use) use.StepEnded(step->end_ns);
-  std::vector<double> reference(tiers_.size());
-  for (size_t t = 0; t < tiers_.size(); ++t) reference[t] = tiers_[t]->reference_bps;
   std::vector<ChunkResult> results;
   results.reserve(step->reads.size());
   for (const ReadChunk& c : step->reads) results.push_back(c.result);
   StepRecord rec = MakeStepRecord({&results, &step->use, &tier_names_, step->eligible,
                                    step->end_ns - step->start_ns, step->policies, step->estimate_seconds},
-                                  &reference);
-  for (size_t t = 0; t < tiers_.size(); ++t) tiers_[t]->reference_bps = reference[t];
+                                  &reference_);
+  for (size_t t = 0; t < tiers_.size(); ++t) tiers_[t]->reference_bps = reference_[t].bps();
   rec.start_unix_ns = UnixNowNs() - (step->end_ns - step->start_ns);
   on_step_finished_(&rec);
   if (step->on_done) step->on_done(std::move(rec));

@@ -288,6 +288,7 @@ class StepReader {
   std::vector<TierReads> reads_;  // per tier
   ReadDeadlines deadlines_;
   std::vector<TierPace> pace_;    // Pace()'s, per tier
+  std::vector<ReferenceRate> reference_;  // per tier: its bytes and busy time in recent steps (Tier::reference_bps)
   std::vector<std::unique_ptr<ReadStep>> steps_;
   std::vector<VerifyJob> verified_;  // TakeVerified's batch, reused
   std::unique_ptr<BlockVerifier> verifier_;  // last: its threads stop before the steps go

@@ -4,7 +4,7 @@
 
 namespace kvstream {
 
-StepRecord MakeStepRecord(const StepRecordInput& in, std::vector<double>* reference_bps) {
+StepRecord MakeStepRecord(const StepRecordInput& in, std::vector<ReferenceRate>* reference) {
   StepRecord rec;
   rec.chunks = static_cast<uint32_t>(in.results->size());
   uint64_t tier_bytes = 0;  // the bound's: a chunk served from staging took no tier's time
@@ -26,7 +26,7 @@ StepRecord MakeStepRecord(const StepRecordInput& in, std::vector<double>* refere
   double sum_bps = 0;
   for (size_t t = 0; t < in.use->size(); ++t) {
     const TierUse& use = (*in.use)[t];
-    double& reference = (*reference_bps)[t];
+    ReferenceRate& ref = (*reference)[t];
     TierStep ts;
     ts.tier = (*in.tier_names)[t];
     ts.blocks = use.blocks;
@@ -35,10 +35,9 @@ StepRecord MakeStepRecord(const StepRecordInput& in, std::vector<double>* refere
     ts.eligible = in.eligible & (1u << t);
     if (use.bytes > 0 && use.busy_ns > 0) {
       ts.bandwidth_bps = use.bytes / ts.busy_seconds;
-      reference = reference == 0 ? ts.bandwidth_bps
-                                 : (1 - kReferenceWeight) * reference + kReferenceWeight * ts.bandwidth_bps;
+      ref.Add(static_cast<double>(use.bytes), ts.busy_seconds);
     } else {
-      ts.bandwidth_bps = reference;
+      ts.bandwidth_bps = ref.bps();
     }
     if (ts.eligible) sum_bps += ts.bandwidth_bps;
     rec.tiers.push_back(std::move(ts));

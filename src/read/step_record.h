@@ -40,8 +40,27 @@ struct TierUse {
   }
 };
 
-// Weight of a new step's bandwidth in a tier's reference (a moving average).
+// Weight of a new step in a tier's reference (a moving average).
 inline constexpr double kReferenceWeight = 0.25;
+
+// A tier's reference bandwidth: its bytes over its busy time in recent steps, both moving averages
+// (each step's weighted kReferenceWeight against the steps before), so a step counts by how long
+// the tier was busy in it. An average of per-step bandwidths would count a step in which the tier
+// read a few blocks in a burst (a throttle's credit, the other rank's step draining the tier's
+// queue) as much as one it read all along: with two rank steps sharing the tiers, bursts of several
+// times a tier's cap in one step and a fraction of it in the other averaged to up to 1.4x what it
+// delivered (tmpfs tiers capped at 2000/700 MB/s).
+struct ReferenceRate {
+  double bytes = 0;
+  double seconds = 0;
+  double bps() const { return seconds > 0 ? bytes / seconds : 0; }
+  // Adds a step in which the tier read `step_bytes` in `step_seconds` of busy time (both > 0).
+  void Add(double step_bytes, double step_seconds) {
+    const double w = seconds > 0 ? kReferenceWeight : 1;  // the first step sets it
+    bytes = (1 - w) * bytes + w * step_bytes;
+    seconds = (1 - w) * seconds + w * step_seconds;
+  }
+};
 
 struct StepRecordInput {
   const std::vector<ChunkResult>* results = nullptr;
@@ -55,9 +74,9 @@ struct StepRecordInput {
 
 // The step's record: counts, bytes, per-tier blocks/bytes/busy/bandwidth, and the bound from the
 // bandwidth of the eligible tiers (each tier's bandwidth in this step, or its reference when it
-// read nothing). Updates `reference_bps` (per tier) with the tiers' bandwidth in this step. The
-// record's id is left 0 (StepHistory assigns it); start_unix_ns is the caller's.
-StepRecord MakeStepRecord(const StepRecordInput& in, std::vector<double>* reference_bps);
+// read nothing). Adds the step's bytes and busy time of each tier that read to its `reference`
+// (per tier). The record's id is left 0 (StepHistory assigns it); start_unix_ns is the caller's.
+StepRecord MakeStepRecord(const StepRecordInput& in, std::vector<ReferenceRate>* reference);
 
 class StepHistory {
  public:

@@ -1,5 +1,6 @@
 // A step's record as pure arithmetic: counts, per-tier bandwidth, the bound D / sum_k b_k over the
-// eligible tiers, the gap, and each tier's reference bandwidth; the history's ids and limit.
+// eligible tiers, the gap, and each tier's reference bandwidth (bytes over busy time in recent
+// steps); the history's ids and limit.
 #include "read/step_record.h"
 
 #include <catch2/catch.hpp>
@@ -26,7 +27,7 @@ TEST_CASE("the bound is the bytes over the sum of the eligible tiers' bandwidths
                                             {2, absl::DataLossError("y"), 0, 0}};
   const std::vector<TierUse> use = {Use(200'000'000, 1.0), Use(100'000'000, 1.0)};  // 200 and 100 MB/s
   const std::vector<std::string> names = {"t0", "t1"};
-  std::vector<double> reference = {0, 0};
+  std::vector<ReferenceRate> reference(2);
   StepRecord rec = MakeStepRecord(Input(results, use, names, 3, 1.1), &reference);
   CHECK(rec.chunks == 3);
   CHECK(rec.hits == 1);
@@ -37,7 +38,7 @@ TEST_CASE("the bound is the bytes over the sum of the eligible tiers' bandwidths
   CHECK(rec.gap == Approx(0.1));
   CHECK(rec.tiers[0].bandwidth_bps == Approx(200e6));
   CHECK(rec.tiers[1].eligible);
-  CHECK(reference[0] == Approx(200e6));  // the first step sets the reference
+  CHECK(reference[0].bps() == Approx(200e6));  // the first step sets the reference
   CHECK(rec.routing == "completion");
 }
 
@@ -45,15 +46,15 @@ TEST_CASE("an eligible tier that read nothing counts with its reference bandwidt
   const std::vector<ChunkResult> results = {{0, absl::OkStatus(), 100'000'000, 1}};
   const std::vector<TierUse> use = {Use(100'000'000, 1.0), TierUse{}};
   const std::vector<std::string> names = {"t0", "t1"};
-  std::vector<double> reference = {80e6, 100e6};
+  std::vector<ReferenceRate> reference = {{80e6, 1.0}, {100e6, 1.0}};
   StepRecord rec = MakeStepRecord(Input(results, use, names, 3, 1.0), &reference);
   CHECK(rec.tiers[1].bandwidth_bps == Approx(100e6));
   CHECK(rec.bound_seconds == Approx(0.5));  // 100 MB over 100 + 100 MB/s
-  CHECK(reference[0] == Approx(0.75 * 80e6 + 0.25 * 100e6));
-  CHECK(reference[1] == Approx(100e6));  // unchanged: no bytes this step
+  CHECK(reference[0].bps() == Approx(0.75 * 80e6 + 0.25 * 100e6));  // 1 s busy, as the reference's
+  CHECK(reference[1].bps() == Approx(100e6));  // unchanged: no bytes this step
 
   // A tier that holds none of the step's chunks is not in the bound.
-  std::vector<double> reference2 = {80e6, 100e6};
+  std::vector<ReferenceRate> reference2 = {{80e6, 1.0}, {100e6, 1.0}};
   StepRecord alone = MakeStepRecord(Input(results, use, names, 1, 1.0), &reference2);
   CHECK(alone.bound_seconds == Approx(1.0));
 }
@@ -63,7 +64,7 @@ TEST_CASE("a chunk served from staging is a hit but no tier's bytes in the bound
                                             {1, absl::OkStatus(), 50'000'000, 0}};  // served by no tier
   const std::vector<TierUse> use = {Use(100'000'000, 1.0)};
   const std::vector<std::string> names = {"t0"};
-  std::vector<double> reference = {0};
+  std::vector<ReferenceRate> reference(1);
   StepRecord rec = MakeStepRecord(Input(results, use, names, 1, 1.0), &reference);
   CHECK(rec.hits == 2);
   CHECK(rec.bytes == 150'000'000);
@@ -79,10 +80,32 @@ TEST_CASE("a step that served nothing has no bound and no gap") {
   const std::vector<ChunkResult> results = {{0, absl::NotFoundError("x"), 0, 0}};
   const std::vector<TierUse> use = {TierUse{}};
   const std::vector<std::string> names = {"t0"};
-  std::vector<double> reference = {0};
+  std::vector<ReferenceRate> reference(1);
   StepRecord rec = MakeStepRecord(Input(results, use, names, 0, 0.001), &reference);
   CHECK(rec.bound_seconds == 0);
   CHECK(rec.gap == 0);
+}
+
+TEST_CASE("the reference is bytes over busy time: a step counts by how long the tier was busy in it") {
+  const std::vector<std::string> names = {"t0"};
+  const std::vector<ChunkResult> results = {{0, absl::OkStatus(), 100'000'000, 1}};
+  std::vector<ReferenceRate> reference(1);
+  // Two rank steps sharing a tier capped at 1 GB/s: one gets a burst (100 MB in 25 ms), the other
+  // the rest of the 200 ms (100 MB in 175 ms), over and over.
+  for (int i = 0; i < 20; ++i) {
+    MakeStepRecord(Input(results, {Use(100'000'000, 0.025)}, names, 1, 0.1), &reference);
+    MakeStepRecord(Input(results, {Use(100'000'000, 0.175)}, names, 1, 0.2), &reference);
+  }
+  // 200 MB per 0.2 s busy: 1 GB/s, within the swing of the last step's weight (an average of the
+  // steps' bandwidths, 4 and 0.57 GB/s, would swing between 2 and 2.5 GB/s).
+  CHECK(reference[0].bps() == Approx(1e9).epsilon(0.3));
+  CHECK(reference[0].bps() < 1.3e9);
+  // Steady steps converge to their rate; a change moves it by the step's weight in busy time.
+  ReferenceRate r;
+  r.Add(100e6, 1.0);
+  CHECK(r.bps() == Approx(100e6));
+  r.Add(50e6, 1.0);  // half as fast over as long: 0.75 * 100 + 0.25 * 50
+  CHECK(r.bps() == Approx(87.5e6));
 }
 
 TEST_CASE("busy time counts while at least one of the step's reads is in flight") {
