@@ -37,9 +37,33 @@ double BoundTime(double bytes, std::span<const TierRate> tiers, uint32_t only) {
 }
 
 LoadModel::LoadModel(std::vector<TierRate> tiers) : tiers_(std::move(tiers)) {
+  std::vector<std::pair<double, size_t>> order;  // (delay, tier) of the present tiers
   for (size_t k = 0; k < tiers_.size() && k < 32; ++k) {
-    if (tiers_[k].bps > 0) present_ |= 1u << k;
+    if (tiers_[k].bps > 0) {
+      present_ |= 1u << k;
+      order.push_back({std::max(0.0, tiers_[k].delay_s), k});
+    }
   }
+  std::sort(order.begin(), order.end());
+  for (const auto& [delay, k] : order) {
+    by_delay_.push_back({tiers_[k].bps, delay});
+    bit_.push_back(1u << k);
+  }
+}
+
+double LoadModel::Bound(double bytes, uint32_t only) const {
+  // As BoundTime: add tiers in the order they start; the answer lies where the rate so far suffices.
+  if (!(bytes > 0)) return 0;
+  double rate = 0, weighted = 0;
+  double t = INFINITY;
+  for (size_t i = 0; i < by_delay_.size(); ++i) {
+    if (!(only & bit_[i])) continue;
+    if (rate > 0 && t <= by_delay_[i].delay_s) return t;  // done before this tier starts
+    rate += by_delay_[i].bps;
+    weighted += by_delay_[i].bps * by_delay_[i].delay_s;
+    t = (bytes + weighted) / rate;
+  }
+  return t;
 }
 
 double LoadModel::UnionTime(uint32_t tiers_mask) const {
@@ -47,7 +71,7 @@ double LoadModel::UnionTime(uint32_t tiers_mask) const {
   for (const Group& g : groups_) {
     if ((g.holders & ~tiers_mask) == 0) bytes += g.bytes;
   }
-  return BoundTime(bytes, tiers_, tiers_mask);
+  return Bound(bytes, tiers_mask);
 }
 
 double LoadModel::Add(double bytes, uint32_t holders) {

@@ -65,8 +65,13 @@ class LoadModel {
 
   // The bound of the bytes held only within the tiers of `tiers_mask`.
   double UnionTime(uint32_t tiers_mask) const;
+  // BoundTime(bytes, tiers_, only), over the present tiers in the order they start (by_delay_):
+  // a Lookup asks it for every entry, so nothing is sorted per call.
+  double Bound(double bytes, uint32_t only) const;
 
   std::vector<TierRate> tiers_;
+  std::vector<TierRate> by_delay_;  // the present tiers, by delay
+  std::vector<uint32_t> bit_;       // by_delay_[i] is tier k: bit_[i] = 1 << k
   uint32_t present_ = 0;  // tiers with bps > 0
   std::vector<Group> groups_;
   double seconds_ = 0;

@@ -55,6 +55,25 @@ TEST_CASE("the answer is cumulative: each chunk added never lowers it") {
   CHECK(last == Approx(BoundTime(100.0 * (16 << 20), m.tiers())).epsilon(1e-9));
 }
 
+TEST_CASE("the model's bound of one holder set is BoundTime's, whatever the tiers' delays and presence") {
+  // The model walks its present tiers in the order they start, sorted once (a Lookup asks it per
+  // entry); BoundTime sorts per call. Tiers out of delay order, one absent, every holder set.
+  const std::vector<TierRate> tiers = {{100e6, 0.030}, {0, 0}, {300e6, 0.001}, {50e6, 0.2}, {200e6, 0.010}};
+  for (uint32_t holders = 1; holders < 32; ++holders) {
+    for (double bytes : {1e3, 1e6, 5e6, 2e7, 1e8, 1e9}) {
+      LoadModel m(tiers);
+      const double t = m.Add(bytes, holders);
+      const double want = BoundTime(bytes, tiers, holders);
+      INFO("holders " << holders << ", " << bytes << " bytes");
+      if (std::isinf(want)) {
+        CHECK(std::isinf(t));
+      } else {
+        CHECK(t == Approx(want).epsilon(1e-12));
+      }
+    }
+  }
+}
+
 TEST_CASE("many holder sets still bound every set alone and all of them together") {
   std::vector<TierRate> tiers(12, TierRate{100e6, 0});
   LoadModel m(tiers);
