@@ -1,7 +1,7 @@
 // Engine: the load estimate (docs/design.md, "Load or recompute"). Lookups and steps ask it from
 // any thread; it reads only what the loop publishes (each tier's bandwidth in steps, usual read
-// time and oldest read in flight; the bytes queued) and asks the load model (model/load_model.h),
-// the one kvsim asks too.
+// time and oldest read in flight; the verification's rate while it is the bottleneck; the bytes
+// queued) and asks the load model (model/load_model.h), the one kvsim asks too.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -33,7 +33,7 @@ std::vector<TierRate> Engine::LoadRates(int64_t now_ns, uint32_t* unmeasured) co
 std::vector<double> Engine::LoadSeconds(const std::vector<LookupEntry>& entries) const {
   constexpr double kNone = std::numeric_limits<double>::quiet_NaN();
   uint32_t unmeasured;
-  LoadModel model(LoadRates(reactor_->NowNs(), &unmeasured));
+  LoadModel model(LoadRates(reactor_->NowNs(), &unmeasured), reader_.verify_bps());
   uint32_t measured = 0;
   for (size_t t = 0; t < model.tiers().size(); ++t) measured |= (model.tiers()[t].bps > 0 ? 1u : 0u) << t;
   // The reads already queued go first (steps are served oldest first), on any tier.

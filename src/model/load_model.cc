@@ -36,7 +36,7 @@ double BoundTime(double bytes, std::span<const TierRate> tiers, uint32_t only) {
   return INFINITY;
 }
 
-LoadModel::LoadModel(std::vector<TierRate> tiers) : tiers_(std::move(tiers)) {
+LoadModel::LoadModel(std::vector<TierRate> tiers, double host_bps) : tiers_(std::move(tiers)), host_bps_(host_bps) {
   std::vector<std::pair<double, size_t>> order;  // (delay, tier) of the present tiers
   for (size_t k = 0; k < tiers_.size() && k < 32; ++k) {
     if (tiers_[k].bps > 0) {
@@ -78,6 +78,7 @@ double LoadModel::Add(double bytes, uint32_t holders) {
   if (!(bytes > 0)) return seconds_;
   holders &= present_;
   if (holders == 0) return seconds_ = INFINITY;
+  bytes_ += bytes;
   auto it = std::find_if(groups_.begin(), groups_.end(), [&](const Group& g) { return g.holders == holders; });
   size_t changed;
   if (it == groups_.end()) {
@@ -88,7 +89,7 @@ double LoadModel::Add(double bytes, uint32_t holders) {
     changed = static_cast<size_t>(it - groups_.begin());
   }
   // Bytes only grow, so only the unions that hold the changed group can raise the answer.
-  double t = seconds_;
+  double t = host_bps_ > 0 ? std::max(seconds_, bytes_ / host_bps_) : seconds_;
   if (groups_.size() <= kMaxExactGroups) {
     const size_t others = groups_.size() - 1;
     for (uint32_t pick = 0; pick < (1u << others); ++pick) {

@@ -8,7 +8,9 @@
 // so a set of tiers S finishes the bytes only S holds no sooner than the aggregate-bandwidth bound
 // of S, and no later than the largest such bound over the unions of the holder sets present (the
 // residual is the blocks in flight at the end). A tier with bps <= 0 is absent (stalled, given up,
-// out of reach): bytes only absent tiers hold take forever (+inf).
+// out of reach): bytes only absent tiers hold take forever (+inf). Every byte read also passes the
+// host's verification, a stage alongside the reads: when it is the slower one (at GB/s on few
+// cores), the whole takes its bytes at the host's rate.
 #pragma once
 
 #include <cstdint>
@@ -46,11 +48,13 @@ double BoundTime(double bytes, std::span<const TierRate> tiers, uint32_t only = 
 
 class LoadModel {
  public:
-  // At most 32 tiers (holder masks are 32 bits); those beyond are never counted.
-  explicit LoadModel(std::vector<TierRate> tiers);
+  // At most 32 tiers (holder masks are 32 bits); those beyond are never counted. `host_bps`: the
+  // rate at which the host verifies what the tiers read, when that bounds the reads (<= 0: not).
+  explicit LoadModel(std::vector<TierRate> tiers, double host_bps = 0);
 
   // Adds `bytes` that the tiers of `holders` (bit k: tier k) hold. Returns the expected seconds to
-  // have everything added so far (monotone: never less than the previous answer).
+  // have everything added so far (monotone: never less than the previous answer): the largest of
+  // the holder sets' bounds and of all the bytes at the host's rate.
   double Add(double bytes, uint32_t holders);
   double seconds() const { return seconds_; }
   const std::vector<TierRate>& tiers() const { return tiers_; }
@@ -72,6 +76,8 @@ class LoadModel {
   std::vector<TierRate> tiers_;
   std::vector<TierRate> by_delay_;  // the present tiers, by delay
   std::vector<uint32_t> bit_;       // by_delay_[i] is tier k: bit_[i] = 1 << k
+  double host_bps_ = 0;
+  double bytes_ = 0;      // added so far, that a present tier holds
   uint32_t present_ = 0;  // tiers with bps > 0
   std::vector<Group> groups_;
   double seconds_ = 0;

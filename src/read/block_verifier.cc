@@ -1,6 +1,7 @@
 #include "read/block_verifier.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "format/chunk_format.h"
 #include "memory/client_memory.h"
@@ -71,14 +72,21 @@ void BlockVerifier::TakeDone(std::vector<VerifyJob>* out) {
 void BlockVerifier::Work() {
   while (true) {
     VerifyJob job;
+    bool backlog;
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(this, &BlockVerifier::HasWork));
       if (queued_.empty()) return;  // stopping, nothing left
       job = queued_.front();
       queued_.pop_front();
+      backlog = !queued_.empty();
     }
+    const auto start = std::chrono::steady_clock::now();
     Run(&job);
+    if (backlog) {
+      job.backlogged_ns = std::max<int64_t>(
+          1, std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
+    }
     bool wake;
     {
       absl::MutexLock lock(&mu_);

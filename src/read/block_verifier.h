@@ -38,6 +38,9 @@ struct VerifyJob {
   int tier = 0;
   bool ok = false;        // set when done: the data hashes to `expected`
   bool gone = false;      // set when done: guarded memory that vanished (not ok either)
+  // Set when done by a worker that took it with other jobs still queued (every worker busy): how
+  // long it took there, wall time (0 otherwise, and when run inline).
+  int64_t backlogged_ns = 0;
 };
 
 class BlockVerifier {

@@ -227,6 +227,10 @@ bool StepReader::TakeVerified() {
 }
 
 void StepReader::Verified(const VerifyJob& job) {
+  if (job.backlogged_ns > 0) {
+    verify_bytes_ += job.length;
+    verify_seconds_ += job.backlogged_ns / 1e9;
+  }
   auto* step = static_cast<ReadStep*>(job.owner);
   const BlockRef ref{step, job.index};
   const StepBlock blk = step->blocks[ref.block];
@@ -392,6 +396,13 @@ void StepReader::Finish(ReadStep* step) {
                                    step->end_ns - step->start_ns, step->policies, step->estimate_seconds},
                                   &reference_);
   for (size_t t = 0; t < tiers_.size(); ++t) tiers_[t]->reference_bps = reference_[t].bps();
+  if (verify_bytes_ > 0) {  // a backlog: the threads ran at once, each at the rate of its jobs
+    verify_reference_.Add(verify_bytes_, verify_seconds_ / verifier_->threads());
+  } else {
+    verify_reference_ = {};  // none: the verification kept up, it does not bound the steps
+  }
+  verify_bps_.store(verify_reference_.bps(), std::memory_order_relaxed);
+  verify_bytes_ = verify_seconds_ = 0;
   rec.start_unix_ns = UnixNowNs() - (step->end_ns - step->start_ns);
   on_step_finished_(&rec);
   if (step->on_done) step->on_done(std::move(rec));

@@ -31,6 +31,7 @@
 // no tier. Loop thread only.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -150,6 +151,13 @@ class StepReader {
 
   bool idle() const { return steps_.empty(); }
   int verify_threads() const { return verifier_->threads(); }
+  // The verification's throughput while it is the bottleneck (any thread may ask): the bytes its
+  // threads verified with a backlog (every thread busy, others queued) over the time they took on
+  // them (wall time, so cores shared with others count), times the threads; moving averages as a
+  // tier's reference, over the steps that finished since the verifier last had no backlog. 0 when
+  // it had none since the last step finished (not the bound now) and with inline verification (no
+  // threads: tests on a virtual clock).
+  double verify_bps() const { return verify_bps_.load(std::memory_order_relaxed); }
   // A step is pending and a tier that is not stalled is reading for it (deferred writes wait for
   // these; never for a stalled tier, nor for hedged reads of finished steps).
   bool reads_pending() const;
@@ -289,6 +297,10 @@ class StepReader {
   ReadDeadlines deadlines_;
   std::vector<TierPace> pace_;    // Pace()'s, per tier
   std::vector<ReferenceRate> reference_;  // per tier: its bytes and busy time in recent steps (Tier::reference_bps)
+  ReferenceRate verify_reference_;  // verify_bps: the backlogged jobs' bytes and time (per thread) in recent steps
+  double verify_bytes_ = 0;         // of backlogged jobs since the last step finished
+  double verify_seconds_ = 0;       // their time
+  std::atomic<double> verify_bps_{0};
   std::vector<std::unique_ptr<ReadStep>> steps_;
   std::vector<VerifyJob> verified_;  // TakeVerified's batch, reused
   std::unique_ptr<BlockVerifier> verifier_;  // last: its threads stop before the steps go

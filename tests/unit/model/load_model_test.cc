@@ -83,6 +83,22 @@ TEST_CASE("many holder sets still bound every set alone and all of them together
   CHECK(m.seconds() == Approx(3.0));  // tier 3 alone now has 300 MB
 }
 
+TEST_CASE("the host's verification bounds the whole when it is slower than the tiers together") {
+  // 6 GB/s of tiers, verified at 4 GB/s: 400 MB take 0.1 s, not 0.067.
+  LoadModel host({{3e9, 0}, {3e9, 0}}, 4e9);
+  CHECK(host.Add(200e6, 0b11) == Approx(0.05));
+  CHECK(host.Add(200e6, 0b11) == Approx(0.1));
+  CHECK(host.Add(600e6, 0b01) == Approx(0.25));  // 1 GB at the host's 4 GB/s, over tier 0's 600 MB alone
+  CHECK(host.Add(900e6, 0b01) == Approx(0.5));   // tier 0 alone with 1.5 GB: the slower stage again
+  // Slower tiers: the host's rate does not show.
+  LoadModel tiers({{300e6, 0}, {150e6, 0}}, 4e9);
+  CHECK(tiers.Add(450e6, 0b11) == Approx(1.0));
+  // No host rate (the verification keeps up, or is not measured): no bound.
+  CHECK(LoadModel({{3e9, 0}, {3e9, 0}}).Add(600e6, 0b11) == Approx(0.1));
+  // Bytes no present tier holds still take forever.
+  CHECK(std::isinf(LoadModel({{0, 0}, {3e9, 0}}, 4e9).Add(1, 0b01)));
+}
+
 TEST_CASE("a tier not usable or not measured is absent, and a measured one is delayed by its latency") {
   CHECK(RateOf({.usable = false, .bps = 300e6}, 1 << 20).bps == 0);
   CHECK(RateOf({.usable = true, .bps = 0}, 1 << 20).bps == 0);

@@ -1,7 +1,8 @@
 // BlockVerifier (read/block_verifier.h): blocks hashed against their segment checksums, inline or
 // on worker threads. A good block is ok, a block with one flipped byte is not, guarded client
 // memory that vanished is `gone`; every job comes back once to the loop, which a finished job
-// wakes; destroying the verifier finishes the jobs still queued.
+// wakes, with its time on the worker when others were queued behind it; destroying the verifier
+// finishes the jobs still queued.
 #include "read/block_verifier.h"
 
 #include <catch2/catch.hpp>
@@ -142,6 +143,36 @@ TEST_CASE("workers verify many jobs at once, each comes back once with its verdi
   }
   for (uint32_t i = 0; i < kJobs; ++i) REQUIRE(seen[i] == 1);
   CHECK(reactor.wakes > 0);
+}
+
+TEST_CASE("a job a worker took with others queued behind it carries its time there, one taken alone none") {
+  constexpr uint32_t kJobs = 8;
+  WakeReactor reactor;
+  BlockVerifier verifier(1, &reactor);
+  std::vector<std::vector<uint8_t>> blocks;
+  for (uint32_t i = 0; i < kJobs; ++i) blocks.push_back(Payload(1 << 20, 200 + i));
+  // The worker's first wake (job 0 done) holds it until every other job is queued.
+  std::mutex gate;
+  gate.lock();
+  std::atomic<bool> holding{false};
+  reactor.on_wake = [&] {
+    holding = true;
+    std::lock_guard wait_for_gate(gate);
+  };
+  verifier.Submit(JobOf(blocks[0], 0, false));  // nothing queued behind it
+  while (!holding) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  for (uint32_t i = 1; i < kJobs; ++i) verifier.Submit(JobOf(blocks[i], i, false));
+  gate.unlock();
+  std::vector<int64_t> backlogged(kJobs, -1);
+  while (verifier.outstanding() > 0) {
+    std::vector<VerifyJob> done;
+    verifier.TakeDone(&done);
+    if (done.empty()) REQUIRE(reactor.WaitForWake(std::chrono::seconds(10)));
+    for (const VerifyJob& j : done) backlogged[j.index] = j.backlogged_ns;
+  }
+  CHECK(backlogged[0] == 0);
+  for (uint32_t i = 1; i + 1 < kJobs; ++i) CHECK(backlogged[i] > 0);  // the next ones waited behind it
+  CHECK(backlogged[kJobs - 1] == 0);  // the last: none behind it
 }
 
 TEST_CASE("destroying the verifier with jobs queued finishes them before its workers are joined") {
