@@ -16,24 +16,42 @@ TierRate RateOf(const TierReading& r, double block_bytes) {
   return {r.bps, delay};
 }
 
+namespace {
+
+// The bound over tiers in the order they start (`by_delay`, present tiers only; by_delay[i] is the
+// tier of bit bits[i]), counting those in `only`: add tiers in that order; the answer lies where
+// the rate so far suffices before the next one starts.
+double SortedBound(double bytes, std::span<const TierRate> by_delay, std::span<const uint32_t> bits, uint32_t only) {
+  if (!(bytes > 0)) return 0;
+  double rate = 0, weighted = 0;  // sum bps_k, sum bps_k * delay_k of the tiers started so far
+  double t = INFINITY;
+  for (size_t i = 0; i < by_delay.size(); ++i) {
+    if (!(only & bits[i])) continue;
+    if (rate > 0 && t <= by_delay[i].delay_s) return t;  // done before this tier starts
+    rate += by_delay[i].bps;
+    weighted += by_delay[i].bps * by_delay[i].delay_s;
+    t = (bytes + weighted) / rate;
+  }
+  return t;
+}
+
+}  // namespace
+
 double BoundTime(double bytes, std::span<const TierRate> tiers, uint32_t only) {
   if (!(bytes > 0)) return 0;
-  std::pair<double, double> started[32];  // (delay, bps) of the tiers counted
+  std::pair<double, size_t> order[32];  // (delay, tier) of the tiers counted
   size_t n = 0;
   for (size_t k = 0; k < tiers.size() && k < 32; ++k) {
-    if ((only >> k & 1u) && tiers[k].bps > 0) started[n++] = {std::max(0.0, tiers[k].delay_s), tiers[k].bps};
+    if ((only >> k & 1u) && tiers[k].bps > 0) order[n++] = {std::max(0.0, tiers[k].delay_s), k};
   }
-  if (n == 0) return INFINITY;
-  std::sort(started, started + n);
-  // Add tiers in the order they start; the answer lies where the rate so far suffices.
-  double rate = 0, weighted = 0;  // sum bps_k, sum bps_k * delay_k of the tiers started so far
+  std::sort(order, order + n);
+  TierRate by_delay[32];
+  uint32_t bits[32];
   for (size_t i = 0; i < n; ++i) {
-    rate += started[i].second;
-    weighted += started[i].second * started[i].first;
-    const double t = (bytes + weighted) / rate;
-    if (i + 1 == n || t <= started[i + 1].first) return t;
+    by_delay[i] = {tiers[order[i].second].bps, order[i].first};
+    bits[i] = 1u << order[i].second;
   }
-  return INFINITY;
+  return SortedBound(bytes, {by_delay, n}, {bits, n}, ~0u);
 }
 
 LoadModel::LoadModel(std::vector<TierRate> tiers, double host_bps) : tiers_(std::move(tiers)), host_bps_(host_bps) {
@@ -51,20 +69,7 @@ LoadModel::LoadModel(std::vector<TierRate> tiers, double host_bps) : tiers_(std:
   }
 }
 
-double LoadModel::Bound(double bytes, uint32_t only) const {
-  // As BoundTime: add tiers in the order they start; the answer lies where the rate so far suffices.
-  if (!(bytes > 0)) return 0;
-  double rate = 0, weighted = 0;
-  double t = INFINITY;
-  for (size_t i = 0; i < by_delay_.size(); ++i) {
-    if (!(only & bit_[i])) continue;
-    if (rate > 0 && t <= by_delay_[i].delay_s) return t;  // done before this tier starts
-    rate += by_delay_[i].bps;
-    weighted += by_delay_[i].bps * by_delay_[i].delay_s;
-    t = (bytes + weighted) / rate;
-  }
-  return t;
-}
+double LoadModel::Bound(double bytes, uint32_t only) const { return SortedBound(bytes, by_delay_, bit_, only); }
 
 double LoadModel::UnionTime(uint32_t tiers_mask) const {
   double bytes = 0;
