@@ -102,18 +102,17 @@ free=$(df -Pk "$(dirname "$work")" | awk 'NR == 2 {print $4}')
 fast=0 slow=0
 bench_up 7GiB "$out/kvstreamd-tmpfs.log"
 tmpfs=(--requests 4 --chunks 4 --chunk-size 16MiB)
-echo
-echo "== 3. tmpfs-backed tiers capped at 2000/700 MB/s"
-"$tierlab" cap --dir "$work" t0 2000
-"$tierlab" cap --dir "$work" t1 700
-settle 4 "${tmpfs[@]}"
-estimate_run tmpfs-caps 4 $((2 * runs)) "${tmpfs[@]}"
-echo
-echo "== 4. tmpfs-backed tiers uncapped"
-"$tierlab" cap --dir "$work" t0 0
-"$tierlab" cap --dir "$work" t1 0
-settle 4 "${tmpfs[@]}"
-estimate_run tmpfs-uncapped 4 $((2 * runs)) "${tmpfs[@]}"
+# tmpfs_scenario TITLE NAME T0 T1: the tmpfs tiers capped at T0/T1 MB/s (0: none), settled, measured.
+tmpfs_scenario() {
+  echo
+  echo "== $1"
+  "$tierlab" cap --dir "$work" t0 "$3"
+  "$tierlab" cap --dir "$work" t1 "$4"
+  settle 4 "${tmpfs[@]}"
+  estimate_run "$2" 4 $((2 * runs)) "${tmpfs[@]}"
+}
+tmpfs_scenario "3. tmpfs-backed tiers capped at 2000/700 MB/s" tmpfs-caps 2000 700
+tmpfs_scenario "4. tmpfs-backed tiers uncapped" tmpfs-uncapped 0 0
 
 echo
 python3 - "$out" "$fast/$slow" <<'PY' || failed=1

@@ -107,6 +107,24 @@ TEST_CASE("kvsim: demand falls as memory grows and is flat while every distance 
   }
 }
 
+// A document of `blocks` trace blocks (ids 0..blocks-1) arriving at t = 0, one output token.
+Request Document(uint64_t blocks) {
+  Request doc;
+  for (uint64_t b = 0; b < blocks; ++b) doc.blocks.push_back(b);
+  doc.input_tokens = static_cast<uint32_t>(blocks * kTraceBlockTokens);
+  doc.output_tokens = 1;
+  return doc;
+}
+
+// `doc` read again at `at_s` with a new question of 100 tokens (in a block of its own, id 1000).
+Request Reread(const Request& doc, double at_s) {
+  Request again = doc;
+  again.arrival_s = at_s;
+  again.blocks.push_back(1000);
+  again.input_tokens += 100;
+  return again;
+}
+
 // Requests that each reuse a long prefix kept only on storage.
 std::vector<Request> ReuseTrace(int n, double interval_s) {
   std::vector<Request> t;
@@ -337,14 +355,8 @@ TEST_CASE("kvsim verdict: staging full drops the latest prefix blocks instead of
   const double block_kv = kTraceBlockTokens * node.profile.kv_bytes_per_token;
   node.staging_bytes = 10.5 * block_kv;  // room for 10 blocks
   // A 64-block document computed at t = 0, then read again with a new question at t = 100.
-  Request first, again;
-  for (uint64_t b = 0; b < 64; ++b) first.blocks.push_back(b);
-  first.input_tokens = 64 * kTraceBlockTokens;
-  first.output_tokens = 1;
-  again = first;
-  again.arrival_s = 100;
-  again.blocks.push_back(1000);
-  again.input_tokens += 100;
+  const Request first = Document(64);
+  const Request again = Reread(first, 100);
   const std::vector<Request> trace = {first, again};
   const PolicyResult completion = Simulate(trace, node, {PolicyKind::kCompletion});
   CHECK(completion.write_stall_s > 0);  // the engine waits for 54 blocks at 1 MB/s
@@ -366,14 +378,9 @@ TEST_CASE("kvsim verdict: with overlap a request waiting for its load lets the o
   node.memory_bytes = 0;
   node.bandwidth = [](uint64_t, double) { return std::vector<double>{0.2e9, 0.1e9}; };
   // A long document computed first; later it is read again beside a short fresh request.
-  Request doc, reread, fresh;
-  for (uint64_t b = 0; b < 64; ++b) doc.blocks.push_back(b);
-  doc.input_tokens = 64 * kTraceBlockTokens;
-  doc.output_tokens = 1;
-  reread = doc;
-  reread.arrival_s = 100;
-  reread.blocks.push_back(1000);
-  reread.input_tokens += 100;
+  const Request doc = Document(64);
+  const Request reread = Reread(doc, 100);
+  Request fresh;
   fresh.arrival_s = 100;
   fresh.blocks = {2000, 2001};
   fresh.input_tokens = 1000;
