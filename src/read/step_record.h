@@ -42,6 +42,9 @@ struct TierUse {
 
 // Weight of a new step in a tier's reference (a moving average).
 inline constexpr double kReferenceWeight = 0.25;
+// A step whose bandwidth is this many times above (or below) the reference has moved away from it;
+// two such steps in a row, the same way, are a change of the tier's rate (ReferenceRate::Add).
+inline constexpr double kReferenceShift = 1.5;
 
 // A tier's reference bandwidth: its bytes over its busy time in recent steps, both moving averages
 // (each step's weighted kReferenceWeight against the steps before), so a step counts by how long
@@ -50,16 +53,43 @@ inline constexpr double kReferenceWeight = 0.25;
 // queue) as much as one it read all along: with two rank steps sharing the tiers, bursts of several
 // times a tier's cap in one step and a fraction of it in the other averaged to up to 1.4x what it
 // delivered (tmpfs tiers capped at 2000/700 MB/s).
+// A change of the tier's rate (a cap moved, a device slowing down) shows as two steps in a row
+// beyond kReferenceShift the same way; the reference then restarts from those two, instead of
+// taking about ten steps to follow (0.75^n of the old rate left after n steps). Bursts alternate
+// (one rank's step fast, the other's slow) and never restart it.
 struct ReferenceRate {
+  ReferenceRate() = default;
+  ReferenceRate(double bytes, double seconds) : bytes(bytes), seconds(seconds) {}  // a reference already set
+
   double bytes = 0;
   double seconds = 0;
   double bps() const { return seconds > 0 ? bytes / seconds : 0; }
   // Adds a step in which the tier read `step_bytes` in `step_seconds` of busy time (both > 0).
   void Add(double step_bytes, double step_seconds) {
-    const double w = seconds > 0 ? kReferenceWeight : 1;  // the first step sets it
-    bytes = (1 - w) * bytes + w * step_bytes;
-    seconds = (1 - w) * seconds + w * step_seconds;
+    if (seconds <= 0) {  // the first step sets it
+      bytes = step_bytes;
+      seconds = step_seconds;
+      return;
+    }
+    const double ratio = step_bytes / step_seconds / bps();
+    const int shift = ratio > kReferenceShift ? 1 : ratio < 1 / kReferenceShift ? -1 : 0;
+    if (shift != 0 && shift == last_shift_) {  // moved: restart from the two steps
+      bytes = (last_bytes_ + step_bytes) / 2;
+      seconds = (last_seconds_ + step_seconds) / 2;
+      last_shift_ = 0;
+      return;
+    }
+    last_shift_ = shift;
+    last_bytes_ = step_bytes;
+    last_seconds_ = step_seconds;
+    bytes = (1 - kReferenceWeight) * bytes + kReferenceWeight * step_bytes;
+    seconds = (1 - kReferenceWeight) * seconds + kReferenceWeight * step_seconds;
   }
+
+ private:
+  int last_shift_ = 0;  // the last step's: +1 above the reference by kReferenceShift, -1 below, 0 within
+  double last_bytes_ = 0;
+  double last_seconds_ = 0;
 };
 
 struct StepRecordInput {

@@ -108,6 +108,33 @@ TEST_CASE("the reference is bytes over busy time: a step counts by how long the 
   CHECK(r.bps() == Approx(87.5e6));
 }
 
+TEST_CASE("a tier's rate that moves restarts its reference after two steps the same way") {
+  ReferenceRate r;
+  for (int i = 0; i < 10; ++i) r.Add(150e6, 1.0);
+  CHECK(r.bps() == Approx(150e6));
+  r.Add(50e6, 1.0);  // one step a third as fast: a burst or a move; the average takes its weight
+  CHECK(r.bps() == Approx(125e6));
+  r.Add(50e6, 1.0);  // the second: a move, the reference is the two steps
+  CHECK(r.bps() == Approx(50e6));
+  r.Add(150e6, 1.0);  // and back
+  r.Add(150e6, 1.0);
+  CHECK(r.bps() == Approx(150e6));
+}
+
+TEST_CASE("steps alternating above and below a tier's reference never restart it") {
+  ReferenceRate r(100e6, 1.0);
+  for (int i = 0; i < 8; ++i) {
+    r.Add(400e6, 1.0);  // a burst on the throttle's credit
+    r.Add(20e6, 1.0);   // then a slow step
+    CHECK(r.bps() > 100e6);  // moved only by the averages' weight, never to one step's rate
+    CHECK(r.bps() < 250e6);
+  }
+  ReferenceRate s(100e6, 1.0);
+  s.Add(140e6, 1.0);  // within kReferenceShift: steady
+  s.Add(140e6, 1.0);
+  CHECK(s.bps() < 125e6);
+}
+
 TEST_CASE("busy time counts while at least one of the step's reads is in flight") {
   TierUse u;
   u.ReadStarted(100);
