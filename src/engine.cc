@@ -186,17 +186,17 @@ void Engine::RetrieveAsync(std::vector<ChunkRead> reads, ChunkCallback on_chunk,
   if (step->on_done) step->on_done(std::move(rec));
 }
 
-absl::Status Engine::Persist(std::string_view key, const void* data, size_t size, PersistCallback on_durable) {
-  return stager_.Stage(key, data, size, std::move(on_durable), /*block=*/true);
+absl::Status Engine::Persist(std::string_view key, const void* data, size_t size, PersistCallback on_written) {
+  return stager_.Stage(key, data, size, std::move(on_written), /*block=*/true);
 }
 
-absl::Status Engine::TryPersist(std::string_view key, const void* data, size_t size, PersistCallback on_durable) {
-  return CountDropped(stager_.Stage(key, data, size, std::move(on_durable), /*block=*/false), size);
+absl::Status Engine::TryPersist(std::string_view key, const void* data, size_t size, PersistCallback on_written) {
+  return CountDropped(stager_.Stage(key, data, size, std::move(on_written), /*block=*/false), size);
 }
 
-absl::Status Engine::PersistFromFile(std::string_view key, const FileRange& source, PersistCallback on_durable,
+absl::Status Engine::PersistFromFile(std::string_view key, const FileRange& source, PersistCallback on_written,
                                      bool wait) {
-  absl::Status s = stager_.StageFromFile(key, source, std::move(on_durable), /*block=*/wait);
+  absl::Status s = stager_.StageFromFile(key, source, std::move(on_written), /*block=*/wait);
   return wait ? s : CountDropped(std::move(s), source.size);
 }
 

@@ -51,10 +51,10 @@ class Engine final : public Store {
   void RetrieveAsync(std::vector<ChunkRead> step, ChunkCallback on_chunk,
                      std::function<void(StepRecord)> on_done) override;
   absl::Status Persist(std::string_view key, const void* data, size_t size,
-                       PersistCallback on_durable = nullptr) override;
+                       PersistCallback on_written = nullptr) override;
   absl::Status TryPersist(std::string_view key, const void* data, size_t size,
-                          PersistCallback on_durable = nullptr) override;
-  absl::Status PersistFromFile(std::string_view key, const FileRange& source, PersistCallback on_durable,
+                          PersistCallback on_written = nullptr) override;
+  absl::Status PersistFromFile(std::string_view key, const FileRange& source, PersistCallback on_written,
                                bool wait) override;
   void Flush() override;
   std::vector<LookupEntry> Lookup(const std::vector<std::string>& keys) const override;
@@ -92,7 +92,7 @@ class Engine final : public Store {
   // Loop: stages a chunk just read from another node's file on a shared tier for this node's own
   // tiers (cross-node reuse), unless staging is full.
   void StageForeignRead(const ChunkRead& read, const ChunkMeta& meta);
-  // Whether `key` is in the index or in staging, and its newest version's size and durable tiers.
+  // Whether `key` is in the index or in staging, and its newest version's size and written tiers.
   LookupEntry Present(std::string_view key) const ABSL_SHARED_LOCKS_REQUIRED(index_.mu());
   // Loop: whether everything taken in is done (no step, no write, nothing staged).
   bool Idle() const;

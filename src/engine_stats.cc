@@ -25,6 +25,7 @@ StoreStats Engine::Stats() const {
   s.shared_copies = counters_.shared_copies;
   s.shared_copies_skipped = counters_.shared_copies_skipped;
   s.write_stall_seconds = stager_.stall_seconds();
+  s.fsync = config_.fsync;
   {
     const int64_t ran = loop_ran_ns_.load(std::memory_order_relaxed);
     s.loop_lag_seconds = ran == 0 ? 0 : std::max<int64_t>(0, SteadyNowNs() - ran) / 1e9;

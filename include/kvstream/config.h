@@ -75,10 +75,10 @@ struct StoreConfig {
   // share of the smallest tier keeps every tenant's locked chunks within its share. 0: no limit.
   uint64_t tenant_locked_bytes = 0;
   uint32_t block_size = 1 << 20;          // bytes per read block and per checksummed segment
-  uint64_t staging_limit_bytes = 256ull << 20;  // staged, not yet durable chunk images
+  uint64_t staging_limit_bytes = 256ull << 20;  // staged chunk images not yet written to their tiers
   double staging_high_water = 0.75;       // fraction of the limit above which writes run during reads
   // Under deferred writes, how long a staged chunk waits for reads to pause at most: once the
-  // oldest chunk not yet durable has waited this long, writes run while reads go on (reads that
+  // oldest chunk not yet written has waited this long, writes run while reads go on (reads that
   // never pause would otherwise hold every write until staging filled). > 0, at most an hour.
   double staging_max_defer_seconds = 0.25;
   // A persist that finds staging full: dropped at once (false: waits for room). Dropping keeps

@@ -40,8 +40,8 @@ enum class ReplicationPolicy {
 };
 
 enum class FsyncPolicy {
-  kNone,   // durable = written and renamed; the page cache/device may still lose it on power loss
-  kChunk,  // fdatasync each replica file before it is renamed into place and reported durable
+  kNone,   // a persist is written (renamed into place), not synced: a power cut may lose it
+  kChunk,  // fdatasync each replica file, rename it, fsync its directory: reported synced (durable)
 };
 
 // How tiers hand their reads and writes to the kernel.

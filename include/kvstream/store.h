@@ -86,15 +86,15 @@ class Store {
   // Copies `data` into staging and returns; the chunk is written to its tiers later (M2, M3).
   // Blocks while staging is full. InvalidArgument for a bad key or a chunk larger than staging.
   virtual absl::Status Persist(std::string_view key, const void* data, size_t size,
-                               PersistCallback on_durable = nullptr) = 0;
+                               PersistCallback on_written = nullptr) = 0;
   // As Persist, but returns ResourceExhausted instead of blocking when staging is full.
   virtual absl::Status TryPersist(std::string_view key, const void* data, size_t size,
-                                  PersistCallback on_durable = nullptr) = 0;
+                                  PersistCallback on_written = nullptr) = 0;
   // As Persist (`wait`) or TryPersist (!wait), reading the payload from `source` with pread.
   // FailedPrecondition when the file is shorter than the range (nothing is staged).
-  virtual absl::Status PersistFromFile(std::string_view key, const FileRange& source, PersistCallback on_durable,
+  virtual absl::Status PersistFromFile(std::string_view key, const FileRange& source, PersistCallback on_written,
                                        bool wait) = 0;
-  // Waits until every chunk staged before the call is durable or failed and its callback has run.
+  // Waits until every chunk staged before the call is written or failed and its callback has run.
   virtual void Flush() = 0;
 
   virtual std::vector<LookupEntry> Lookup(const std::vector<std::string>& keys) const = 0;

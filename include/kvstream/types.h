@@ -64,21 +64,26 @@ struct StepRecord {
 };
 
 struct PersistResult {
-  // OK when at least one replica is durable, or when a newer write of the same key completed
+  // OK when at least one replica is written, or when a newer write of the same key completed
   // first (then tier_mask is 0: the newer version holds the key).
   absl::Status status;
-  uint32_t tier_mask = 0;  // tiers whose replica of this write is durable
+  uint32_t tier_mask = 0;  // tiers whose replica of this write is written (renamed into place)
   uint32_t lost_mask = 0;  // tiers the replication policy targeted whose replica failed
   std::string lost_reason;  // why the first of those failed ("" when none did)
+  // The tiers of tier_mask whose replica is synced (fdatasync'd with its directory under
+  // fsync: chunk) and so survives a power cut; the others may still be only in the page cache.
+  uint32_t synced_mask = 0;
+  // Written and synced on at least one tier: a power cut does not lose it.
+  bool durable() const { return status.ok() && synced_mask != 0; }
 };
 using PersistCallback = std::function<void(const std::string& key, const PersistResult&)>;
 
-// A key is present from the moment its persist is staged (then, until a replica is durable, with
+// A key is present from the moment its persist is staged (then, until a replica is written, with
 // tier_mask 0: a retrieve copies it from staging).
 struct LookupEntry {
   bool present = false;
   uint64_t size = 0;
-  uint32_t tier_mask = 0;  // tiers holding a durable replica
+  uint32_t tier_mask = 0;  // tiers holding a written replica
   bool locked = false;     // LookupAndLock: this call locked it
 };
 
@@ -193,6 +198,7 @@ struct StoreStats {
   Histogram step_gap;                  // each step's gap to the bound (wall / bound - 1)
   Histogram load_estimate_error;       // each step's |estimate - wall| / wall (StepRecord)
   Policies policies;                   // in force
+  FsyncPolicy fsync = FsyncPolicy::kNone;  // chunk: persists are synced (durable); none: only written
 };
 
 }  // namespace kvstream

@@ -117,13 +117,14 @@ void Index::Unlink(IndexEntry* e, int tier) {
     --replicas_[tier];
   }
   e->tiers &= ~bit;
+  e->synced &= ~bit;
   if (e->tiers == 0) {
     --live_;
     UncountLock(e);  // a lock on nothing holds nothing
   }
 }
 
-std::vector<Victim> Index::AddReplica(int tier, std::shared_ptr<const ChunkMeta> meta, bool foreign) {
+std::vector<Victim> Index::AddReplica(int tier, std::shared_ptr<const ChunkMeta> meta, bool foreign, bool synced) {
   std::vector<Victim> stale;
   auto [it, inserted] = entries_.try_emplace(meta->key);
   IndexEntry& e = it->second;
@@ -140,6 +141,7 @@ std::vector<Victim> Index::AddReplica(int tier, std::shared_ptr<const ChunkMeta>
   }
   const uint32_t bit = 1u << tier;
   if ((e.tiers & bit) && (foreign || !(e.foreign & bit))) {  // same version again
+    if (synced) e.synced |= bit;
     Touch(&e);
     return stale;
   }
@@ -147,6 +149,7 @@ std::vector<Victim> Index::AddReplica(int tier, std::shared_ptr<const ChunkMeta>
   e.meta = std::move(meta);
   if (e.tiers == 0) ++live_;
   e.tiers |= bit;
+  if (synced) e.synced |= bit;
   if (foreign) {
     if (e.foreign == 0) e.foreign_lru = foreign_lru_.insert(foreign_lru_.end(), &e);
     e.foreign |= bit;

@@ -1,4 +1,4 @@
-// Index: key -> chunk metadata, the tiers holding a durable replica, and each tier's LRU order
+// Index: key -> chunk metadata, the tiers holding a written replica, and each tier's LRU order
 // and used bytes. Rebuilt at start from the tiers' headers (catalog/recovery.h). Not thread-safe by
 // itself: GuardedIndex puts it behind its own lock.
 //
@@ -35,7 +35,10 @@ struct IndexEntry {
   std::shared_ptr<const ChunkMeta> meta;  // replaced, never mutated: readers keep their version
   std::string stem;
   Tenant* tenant = nullptr;  // whose chunk it is (its key's namespace, or the one tenant)
-  uint32_t tiers = 0;       // bit k: tier k holds a durable replica
+  uint32_t tiers = 0;       // bit k: tier k holds a written replica
+  // Bit k: tier k's replica is synced (this node fdatasync'd it before it counted): it survives a
+  // power cut. Never set for replicas found on the file system (their history is unknown).
+  uint32_t synced = 0;
   // Bit k: tier k's replica is another node's file on a shared tier. It is read like any replica
   // but never evicted here nor counted against this node's capacity of the tier (its owner does).
   uint32_t foreign = 0;
@@ -74,11 +77,13 @@ class Index {
   IndexEntry* Find(std::string_view key);
   const IndexEntry* Find(std::string_view key) const;
 
-  // Records a durable replica on `tier` (`foreign`: another node's file on a shared tier). If the
+  // Records a written replica on `tier` (`foreign`: another node's file on a shared tier;
+  // `synced`: this node synced it, see IndexEntry::synced). If the
   // entry held a different version (SameVersion: another payload, layout or writer), that version's replicas on other
   // tiers are removed and returned: their files are stale. A foreign replica of a version this
   // node then publishes itself becomes its own.
-  std::vector<Victim> AddReplica(int tier, std::shared_ptr<const ChunkMeta> meta, bool foreign = false);
+  std::vector<Victim> AddReplica(int tier, std::shared_ptr<const ChunkMeta> meta, bool foreign = false,
+                                 bool synced = false);
   // Removes `tier` from the entry (and the entry once no tier holds it). Returns false if absent.
   bool RemoveReplica(std::string_view key, int tier, Victim* victim = nullptr);
 

@@ -44,12 +44,17 @@ void Replicator::Start(Job* job) {
   const IndexEntry* e = index_->get().FindLive(meta.key);
   const bool same = e != nullptr && e->meta->payload_checksum == meta.payload_checksum &&
                     e->meta->payload_size == meta.payload_size;
+  // The replicas that answer for this write as they are: under fsync chunk, only those this node
+  // synced (or another node's, which cannot be rewritten); one found unsynced is written again.
+  const uint32_t reusable =
+      !same ? 0 : config_.fsync == FsyncPolicy::kChunk ? e->tiers & (e->synced | e->foreign) : e->tiers;
   for (size_t k = 0; k < tiers_.size(); ++k) {
     const Tier& tier = *tiers_[k];
     if (k > 0 && tiers_[k - 1]->group == tier.group) continue;  // one replica per group, decided at its first drive
     if (replication_ == ReplicationPolicy::kPrimary && tier.group != 0) continue;
-    if (same && (e->tiers & tier.group_mask)) {
-      job->durable |= e->tiers & tier.group_mask;  // already there, byte-identical
+    if (reusable & tier.group_mask) {
+      job->written |= reusable & tier.group_mask;  // already there, byte-identical
+      job->synced |= e->synced & tier.group_mask;
     } else {
       Replica& r = job->replicas[ChooseDrive(static_cast<int>(k))];
       r.state = State::kPending;
@@ -93,7 +98,7 @@ void Replicator::DropSecondaries() {
   for (size_t j = 0; j < jobs_.size();) {
     Job* job = jobs_[j].get();
     const size_t before = jobs_.size();
-    // Only once answered: the chunk is durable on its primary.
+    // Only once answered: the chunk is written on its primary.
     if (job->acknowledged && AbandonSecondaries(job)) MaybeFinish(job);
     if (jobs_.size() == before) ++j;
   }
@@ -238,10 +243,11 @@ void Replicator::Commit(Job* job, int t) {
   }
   if (superseded) {
     tier.device->AbortTemp(r.temp);
-    FinishReplica(job, t, absl::OkStatus());  // done, not durable: a newer write holds the key
+    FinishReplica(job, t, absl::OkStatus());  // done, not written: a newer write holds the key
     return;
   }
-  absl::Status committed = tier.device->CommitTemp(r.temp, chunk.stem, config_.fsync == FsyncPolicy::kChunk);
+  const bool sync = config_.fsync == FsyncPolicy::kChunk;
+  absl::Status committed = tier.device->CommitTemp(r.temp, chunk.stem, sync);
   if (absl::IsAlreadyExists(committed)) {
     PublishedElsewhere(job, t);
     return;
@@ -251,7 +257,7 @@ void Replicator::Commit(Job* job, int t) {
     absl::MutexLock lock(&index_->mu());
     index_->get().Release(t, chunk.image_size);
     if (committed.ok()) {
-      stale = index_->get().AddReplica(t, chunk.meta);
+      stale = index_->get().AddReplica(t, chunk.meta, /*foreign=*/false, sync);
       MoveStagedLocks(chunk.meta->key);
     }
   }
@@ -259,7 +265,8 @@ void Replicator::Commit(Job* job, int t) {
   if (committed.ok()) {
     tier.counters.bytes_written += chunk.image_size;
     ++tier.counters.replicas_written;
-    job->durable |= 1u << t;
+    job->written |= 1u << t;
+    if (sync) job->synced |= 1u << t;
   } else {
     WriteFailed(t, committed);
   }
@@ -283,7 +290,7 @@ void Replicator::PublishedElsewhere(Job* job, int t) {
   RemoveReplicaFiles(tiers_, stale);
   // The same bytes: the tier holds the chunk (another node's file). Another version: the key is
   // served from this node's other copies of its own version; the tier keeps the other node's.
-  if (same) job->durable |= 1u << t;
+  if (same) job->written |= 1u << t;  // not synced: another node's file, not known to be
   FinishReplica(job, t, absl::OkStatus());
 }
 
@@ -305,7 +312,7 @@ void Replicator::FinishReplica(Job* job, int t, absl::Status status) {
     // The primary is lost: the copies meant as secondaries are what the chunk's durability rests
     // on now, so they are written like any replica and never dropped.
     for (Replica& other : job->replicas) other.secondary = false;
-  } else if (job->adaptive && !r.secondary && (job->durable & (1u << t)) == 0) {
+  } else if (job->adaptive && !r.secondary && (job->written & (1u << t)) == 0) {
     // The primary was superseded (a newer version of the key committed first): copies of this
     // version are of no use, and the job is answered (tier_mask 0) once those in flight are done.
     AbandonSecondaries(job);
@@ -318,12 +325,12 @@ void Replicator::MaybeFinish(Job* job) {
   if (!job->started) return;
   absl::Status first_error;
   PersistResult result;
-  bool all_done = true, primary_durable = false;
+  bool all_done = true, primary_written = false;
   for (size_t t = 0; t < job->replicas.size(); ++t) {
     const Replica& r = job->replicas[t];
     const bool done = r.state == State::kDone || r.state == State::kFailed;
     all_done &= done;
-    primary_durable |= job->adaptive && !r.secondary && (job->durable & (1u << t)) != 0;
+    primary_written |= job->adaptive && !r.secondary && (job->written & (1u << t)) != 0;
     if (r.state != State::kFailed) continue;
     result.lost_mask |= 1u << t;
     if (first_error.ok()) first_error = r.error;
@@ -335,9 +342,10 @@ void Replicator::MaybeFinish(Job* job) {
     }
     stager_->Unlist(*job->chunk);  // out of lookups' sight before its persist is answered (and Flush returns)
   }
-  if (!job->acknowledged && (all_done || primary_durable)) {
-    result.tier_mask = job->durable;
-    result.status = job->durable != 0 ? absl::OkStatus() : first_error;
+  if (!job->acknowledged && (all_done || primary_written)) {
+    result.tier_mask = job->written;
+    result.synced_mask = job->synced & job->written;
+    result.status = job->written != 0 ? absl::OkStatus() : first_error;
     if (result.lost_mask != 0) result.lost_reason = std::string(first_error.message());
     job->acknowledged = true;
     --unacknowledged_;

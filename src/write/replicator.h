@@ -1,8 +1,8 @@
 // Replicator (M3): writes each staged chunk to its target tiers (every tier under `all`, the first
 // under `primary`; on a tier over several drives, one of its drives), skipping tiers that already
-// hold the same bytes. Under `adaptive` the first
+// hold the same bytes (under fsync chunk, bytes this node synced). Under `adaptive` the first
 // tier's copy is the primary and the others are secondaries: the persist is answered once the
-// primary is durable (or, if it failed, once every copy is done), secondaries are written only
+// primary is written (or, if it failed, once every copy is done), secondaries are written only
 // when the node is otherwise idle (no reads pending, no primary left to write, no staging
 // pressure: a started one pauses between pieces), and those with no write in flight are dropped
 // once staging fills past half its high-water mark, so a secondary never stalls a step or a
@@ -10,7 +10,8 @@
 // written to a temporary file in block-size pieces, synced when the fsync policy asks, and renamed
 // into place only if no newer version of the key was committed meanwhile (writes of one key may
 // complete out of order). Room is made (LRU eviction) before a replica starts. A chunk is finished, and its
-// persist callback told which tiers hold it, once every replica is written or failed. Loop thread
+// persist callback told which tiers hold it and which of those synced it, once every replica is
+// written or failed. Loop thread
 // only.
 #pragma once
 
@@ -61,8 +62,9 @@ class Replicator {
     std::vector<Replica> replicas;  // per tier
     bool started = false;
     bool acknowledged = false;  // its persist was answered (WriteStager::Acknowledge)
-    bool adaptive = false;      // answered once its primary is durable; secondaries may be dropped
-    uint32_t durable = 0;  // tiers whose replica of this version is durable
+    bool adaptive = false;      // answered once its primary is written; secondaries may be dropped
+    uint32_t written = 0;  // tiers whose replica of this version is written
+    uint32_t synced = 0;   // ... and synced (IndexEntry::synced): it survives a power cut
   };
   struct WriteSlot : IoRequest {
     Job* job = nullptr;

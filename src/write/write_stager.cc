@@ -28,23 +28,23 @@ WriteStager::WriteStager(uint64_t limit_bytes, double high_water, uint32_t block
       // Buffers are at most a 64th larger than their images: a full staging's buffers are kept.
       memory_(StagingMemory::Create(limit_bytes + limit_bytes / 64)) {}
 
-absl::Status WriteStager::Stage(std::string_view key, const void* data, size_t size, PersistCallback on_durable,
+absl::Status WriteStager::Stage(std::string_view key, const void* data, size_t size, PersistCallback on_written,
                                 bool block, const ChunkMeta* verified) {
   auto copy = [&](uint8_t* payload) {
     std::memcpy(payload, data, size);
     return absl::OkStatus();
   };
-  return StageWith(key, size, copy, std::move(on_durable), block, verified);
+  return StageWith(key, size, copy, std::move(on_written), block, verified);
 }
 
-absl::Status WriteStager::StageFromFile(std::string_view key, const FileRange& source, PersistCallback on_durable,
+absl::Status WriteStager::StageFromFile(std::string_view key, const FileRange& source, PersistCallback on_written,
                                         bool block, const ChunkMeta* verified) {
   auto read = [&](uint8_t* payload) { return ReadClientMemory(source, payload); };
-  return StageWith(key, source.size, read, std::move(on_durable), block, verified);
+  return StageWith(key, source.size, read, std::move(on_written), block, verified);
 }
 
 absl::Status WriteStager::StageWith(std::string_view key, size_t size, absl::FunctionRef<absl::Status(uint8_t*)> fill,
-                                    PersistCallback on_durable, bool block, const ChunkMeta* verified) {
+                                    PersistCallback on_written, bool block, const ChunkMeta* verified) {
   if (absl::Status s = ValidateKey(key); !s.ok()) return s;
   if (size == 0) return absl::InvalidArgumentError("empty chunk");
   const bool has_mac = mac_key_ != nullptr;
@@ -115,7 +115,7 @@ absl::Status WriteStager::StageWith(std::string_view key, size_t size, absl::Fun
   EncodeChunkHeader(*meta, chunk->image.get());
   chunk->stem = FileStem(key);
   chunk->meta = std::move(meta);
-  chunk->callback = std::move(on_durable);
+  chunk->callback = std::move(on_written);
   {
     absl::MutexLock lock(&mu_);
     // In version order (creation time, then staging order): producers of one key may finish

@@ -1,7 +1,7 @@
 // WriteStager (M2): new KV waits in bounded staging memory, as a ready-to-write chunk image, until
 // the replicator writes it. Producers block (or are refused) while staging is full. Under the
 // deferred write policy, writes run while no read is pending (during the forward pass), when a
-// chunk not yet durable has waited `max_defer` (reads that never pause do not starve writes: they
+// chunk not yet written has waited `max_defer` (reads that never pause do not starve writes: they
 // then share the tiers with them), or under pressure: staging above its high-water mark, a
 // producer waiting for space, or a drain at shutdown. Thread-safe: producers stage from any
 // thread, the loop takes and finishes chunks.
@@ -71,11 +71,11 @@ class WriteStager {
   // file): reused instead of hashing the copy when its segment size is this stager's block size.
   // A byte of the source that changed since it was verified then fails the copy's reads (never
   // served, the replica dropped), where hashing the copy would store it as valid.
-  absl::Status Stage(std::string_view key, const void* data, size_t size, PersistCallback on_durable, bool block,
+  absl::Status Stage(std::string_view key, const void* data, size_t size, PersistCallback on_written, bool block,
                      const ChunkMeta* verified = nullptr);
   // As Stage, copying the payload from a file with pread (memory/client_memory.h): FailedPrecondition,
   // and nothing staged, when the file no longer covers the range.
-  absl::Status StageFromFile(std::string_view key, const FileRange& source, PersistCallback on_durable, bool block,
+  absl::Status StageFromFile(std::string_view key, const FileRange& source, PersistCallback on_written, bool block,
                              const ChunkMeta* verified = nullptr);
 
   // Loop: moves the chunks staged since the last call (oldest first) to `out`.
@@ -83,7 +83,7 @@ class WriteStager {
   // Loop: every replica of the chunk is written or failed. Frees its staging, counts it, runs its
   // callback, and only then lets Flush see it as done. (Acknowledge, then Release.)
   void Finish(std::unique_ptr<StagedChunk> chunk, const PersistResult& result);
-  // Loop: the chunk is as durable as its persist promises (adaptive replication: on its primary)
+  // Loop: the chunk is written where its persist promises it (adaptive replication: on its primary)
   // while more copies may still be written from its image: counts it, runs its callback, and lets
   // Flush see it as done. Its staging stays taken until Release.
   void Acknowledge(StagedChunk* chunk, const PersistResult& result);
@@ -114,7 +114,7 @@ class WriteStager {
   // Whether writes may run at `now_ns` (the reactor's clock) under `policy`, given whether reads
   // are pending.
   bool MayWrite(WritePolicy policy, bool reads_pending, int64_t now_ns) const;
-  // When the oldest chunk not yet durable will have waited max_defer (INT64_MAX: none waits):
+  // When the oldest chunk not yet written will have waited max_defer (INT64_MAX: none waits):
   // deferred writes run during reads from then on.
   int64_t WritesDueNs() const;
   // Waits until every chunk staged before the call is finished and its callback has run.
@@ -138,7 +138,7 @@ class WriteStager {
   // Reserves staging for a chunk of `size` payload bytes, lets `fill` write the payload into the
   // image, then checksums it there (or takes `verified`'s checksums, see Stage) and writes the header.
   absl::Status StageWith(std::string_view key, size_t size, absl::FunctionRef<absl::Status(uint8_t*)> fill,
-                         PersistCallback on_durable, bool block, const ChunkMeta* verified);
+                         PersistCallback on_written, bool block, const ChunkMeta* verified);
   // Stopping, producers waiting for space, or staging above `fraction` of its limit.
   bool Above(double fraction) const ABSL_LOCKS_EXCLUDED(mu_);
   // Gives back a reservation whose chunk was never staged.

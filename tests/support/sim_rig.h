@@ -74,7 +74,7 @@ struct SimRig {
     engine.reset();
   }
 
-  // Persists `count` chunks of `size` bytes named prefix0.. and waits until durable.
+  // Persists `count` chunks of `size` bytes named prefix0.. and waits until written.
   std::vector<std::vector<uint8_t>> Populate(const std::string& prefix, int count, size_t size) {
     std::vector<std::vector<uint8_t>> data;
     for (int i = 0; i < count; ++i) {

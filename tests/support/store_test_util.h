@@ -38,7 +38,7 @@ inline void WaitUntilRegistered(Store& store, const void* base) {
   while (!engine.MemoryRegistered(base)) std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 
-// Persists every chunk and waits until they are durable.
+// Persists every chunk and waits until they are written.
 inline void PutAll(Store& store, const NamedChunks& chunks) {
   for (const auto& [key, data] : chunks) REQUIRE(store.Persist(key, data.data(), data.size()).ok());
   store.Flush();

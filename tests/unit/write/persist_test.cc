@@ -1,6 +1,6 @@
-// Persists on real files: fsync policy chunk makes replicas durable and the persist callback names
-// the tiers; bad persists (too large for staging, no key, no bytes) are refused without side
-// effects.
+// Persists on real files: the persist callback names the tiers written and, under fsync policy
+// chunk only, the same tiers as synced (durable); bad persists (too large for staging, no key, no
+// bytes) are refused without side effects.
 #include <catch2/catch.hpp>
 
 #include <atomic>
@@ -15,19 +15,58 @@ namespace {
 
 namespace fs = std::filesystem;
 
-TEST_CASE("fsync policy chunk writes durable replicas and persist callbacks report the tiers") {
+TEST_CASE("persist callbacks report the tiers written and only under fsync chunk the same tiers synced") {
+  const FsyncPolicy fsync = GENERATE(FsyncPolicy::kNone, FsyncPolicy::kChunk);
+  CAPTURE(ToString(fsync));
+  const uint32_t synced = fsync == FsyncPolicy::kChunk ? 3u : 0u;
   TempDir dir;
   StoreConfig c = TwoTiers(dir);
-  c.fsync = FsyncPolicy::kChunk;
+  c.fsync = fsync;
   auto store = OpenStoreOrSkip(c);
   auto data = Payload(700000, 4);
-  std::atomic<uint32_t> mask{0};
-  REQUIRE(store->Persist("d", data.data(), data.size(), [&](const std::string&, const PersistResult& r) {
-    if (r.status.ok()) mask = r.tier_mask;
-  }).ok());
-  store->Flush();
-  CHECK(mask == 3u);
+  auto persist = [&] {
+    PersistResult result;
+    REQUIRE(store->Persist("d", data.data(), data.size(), [&](const std::string&, const PersistResult& r) {
+      result = r;
+    }).ok());
+    store->Flush();
+    return result;
+  };
+  const PersistResult first = persist();
+  CHECK(first.status.ok());
+  CHECK(first.tier_mask == 3u);
+  CHECK(first.synced_mask == synced);
+  CHECK(first.durable() == (synced != 0));
   CHECK(fs::exists(ChunkFile(dir.sub("t1"), "d")));
+  // The same bytes again: the replicas already there answer, synced as they were written.
+  const PersistResult again = persist();
+  CHECK(again.tier_mask == 3u);
+  CHECK(again.synced_mask == synced);
+}
+
+TEST_CASE("under fsync chunk the same bytes persisted after a restart are synced again and under none they stand") {
+  const FsyncPolicy fsync = GENERATE(FsyncPolicy::kNone, FsyncPolicy::kChunk);
+  CAPTURE(ToString(fsync));
+  TempDir dir;
+  StoreConfig c = TwoTiers(dir);
+  c.fsync = fsync;
+  auto data = Payload(300000, 9);
+  auto persist = [&](Store& store) {
+    PersistResult result;
+    REQUIRE(store.Persist("r", data.data(), data.size(), [&](const std::string&, const PersistResult& r) {
+      result = r;
+    }).ok());
+    store.Flush();
+    return result;
+  };
+  persist(*OpenStoreOrSkip(c));
+  // Found on the tiers at start: their history is unknown, so they count as written only.
+  auto store = OpenStoreOrSkip(c);
+  const uint64_t written_before = store->Stats().tiers[0].replicas_written;
+  const PersistResult again = persist(*store);
+  CHECK(again.tier_mask == 3u);
+  CHECK(again.synced_mask == (fsync == FsyncPolicy::kChunk ? 3u : 0u));
+  CHECK(store->Stats().tiers[0].replicas_written == written_before + (fsync == FsyncPolicy::kChunk ? 1u : 0u));
 }
 
 TEST_CASE("bad persists are refused without side effects") {

@@ -75,7 +75,7 @@ bool Eventually(const std::function<bool()>& done) {
   return done();
 }
 
-TEST_CASE("a replica whose write fails leaves the chunk durable on the other tier and says so") {
+TEST_CASE("a replica whose write fails leaves the chunk written to the other tier and says so") {
   SimRig rig({300 * MBps, 100 * MBps});
   rig.devices[1]->SetFaultHook(FailOn(SimOp::kWrite, EIO));
   const auto data = Payload(3 * kBlock, 1);
@@ -224,7 +224,7 @@ TEST_CASE("two writes of one key completing out of order leave the newer version
   rig.clock->Resume();
   rig.engine->Flush();
   CHECK(b.status.ok());
-  CHECK(b.tier_mask == (adaptive ? 1u : 3u));  // adaptive: answered once its primary is durable
+  CHECK(b.tier_mask == (adaptive ? 1u : 3u));  // adaptive: answered once its primary is written
   CHECK(a.status.ok());
   CHECK(a.tier_mask == 0u);  // superseded: never renamed over the newer file
   REQUIRE(Eventually([&] { return rig.engine->Stats().staged_bytes == 0; }));
@@ -254,7 +254,7 @@ TEST_CASE("replication primary writes the first tier only") {
   CHECK(rig.devices[1]->files().empty());
 }
 
-TEST_CASE("replication adaptive answers once the primary is durable, the secondary follows when idle") {
+TEST_CASE("replication adaptive answers once the primary is written, the secondary follows when idle") {
   SimRig rig({0, 10 * MBps}, Adaptive());  // the first tier takes no time
   const auto data = Payload(3 * kBlock, 21);
   rig.clock->Pause();  // time stands still: the primary is written, the secondary is not
@@ -437,7 +437,7 @@ TEST_CASE("replication adaptive: a started secondary is dropped under staging pr
   CHECK(Eventually([&] { return rig.engine->Lookup({"after"})[0].tier_mask == 3u; }));
 }
 
-TEST_CASE("replication adaptive: a primary that fails leaves the chunk durable on a secondary") {
+TEST_CASE("replication adaptive: a primary that fails leaves the chunk written to a secondary") {
   SimRig rig({300 * MBps, 100 * MBps}, Adaptive());
   rig.devices[0]->SetFaultHook(FailOn(SimOp::kWrite, EIO));
   const auto data = Payload(2 * kBlock, 31);

@@ -61,25 +61,25 @@ TEST_CASE("a staged chunk is found by lookups and read from staging before any r
   SimRig rig({300 * MBps, 100 * MBps});
   HeldWrites writes(rig);
   const auto data = Payload(3 * kBlock + 100, 1);
-  std::atomic<int> durable{0};
+  std::atomic<int> written{0};
   REQUIRE(rig.engine->Persist("k", data.data(), data.size(), [&](const std::string&, const PersistResult& r) {
-    if (r.status.ok()) durable = static_cast<int>(r.tier_mask);
+    if (r.status.ok()) written = static_cast<int>(r.tier_mask);
   }).ok());
 
   const LookupEntry staged = rig.engine->Lookup({"k"})[0];
   CHECK(staged.present);
   CHECK(staged.size == data.size());
-  CHECK(staged.tier_mask == 0);  // durable nowhere yet
+  CHECK(staged.tier_mask == 0);  // written nowhere yet
   CHECK(rig.engine->PrefixHits({"k", "other"}) == 1);
   auto [result, bytes] = ReadOne(rig, "k", 4 * kBlock);
   REQUIRE(result.status.ok());
   CHECK(result.tier_mask == 0);  // served by no tier
   CHECK(bytes == data);
   CHECK(Reads(rig) == 0);
-  CHECK(durable == 0);
+  CHECK(written == 0);
 
   writes.Release();
-  CHECK(durable == 3);
+  CHECK(written == 3);
   CHECK(rig.engine->Lookup({"k"})[0].tier_mask == 3u);
   auto [from_tiers, again] = ReadOne(rig, "k", 4 * kBlock);
   REQUIRE(from_tiers.status.ok());
@@ -94,7 +94,7 @@ TEST_CASE("a newer version in staging is what lookups and steps see, not the one
   const auto fresh = Payload(kBlock + 7, 2);
   REQUIRE(rig.engine->Persist("k0", fresh.data(), fresh.size()).ok());
   CHECK(rig.engine->Lookup({"k0"})[0].size == fresh.size());
-  CHECK(rig.engine->Lookup({"k0"})[0].tier_mask == 0);  // the newest version is durable nowhere
+  CHECK(rig.engine->Lookup({"k0"})[0].tier_mask == 0);  // the newest version is written nowhere
   CHECK(ReadOne(rig, "k0", 2 * kBlock).second == fresh);
   writes.Release();
   CHECK(ReadOne(rig, "k0", 2 * kBlock).second == fresh);

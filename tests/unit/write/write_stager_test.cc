@@ -198,7 +198,7 @@ TEST_CASE("before max_defer, deferred writes run during reads only under pressur
   CHECK_FALSE(stager.empty());
 }
 
-TEST_CASE("a deferred write waits for reads at most max_defer, from the oldest chunk not yet durable") {
+TEST_CASE("a deferred write waits for reads at most max_defer, from the oldest chunk not yet written") {
   CountingReactor reactor;
   WriteStager stager(16 * kBlock, 0.75, kBlock, kDefer, &reactor);
   const auto data = Payload(kBlock, 5);
@@ -214,7 +214,7 @@ TEST_CASE("a deferred write waits for reads at most max_defer, from the oldest c
   std::vector<std::unique_ptr<StagedChunk>> staged;
   stager.TakeStaged(&staged);
   REQUIRE(staged.size() == 2);
-  stager.Finish(std::move(staged[0]), PersistResult{});  // "a" is durable: "b" is the oldest now
+  stager.Finish(std::move(staged[0]), PersistResult{});  // "a" is written: "b" is the oldest now
   CHECK(stager.WritesDueNs() == 1000 + kDefer / 2 + kDefer);
   CHECK_FALSE(stager.MayWrite(WritePolicy::kDeferred, true, 1000 + kDefer));
   stager.Finish(std::move(staged[1]), PersistResult{});
@@ -222,7 +222,7 @@ TEST_CASE("a deferred write waits for reads at most max_defer, from the oldest c
   CHECK_FALSE(stager.MayWrite(WritePolicy::kDeferred, true, INT64_MAX - 1));
 }
 
-TEST_CASE("under reads that never pause, a deferred write starts max_defer after its persist and is durable") {
+TEST_CASE("under reads that never pause, a deferred write starts max_defer after its persist and is written") {
   StoreConfig c = WithRouting("completion");
   c.staging_max_defer_seconds = 0.25;
   SimRig rig({300 * MBps, 100 * MBps}, c);
@@ -235,9 +235,9 @@ TEST_CASE("under reads that never pause, a deferred write starts max_defer after
   rig.clock->WaitUntilQuiescent();
   const int64_t persisted = rig.clock->NowNs();
   auto fresh = Payload(2 * kBlock, 98);
-  std::atomic<int64_t> durable_ns{0};
+  std::atomic<int64_t> written_ns{0};
   REQUIRE(rig.engine->Persist("new", fresh.data(), fresh.size(), [&](const std::string&, const PersistResult& r) {
-    if (r.status.ok() && r.tier_mask == 3) durable_ns = rig.clock->NowNs();
+    if (r.status.ok() && r.tier_mask == 3) written_ns = rig.clock->NowNs();
   }).ok());
   rig.clock->WaitUntilQuiescent();
   rig.clock->Resume();
@@ -248,8 +248,8 @@ TEST_CASE("under reads that never pause, a deferred write starts max_defer after
   const int64_t defer = 250'000'000;
   CHECK(first_write >= persisted + defer);        // deferred that long ...
   CHECK(first_write < persisted + defer + defer);  // ... and no longer (a block's read is ~3-10 ms)
-  CHECK(durable_ns > 0);
-  CHECK(durable_ns < last_read);  // durable while the reads went on
+  CHECK(written_ns > 0);
+  CHECK(written_ns < last_read);  // written while the reads went on
   CHECK(rig.engine->Stats().writes_under_pressure > 0);
 }
 
