@@ -230,10 +230,14 @@ absl::Status Client::Persist(const std::vector<ChunkRange>& chunks, std::vector<
   v1::PersistEvent event;
   absl::Status first_error;
   while (reader->Read(&event)) {
-    if (event.stage() != v1::PersistEvent::DURABLE) continue;
+    if (event.stage() != v1::PersistEvent::WRITTEN) continue;
     const auto code = static_cast<absl::StatusCode>(event.code());
-    PersistResult r{absl::Status(code, event.message()), event.tier_mask(), event.lost_mask(),
-                    code == absl::StatusCode::kOk ? event.message() : std::string()};
+    PersistResult r;
+    r.status = absl::Status(code, event.message());
+    r.tier_mask = event.tier_mask();
+    r.lost_mask = event.lost_mask();
+    r.lost_reason = code == absl::StatusCode::kOk ? event.message() : std::string();
+    r.synced_mask = event.synced_mask();
     if (!r.status.ok() && first_error.ok()) first_error = r.status;
     if (results && event.index() < results->size()) (*results)[event.index()] = r;
   }

@@ -95,6 +95,7 @@ void ToProto(const StoreStats& in, v1::StatsReply* out) {
   out->set_verify_threads(in.verify_threads);
   out->set_write_stall_seconds(in.write_stall_seconds);
   ToProto(in.policies, out->mutable_policies());
+  out->set_fsync(std::string(ToString(in.fsync)));
 }
 
 StoreStats FromProto(const v1::StatsReply& in) {
@@ -148,6 +149,7 @@ StoreStats FromProto(const v1::StatsReply& in) {
   s.verify_threads = in.verify_threads();
   s.write_stall_seconds = in.write_stall_seconds();
   if (auto p = FromProto(in.policies(), Policies{}); p.ok()) s.policies = *p;
+  if (auto f = ParseFsync(in.fsync()); f.ok()) s.fsync = *f;
   return s;
 }
 

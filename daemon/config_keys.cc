@@ -129,7 +129,7 @@ std::vector<ConfigKey> Table() {
            [](Value v, Config c, Tier) {
              c.store.staging_limit_bytes = v.IsAuto() ? DefaultStagingLimit() : v.Bytes();
            },
-       .doc = "staged chunk images not yet durable; auto: 1/32 of the memory limit, 256MiB to 16GiB"},
+       .doc = "staged chunk images not yet written to their tiers; auto: 1/32 of the memory limit, 256MiB to 16GiB"},
       {.name = "staging.high_water", .type = "number", .default_value = "0.75", .store_field = "staging_high_water",
        .read = [](Value v, Config c, Tier) { c.store.staging_high_water = v.Number(); },
        .doc = "share of the limit above which deferred writes also run during reads"},
@@ -181,7 +181,8 @@ std::vector<ConfigKey> Table() {
        .doc = "which tiers a chunk is written to"},
       {.name = "policies.fsync", .type = "none | chunk", .default_value = "none", .store_field = "fsync",
        .read = [](Value v, Config c, Tier) { c.store.fsync = v.Parsed(ParseFsync); },
-       .doc = "chunk: fdatasync each replica and its directory before it counts"},
+       .doc = "chunk: fdatasync each replica and its directory before it counts (persists are durable); "
+              "none: persists are written, not synced (a power cut may lose them)"},
       {.name = "metrics.listen", .type = "HOST:PORT", .absent = "off",
        .read = [](Value v, Config c, Tier) { c.metrics_listen = v.Str(); },
        .doc = "HTTP /metrics and /health; empty: off"},

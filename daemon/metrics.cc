@@ -187,13 +187,18 @@ std::string RenderMetrics(const StoreStats& s, const DaemonGauges& d, bool healt
       .Sample("result=\"hit\"", static_cast<double>(s.retrieve_hits))
       .Sample("result=\"miss\"", static_cast<double>(s.retrieve_misses))
       .Sample("result=\"failed\"", static_cast<double>(s.retrieve_failures));
-  Family(&out, "kvstream_persists_total", "counter", "Chunks persisted, by result.")
+  Family(&out, "kvstream_persists_total", "counter",
+         "Chunks persisted, by result; ok: written to a tier (synced too only under fsync chunk: kvstream_fsync_policy).")
       .Sample("result=\"ok\"", static_cast<double>(s.persists - s.persist_failures))
       .Sample("result=\"failed\"", static_cast<double>(s.persist_failures));
+  Family(&out, "kvstream_fsync_policy", "gauge",
+         "1 for the fsync policy in force: chunk (persists synced: they survive a power cut) or none (written "
+         "only: a power cut may lose them).")
+      .Sample(absl::StrCat("policy=\"", std::string(ToString(s.fsync)), "\""), 1);
   Family(&out, "kvstream_chunks", "gauge", "Keys held by at least one tier.").Sample("", static_cast<double>(s.chunks));
-  Family(&out, "kvstream_staged_bytes", "gauge", "Chunk images staged, not yet durable (the write backlog).")
+  Family(&out, "kvstream_staged_bytes", "gauge", "Chunk images staged, not yet written to their tiers (the write backlog).")
       .Sample("", static_cast<double>(s.staged_bytes));
-  Family(&out, "kvstream_staged_chunks", "gauge", "Chunks staged, not yet durable.")
+  Family(&out, "kvstream_staged_chunks", "gauge", "Chunks staged, not yet written to their tiers.")
       .Sample("", static_cast<double>(s.staged_chunks));
   Family(&out, "kvstream_staging_limit_bytes", "gauge", "The staging limit.")
       .Sample("", static_cast<double>(s.staging_limit_bytes));

@@ -39,13 +39,13 @@ void PersistCall::StageRest(size_t first, const StagingWorker& worker) {
 absl::Status PersistCall::Stage(size_t i, bool wait) {
   const AdmittedChunk& c = admitted_.chunks[i];
   const ChunkTarget& target = c.target;
-  auto on_durable = [this, i](const std::string&, const PersistResult& r) { Durable(i, r); };
+  auto on_written = [this, i](const std::string&, const PersistResult& r) { Written(i, r); };
   if (target.fd >= 0) {  // client memory that may shrink: copied out with pread
-    return store_->PersistFromFile(c.key, FileRange{target.fd, target.fd_offset, c.length}, std::move(on_durable), wait);
+    return store_->PersistFromFile(c.key, FileRange{target.fd, target.fd_offset, c.length}, std::move(on_written), wait);
   }
   const uint8_t* data = target.data;
-  return wait ? store_->Persist(c.key, data, c.length, std::move(on_durable))
-              : store_->TryPersist(c.key, data, c.length, std::move(on_durable));
+  return wait ? store_->Persist(c.key, data, c.length, std::move(on_written))
+              : store_->TryPersist(c.key, data, c.length, std::move(on_written));
 }
 
 void PersistCall::Staged(size_t i, const absl::Status& status) {
@@ -54,27 +54,29 @@ void PersistCall::Staged(size_t i, const absl::Status& status) {
     absl::MutexLock lock(&state_mu_);
     ChunkState& st = chunk_state_[i];
     st.staged = true;
-    PushEvent(i, v1::PersistEvent::STAGED, PersistResult{status, 0, 0, ""});
+    PersistResult staged;
+    staged.status = status;
+    PushEvent(i, v1::PersistEvent::STAGED, staged);
     if (!status.ok()) {  // never staged: that is its final answer too
-      PushEvent(i, v1::PersistEvent::DURABLE, PersistResult{status, 0, 0, ""});
-    } else if (st.early_durable) {
-      PushEvent(i, v1::PersistEvent::DURABLE, *st.early_durable);
+      PushEvent(i, v1::PersistEvent::WRITTEN, staged);
+    } else if (st.early_written) {
+      PushEvent(i, v1::PersistEvent::WRITTEN, *st.early_written);
     } else {
-      chunk_done = false;  // Durable settles it
+      chunk_done = false;  // Written settles it
     }
   }
   if (chunk_done) Settle();
 }
 
-void PersistCall::Durable(size_t i, const PersistResult& result) {
+void PersistCall::Written(size_t i, const PersistResult& result) {
   {
     absl::MutexLock lock(&state_mu_);
     ChunkState& st = chunk_state_[i];
     if (!st.staged) {  // STAGED goes first: Staged pushes this one after it
-      st.early_durable = result;
+      st.early_written = result;
       return;
     }
-    PushEvent(i, v1::PersistEvent::DURABLE, result);
+    PushEvent(i, v1::PersistEvent::WRITTEN, result);
   }
   Settle();
 }
@@ -87,6 +89,7 @@ void PersistCall::PushEvent(size_t i, v1::PersistEvent::Stage stage, const Persi
   e.set_message(result.status.ok() ? result.lost_reason : std::string(result.status.message()));
   e.set_tier_mask(result.tier_mask);
   e.set_lost_mask(result.lost_mask);
+  e.set_synced_mask(result.synced_mask);
   Push(std::move(e));
 }
 

@@ -11,7 +11,7 @@
 // the session's uid only (its token is not enough), and Evict and SetPolicies are for
 // administrators. Stats, Steps and Health are open to every member of the socket group. Destroying the Service stops its staging worker (see
 // staging_worker.h): the chunks of persists still queued for staging space are answered
-// UNAVAILABLE, unstaged. Chunks already staged stay the store's, and the store's last durable
+// UNAVAILABLE, unstaged. Chunks already staged stay the store's, and the store's last written
 // callbacks delete their calls.
 #pragma once
 

@@ -62,7 +62,8 @@ class Client {
   // (unknown session, range outside the arena, malformed key) fails as a whole.
   absl::StatusOr<StepRecord> Retrieve(const std::vector<ChunkRange>& chunks, std::vector<ChunkResult>* results = nullptr,
                                       const std::function<void(const ChunkResult&)>& on_chunk = nullptr);
-  // Stages the chunks and waits until each is durable (or failed); results in request order.
+  // Stages the chunks and waits until each is written to its tiers (or failed); results in
+  // request order, each saying which replicas are synced (PersistResult::durable).
   absl::Status Persist(const std::vector<ChunkRange>& chunks, std::vector<PersistResult>* results = nullptr);
 
   absl::StatusOr<StoreStats> Stats(uint32_t* sessions = nullptr);

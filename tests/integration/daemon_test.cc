@@ -333,7 +333,7 @@ TEST_CASE("kvstreamctl put, get, lookup, stats, steps, evict and policy round tr
   std::ofstream(dir.sub("in.bin"), std::ios::binary).write(reinterpret_cast<const char*>(data.data()), data.size());
   std::string out;
   REQUIRE(Ctl(d, "put doc/1 " + dir.sub("in.bin"), &out) == 0);
-  CHECK(out.find("durable on tier mask 0x3") != std::string::npos);
+  CHECK(out.find("written to tier mask 0x3, not synced") != std::string::npos);  // fsync: none
   REQUIRE(Ctl(d, "get doc/1 " + dir.sub("out.bin"), &out) == 0);
   std::ifstream in(dir.sub("out.bin"), std::ios::binary);
   std::vector<uint8_t> back((std::istreambuf_iterator<char>(in)), {});
@@ -367,6 +367,41 @@ TEST_CASE("kvstreamctl put, get, lookup, stats, steps, evict and policy round tr
   d.Stop();
   CHECK(Ctl(d, "stats", &out) == 1);
   CHECK(out.find("no kvstreamd answers") != std::string::npos);
+}
+
+TEST_CASE("a persist under fsync none is reported written not synced and under fsync chunk durable") {
+  const bool chunk = GENERATE(false, true);
+  const std::string fsync = chunk ? "chunk" : "none";
+  CAPTURE(fsync);
+  TempDir dir;
+  DaemonProcess d(dir, "policies: {fsync: " + fsync + "}\n");
+  REQUIRE(d.Start());
+  {
+    auto c = AttachOrFail(d);
+    const auto data = Payload(300000, 17);
+    std::memcpy(c->arena(), data.data(), data.size());
+    std::vector<PersistResult> results;
+    REQUIRE(c->Persist({{"synced?", 0, data.size()}}, &results).ok());
+    REQUIRE(results.size() == 1);
+    CHECK(results[0].tier_mask == 3u);
+    CHECK(results[0].synced_mask == (chunk ? 3u : 0u));
+    CHECK(results[0].durable() == chunk);
+    auto stats = c->Stats();
+    REQUIRE(stats.ok());
+    CHECK(stats->fsync == (chunk ? FsyncPolicy::kChunk : FsyncPolicy::kNone));
+  }
+  std::ofstream(dir.sub("in.bin"), std::ios::binary) << "a chunk put by kvstreamctl";
+  std::string out;
+  REQUIRE(Ctl(d, "put doc/1 " + dir.sub("in.bin"), &out) == 0);
+  CHECK(out.find(chunk ? "durable (synced) on tier mask 0x3" : "written to tier mask 0x3, not synced: a power cut may lose it") !=
+        std::string::npos);
+  CHECK(out.find(chunk ? "not synced" : "durable") == std::string::npos);
+  REQUIRE(Ctl(d, "--json put doc/2 " + dir.sub("in.bin"), &out) == 0);
+  CHECK(out.find(chunk ? "\"durable\":true" : "\"durable\":false") != std::string::npos);
+  CHECK(out.find(chunk ? "\"synced_mask\":3" : "\"synced_mask\":0") != std::string::npos);
+  REQUIRE(Ctl(d, "stats", &out) == 0);
+  CHECK(out.find(chunk ? "fsync chunk (persists are synced: durable)"
+                       : "fsync none (persists are written, not synced: a power cut may lose them)") != std::string::npos);
 }
 
 }  // namespace

@@ -284,7 +284,7 @@ STAGING_FULL = "staging is full: dropped"  # how kvstreamd answers a persist it 
 class StagingFull:
     """A Client whose daemon has staging room for `room` more chunks: a persist admits its chunks
     in call order while there is room and answers the others as kvstreamd does once its staging is
-    full (STAGED and DURABLE with RESOURCE_EXHAUSTED, "staging is full: dropped ..."), without
+    full (STAGED and WRITTEN with RESOURCE_EXHAUSTED, "staging is full: dropped ..."), without
     sending them. Records each persist's keys, in call order (`calls`)."""
 
     def __init__(self, client: Any, room: int) -> None:
@@ -292,7 +292,7 @@ class StagingFull:
         self.room = room
         self.calls: List[List[str]] = []
 
-    def persist_async(self, chunks: Sequence[Any], on_durable: Callable[[Any], None] | None = None,
+    def persist_async(self, chunks: Sequence[Any], on_written: Callable[[Any], None] | None = None,
                       check: bool = True, timeout: float | None = None,
                       on_staged: Callable[[Any], None] | None = None) -> Any:
         from kvstream import Code, PersistResult
@@ -305,7 +305,7 @@ class StagingFull:
         results: List[Any] = [PersistResult(i, Code.RESOURCE_EXHAUSTED, f"{STAGING_FULL} (test)")
                               for i in range(len(chunks))]
         if admitted:  # the leading chunks: the real daemon stages them (indices unchanged)
-            inner = self._client.persist_async(chunks[:admitted], on_durable=on_durable, check=False,
+            inner = self._client.persist_async(chunks[:admitted], on_written=on_written, check=False,
                                                timeout=timeout, on_staged=on_staged)
 
             def merge(f: concurrent.futures.Future) -> None:
@@ -316,8 +316,8 @@ class StagingFull:
         for r in results[admitted:]:
             if on_staged is not None:
                 on_staged(r)
-            if on_durable is not None:
-                on_durable(r)
+            if on_written is not None:
+                on_written(r)
         if admitted:
             inner.add_done_callback(merge)
         else:

@@ -109,7 +109,7 @@ def backend_of(sm: StorageManager) -> KVStreamBackend:
 
 def put(sm: StorageManager, keys: List[CacheEngineKey], seed: int = 0) -> list:
     """Stores random chunks under `keys` through LMCache and waits until the plugin made them
-    durable; returns their tensors."""
+    written; returns their tensors."""
     objs, tensors = random_chunks(sm, len(keys), seed)
     sm.batched_put(keys, objs)  # LMCache drops its references right after submitting
     assert backend_of(sm).flush(30)

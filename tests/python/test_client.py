@@ -39,18 +39,38 @@ def test_persist_then_retrieve_round_trip(daemon):
         assert step.chunks == 4 and step.hits == 3 and step.misses == 1
 
 
+@pytest.mark.parametrize("fsync", ["none", "chunk"])
+def test_a_persist_is_reported_written_not_synced_under_fsync_none_and_durable_under_chunk(state_dir, fsync):
+    """The daemon says, per chunk, which replicas it synced: none under fsync none (written: a power
+    cut may lose them), every one under fsync chunk (durable); stats name the policy."""
+    from conftest import Daemon
+
+    daemon = Daemon(state_dir, extra_yaml=f"policies: {{fsync: {fsync}}}\n")
+    daemon.start()
+    try:
+        with kvstream.Client.attach(daemon.socket, arena_bytes=4 << 20) as c:
+            fill(c, 0, 300_000, 5)
+            (result,) = c.persist([("synced?", 0, 300_000)])
+            assert result.ok and result.tier_mask == 0b11
+            assert result.synced_mask == (0b11 if fsync == "chunk" else 0)
+            assert result.durable == (fsync == "chunk")
+            assert c.stats().fsync == fsync
+    finally:
+        daemon.stop()
+
+
 def test_a_chunk_is_found_and_read_back_as_soon_as_its_persist_is_staged(daemon):
     """persist_async returns once the chunks are STAGED (the clients report a store done then): from
     that moment a lookup finds them and a retrieve returns their bytes, written to a tier or not."""
     with kvstream.Client.attach(daemon.socket, arena_bytes=4 << 20) as c:
         for i in range(20):
             written = fill(c, 0, 256 << 10, i)
-            durable = c.persist_async([(f"staged{i}", 0, 256 << 10)])
+            persisted = c.persist_async([(f"staged{i}", 0, 256 << 10)])
             entries, _ = c.lookup([f"staged{i}"], lock_seconds=60)
             assert entries[0].present and entries[0].size == 256 << 10 and entries[0].locked, (i, entries[0])
             results, _ = c.retrieve([(f"staged{i}", 1 << 20, 256 << 10)])
             assert results[0].code == Code.OK and bytes(c.arena[1 << 20:(1 << 20) + (256 << 10)]) == written, i
-            durable.result()
+            persisted.result()
             assert c.unlock([f"staged{i}"]) == 1  # the lookup's lock, held by the chunk on its tiers now
 
 

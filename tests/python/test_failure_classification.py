@@ -124,7 +124,7 @@ class VLLMTier:
 
     def store(self) -> List[str]:
         self.engine.store("writer", self.keys, self.payloads)
-        self.v.wait_durable(self.daemon, self.tier, self.keys)
+        self.v.wait_written(self.daemon, self.tier, self.keys)
         namespace = self.tier.status()["namespace"]
         return [f"{namespace}/{k.hex()}" for k in self.keys]
 

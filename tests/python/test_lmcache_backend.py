@@ -89,7 +89,7 @@ def test_put_honours_refcounts_and_completion_callbacks(daemon, manager):
     assert len(futures) == 3
     assert all(f.result(30) for f in futures)
     assert backend.flush(30)
-    assert sorted(k.chunk_hash for k in done) == [100, 101, 102]  # once per key, once durable
+    assert sorted(k.chunk_hash for k in done) == [100, 101, 102]  # once per key, once written
     assert [o.get_ref_count() for o in objs] == [1, 1, 1]  # the backend dropped its reference
     assert not any(backend.exists_in_put_tasks(k) for k in keys)
     # A put of keys the daemon already holds completes without writing them again.
@@ -284,8 +284,8 @@ def test_a_refused_session_is_a_clear_error_not_an_outage(daemon, captured):
         sm.close()
 
 
-def test_puts_whose_durability_never_comes_are_finished_as_failed(daemon, manager):
-    """The daemon takes the bytes (STAGED) and the stream then ends without DURABLE (it went away):
+def test_puts_whose_written_report_never_comes_are_finished_as_failed(daemon, manager):
+    """The daemon takes the bytes (STAGED) and the stream then ends without WRITTEN (it went away):
     the puts must not stay pending forever (flush, exists_in_put_tasks, futures, references)."""
     import concurrent.futures
 
@@ -293,7 +293,7 @@ def test_puts_whose_durability_never_comes_are_finished_as_failed(daemon, manage
     session = backend.link.session()
     real = session.client.persist_async
 
-    def staged_then_lost(chunks, on_durable=None, check=True, timeout=None):
+    def staged_then_lost(chunks, on_written=None, check=True, timeout=None):
         real(chunks, check=False, timeout=timeout).result()  # really staged and written, events dropped
         lost = concurrent.futures.Future()
         lost.set_exception(kvstream.Unavailable("the persist stream ended"))

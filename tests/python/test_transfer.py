@@ -95,7 +95,7 @@ def test_pieces_in_the_region_move_in_place_and_come_back_byte_identical(daemon)
         keys = [f"region/{i}" for i in range(6)]
         written = transfer.write(link, session, [Piece(k, region.base + i * PIECE, PIECE) for i, k in enumerate(keys)])
         assert [r.status for r in written.staged] == [Status.OK] * 6
-        assert written.durable.result(30) == [True] * 6
+        assert written.written.result(30) == [True] * 6
         assert written.calls == 1 and written.copied_bytes == 0
         landed = []
         report = transfer.read(link, session, [Piece(k, region.base + (8 + i) * PIECE, PIECE) for i, k in enumerate(keys)],
@@ -113,14 +113,14 @@ def test_other_pieces_go_through_the_arena_in_waves(link):
     session = link.session()
     data = payloads(10, seed=2)
     keys = [f"arena/{i}" for i in range(10)]
-    durable: List[Tuple[int, bool]] = []
+    reported: List[Tuple[int, bool]] = []
     source = Private(keys, data)
-    written = transfer.write(link, session, source.pieces, on_durable=lambda i, ok: durable.append((i, ok)))
+    written = transfer.write(link, session, source.pieces, on_written=lambda i, ok: reported.append((i, ok)))
     assert all(r.ok for r in written.staged)
     assert written.calls == 5  # at most half the 1 MiB arena per write: 2 pieces a wave
     assert written.copied_bytes == 10 * PIECE
-    assert written.durable.result(30) == [True] * 10
-    assert sorted(durable) == [(i, True) for i in range(10)]  # once per piece
+    assert written.written.result(30) == [True] * 10
+    assert sorted(reported) == [(i, True) for i in range(10)]  # once per piece
     target = Private(keys, [bytes(PIECE)] * 10)
     report = transfer.read(link, session, target.pieces)
     assert all(r.ok and r.size == PIECE for r in report.results)
@@ -139,7 +139,7 @@ def test_pieces_without_memory_are_filled_and_handed_over_from_the_arena(link):
         target[:] = data[i]
 
     written = transfer.write(link, session, [Piece(k, None, 5000) for k in keys], fill=fill)
-    assert written.durable.result(30) == [True] * 3 and written.copied_bytes == 0
+    assert written.written.result(30) == [True] * 3 and written.copied_bytes == 0
     got = {}
     report = transfer.read(link, session, [Piece(k, None, 5000) for k in keys],
                            on_piece=lambda r, view: got.__setitem__(r.index, bytes(view)))
@@ -158,7 +158,7 @@ def test_calls_take_at_most_the_sessions_max_chunks_per_call(state_dir):
         keys = [f"limit/{i}" for i in range(8)]
         in_place = [Piece(k, region.base + i * PIECE, PIECE) for i, k in enumerate(keys)]
         written = transfer.write(link, session, in_place)
-        assert written.calls == 3 and written.durable.result(30) == [True] * 8  # 3 + 3 + 2
+        assert written.calls == 3 and written.written.result(30) == [True] * 8  # 3 + 3 + 2
         report = transfer.read(link, session, in_place)
         assert report.calls == 3 and all(r.ok for r in report.results)
         # Through the arena (64 MiB: room for all 8), the per-call limit cuts the waves as well.
@@ -175,7 +175,7 @@ def test_each_piece_is_reported_on_its_own(link):
     session = link.session()
     data = payloads(2, seed=4)
     source = Private(["own/0", "own/1"], data)
-    transfer.write(link, session, source.pieces).durable.result(30)
+    transfer.write(link, session, source.pieces).written.result(30)
     # A miss; a piece smaller than its stored chunk (its memory would overflow); two that land.
     target = Private(["own/0", "own/absent", "own/1", "own/1"], [bytes(PIECE)] * 2 + [bytes(PIECE // 2), bytes(PIECE)])
     report = transfer.read(link, session, target.pieces)
@@ -192,7 +192,7 @@ def test_a_call_that_fails_mid_wave_fails_its_pieces_and_the_rest(link):
     keys = [f"mid/{i}" for i in range(10)]
     data = payloads(10, seed=5)
     source = Private(keys, data)
-    transfer.write(link, session, source.pieces).durable.result(30)
+    transfer.write(link, session, source.pieces).written.result(30)
     real = session.client.retrieve
     calls = []
 
@@ -227,11 +227,11 @@ def test_a_refused_call_fails_its_pieces_and_keeps_the_session(link):
     written = transfer.write(link, session, source.pieces)
     assert [r.status for r in written.staged] == [Status.FAILED] * 3
     assert not any(r.abandoned for r in written.staged)
-    assert written.durable.result(5) == [False] * 3
+    assert written.written.result(5) == [False] * 3
     assert session.allocator.used_bytes == 0  # a refused call started no I/O: its ranges are free
     assert link.session() is session and not session.dropped
     session.client.persist_async = real
-    assert transfer.write(link, session, source.pieces[:1]).durable.result(30) == [True]
+    assert transfer.write(link, session, source.pieces[:1]).written.result(30) == [True]
 
 
 def test_a_piece_larger_than_the_arena_fails_alone(link):
@@ -239,7 +239,7 @@ def test_a_piece_larger_than_the_arena_fails_alone(link):
     source = Private(["big", "small"], [bytes(2 << 20), payloads(1, seed=7)[0]])
     written = transfer.write(link, session, source.pieces)
     assert [r.status for r in written.staged] == [Status.FAILED, Status.OK]
-    assert written.durable.result(30) == [False, True]
+    assert written.written.result(30) == [False, True]
 
 
 def test_a_piece_the_daemon_cannot_stage_fails_alone(state_dir):
@@ -253,7 +253,7 @@ def test_a_piece_the_daemon_cannot_stage_fails_alone(state_dir):
         written = transfer.write(link, session, source.pieces)
         assert [r.status for r in written.staged] == [Status.OK, Status.FAILED]
         assert "staging limit" in written.staged[1].message
-        assert written.durable.result(30) == [True, False]
+        assert written.written.result(30) == [True, False]
         assert link.session() is session  # one chunk's failure is no call failure
     finally:
         link.close()
@@ -265,7 +265,7 @@ def test_a_piece_the_daemon_cannot_stage_fails_alone(state_dir):
 def test_a_write_sends_every_requests_chunk_0_first_then_chunk_1_and_so_on(daemon, caplog):
     """Two requests of three chunks each, handed over request by request; the daemon stages four
     more chunks. In call order by depth, both requests keep their first two chunks; the two dropped
-    are reported DROPPED (counted, not durable, no failure and nothing logged) and are absent."""
+    are reported DROPPED (counted, not written, no failure and nothing logged) and are absent."""
     region = Region(8 * PIECE)
     link = link_to(daemon.socket, region=region)
     try:
@@ -275,11 +275,11 @@ def test_a_write_sends_every_requests_chunk_0_first_then_chunk_1_and_so_on(daemo
         pieces = [Piece(k, region.base + i * PIECE, PIECE, depth=i % 3) for i, k in enumerate(keys)]
         with caplog.at_level(logging.INFO, logger="kvstream"):
             written = transfer.write(link, session, pieces)
-            durable = written.durable.result(30)
+            flags = written.written.result(30)
         assert full.calls == [[keys[0], keys[3], keys[1], keys[4], keys[2], keys[5]]]  # depth 0, 1, 2
         assert [r.status for r in written.staged] == [Status.OK, Status.OK, Status.DROPPED] * 2
         assert written.dropped == 2 and written.staged[2].message.startswith(STAGING_FULL)
-        assert durable == [True, True, False] * 2
+        assert flags == [True, True, False] * 2
         assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
         assert link.session() is session and not session.dropped  # a drop fails no call
         entries, _ = session.client.lookup(keys)
@@ -298,7 +298,7 @@ def test_through_the_arena_the_waves_go_by_depth_too(link):
     written = transfer.write(link, session, pieces)  # waves of 2 pieces (half the 1 MiB arena)
     assert [k for call in full.calls for k in call] == keys[0::2] + keys[1::2]
     assert [r.status for r in written.staged] == [Status.OK, Status.DROPPED] * 3
-    assert written.durable.result(30) == [True, False] * 3
+    assert written.written.result(30) == [True, False] * 3
     assert session.allocator.used_bytes == 0  # dropped pieces free their arena ranges too
 
 
@@ -308,7 +308,7 @@ def test_a_lookup_asks_for_the_estimate_and_a_daemon_without_one_loads_everythin
     session = link.session()
     keys = [f"plain/{i}" for i in range(4)]
     source = Private(keys[:3], payloads(3, seed=10))  # alive while written
-    transfer.write(link, session, source.pieces).durable.result(30)
+    transfer.write(link, session, source.pieces).written.result(30)
     asked = estimating(session, None)  # the daemon's own answer
     verdict = Verdict(RecomputeSettings(tokens_per_s=1000.0), "test")
     found = transfer.lookup(link, session, keys, verdict=verdict, chunk_tokens=256)
@@ -327,7 +327,7 @@ def test_a_lookup_asks_chunk_by_chunk_cuts_where_loading_stops_paying_and_unlock
     session = link.session()
     names = [f"rows/{r}/{c}" for r in range(2) for c in range(3)]
     source = Private(names, payloads(6, seed=11))
-    transfer.write(link, session, source.pieces).durable.result(30)
+    transfer.write(link, session, source.pieces).written.result(30)
     asked = estimating(session, lambda name: 0.001 if name.endswith("/0") else 10.0)
     verdict = Verdict(RecomputeSettings(tokens_per_s=1000.0), "test")  # 0.1 s to recompute a chunk of 100
     found = transfer.lookup(link, session, names, chunk_of=[0, 1, 2, 0, 1, 2], lock_seconds=60, verdict=verdict,

@@ -20,7 +20,7 @@ pytest.importorskip("vllm.v1.kv_offload.tiering.spec")
 import kvstream  # noqa: E402
 from conftest import Daemon, daemon_on_faultfs, wait_stopped  # noqa: E402
 from vllm.v1.kv_offload.base import LookupResult, ReqContext, ScheduleEndContext  # noqa: E402
-from vllm_support import ROW, Engine, finished, keys_and_payloads, submit, wait_durable  # noqa: E402
+from vllm_support import ROW, Engine, finished, keys_and_payloads, submit, wait_written  # noqa: E402
 
 
 @pytest.fixture
@@ -51,7 +51,7 @@ def test_every_load_of_a_step_is_one_retrieve(engine, daemon):
     keys, payloads = keys_and_payloads(8, 2)
     engine.store("writer", keys, payloads)
     tier = engine.tier
-    wait_durable(daemon, tier, keys)
+    wait_written(daemon, tier, keys)
     before = tier.status()["retrieves"]
     # Three requests' loads in one step: one retrieve of all eight chunks.
     ids = [submit(tier, keys[0:3], [8, 9, 10], True), submit(tier, keys[3:5], [11, 12], True),
@@ -73,7 +73,7 @@ def test_a_steps_loads_past_the_per_call_limit_take_as_few_retrieves_as_it_needs
         keys, payloads = keys_and_payloads(8, 14)
         engine.store("writer", keys, payloads)
         tier = engine.tier
-        wait_durable(daemon, tier, keys)
+        wait_written(daemon, tier, keys)
         before = tier.status()["retrieves"]
         ids = [submit(tier, keys[0:5], [8, 9, 10, 11, 12], True), submit(tier, keys[5:8], [13, 14, 15], True)]
         engine.rows[8:16] = 0
@@ -89,7 +89,7 @@ def test_a_steps_loads_past_the_per_call_limit_take_as_few_retrieves_as_it_needs
 def test_a_store_skips_chunks_the_daemon_already_holds(engine, daemon):
     keys, payloads = keys_and_payloads(3, 12)
     engine.store("writer", keys, payloads)
-    wait_durable(daemon, engine.tier, keys)
+    wait_written(daemon, engine.tier, keys)
     stored = engine.tier.status()["stored_bytes"]
     new_keys, new_payloads = keys_and_payloads(1, 13)
     for i, p in enumerate(payloads + new_payloads):
@@ -137,7 +137,7 @@ def test_a_partial_failure_names_the_loaded_keys_and_the_rest_turn_misses(engine
     keys, payloads = keys_and_payloads(3, 5)
     engine.store("writer", keys, payloads)
     tier = engine.tier
-    wait_durable(daemon, tier, keys)
+    wait_written(daemon, tier, keys)
     ctx = ReqContext(req_id="looker")
     for k in keys:  # cache a HIT verdict for each
         tier.lookup(k, ctx)
@@ -171,7 +171,7 @@ def test_a_stopped_daemon_holds_its_jobs_until_it_resumes_and_lookups_miss_meanw
         keys, payloads = keys_and_payloads(2, 6)
         engine.store("writer", keys, payloads)
         tier = engine.tier
-        wait_durable(daemon, tier, keys)
+        wait_written(daemon, tier, keys)
         engine.rows[8:10] = 0
         daemon.process.send_signal(signal.SIGSTOP)
         wait_stopped(daemon.process.pid)
@@ -204,7 +204,7 @@ def test_a_daemon_restart_fails_the_batch_in_flight_then_serves_again(daemon):
         keys, payloads = keys_and_payloads(4, 8)
         engine.store("writer", keys, payloads)
         tier = engine.tier
-        wait_durable(daemon, tier, keys)  # they must survive the restart
+        wait_written(daemon, tier, keys)  # they must survive the restart
         daemon.restart()
         deadline = time.monotonic() + 20
         ok = None
@@ -288,7 +288,7 @@ def test_a_hung_tier_fails_only_what_no_other_tier_holds(hanging_daemon):
         keys, payloads = keys_and_payloads(2, 11)
         engine.store("writer", keys, payloads)
         tier = engine.tier
-        wait_durable(daemon, tier, keys)
+        wait_written(daemon, tier, keys)
         names = [f"{tier.status()['namespace']}/{k.hex()}" for k in keys]
         with kvstream.Client.connect(daemon.socket) as c:  # keys[0] now lies on the hanging tier alone
             assert c.evict(key=names[0], tier="fast").replicas == 1
@@ -322,7 +322,7 @@ def test_lookups_answer_miss_past_the_point_where_loading_stops_paying(daemon):
     try:
         keys, payloads = keys_and_payloads(6, 20)
         engine.store("writer", keys, payloads)
-        wait_durable(daemon, engine.tier, keys)
+        wait_written(daemon, engine.tier, keys)
         engine.forget_primary()
         chunk = {f"{engine.tier.status()['namespace']}/{k.hex()}": i for i, k in enumerate(keys)}
         asked = estimating(engine.tier._lookup_link.session(), lambda name: 0.001 if chunk[name] < 3 else 10.0)
@@ -360,7 +360,7 @@ def test_the_verdict_off_answers_every_hit_without_asking_for_an_estimate(daemon
     try:
         keys, payloads = keys_and_payloads(2, 22)
         engine.store("writer", keys, payloads)
-        wait_durable(daemon, engine.tier, keys)
+        wait_written(daemon, engine.tier, keys)
         engine.forget_primary()
         asked = estimating(engine.tier._lookup_link.session(), lambda name: math.inf)
         trace, loaded = engine.load("reader", keys)

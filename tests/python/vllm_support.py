@@ -113,10 +113,10 @@ class Engine:
         return [t for j, t in enumerate(trace) if j == 0 or t != trace[j - 1]], loaded
 
     def round_trip(self, daemon, keys: List[bytes], payloads: List[bytes]) -> list:
-        """Stores the chunks, waits until they are durable, empties the CPU tier and loads them
+        """Stores the chunks, waits until they are written, empties the CPU tier and loads them
         back through the tier: they must come back byte-identical. Returns the lookup trace."""
         self.store("writer", keys, payloads)
-        wait_durable(daemon, self.tier, keys)
+        wait_written(daemon, self.tier, keys)
         self.forget_primary()
         trace, loaded = self.load("reader", keys)
         assert [loaded.get(k) for k in keys] == payloads
@@ -133,14 +133,14 @@ def keys_and_payloads(n: int, tag: int) -> tuple:
     return keys, [os.urandom(ROW) for _ in range(n)]
 
 
-def wait_durable(daemon, tier: KVStreamTier, keys: List[bytes], timeout: float = 20) -> None:
+def wait_written(daemon, tier: KVStreamTier, keys: List[bytes], timeout: float = 20) -> None:
     """Until every key is on a tier (a store job is done once the daemon has staged it, and a
-    lookup or a load sees it from then on, served from staging until it is durable)."""
+    lookup or a load sees it from then on, served from staging until it is written)."""
     names = [f"{tier.status()['namespace']}/{k.hex()}" for k in keys]
     deadline = time.monotonic() + timeout
     with kvstream.Client.connect(daemon.socket) as c:
         while not all(e.tier_mask for e in c.lookup(names)[0]):
-            assert time.monotonic() < deadline, "the stored chunks never became durable"
+            assert time.monotonic() < deadline, "the stored chunks were never written"
             time.sleep(0.02)
 
 

@@ -29,7 +29,7 @@ def round_trip(backend: Any, host: Any, n: int = 6, seed: int = 1, tag: str = ""
     fill(host, src, seed)
     assert backend.batch_exists(keys, EXTRA_INFO) == 0
     assert backend.batch_set_v1(keys, src, EXTRA_INFO) == [True] * n
-    assert until(lambda: backend.batch_exists(keys, EXTRA_INFO) == n)  # durable in the background
+    assert until(lambda: backend.batch_exists(keys, EXTRA_INFO) == n)  # written in the background
     assert backend.batch_get_v1(keys, dst, EXTRA_INFO) == [True] * n
     assert same_pages(host, src, dst)
     host.free(src)

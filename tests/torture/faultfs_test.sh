@@ -6,8 +6,8 @@
 #    t1 stalled, a persist meanwhile is not held; released, t1 answers again and health is OK;
 #  - writes that hang (a FUSE write that extends a file is done where it is submitted): reads of
 #    either tier go on within seconds, and so do persists' writes to t0 while t1 holds all the
-#    writes it may have in flight; released, the persists are durable on both tiers;
-#  - writes failing with ENOSPC: the persist is durable on t0 and says t1's replica was lost to
+#    writes it may have in flight; released, the persists are written to both tiers;
+#  - writes failing with ENOSPC: the persist is written to t0 and says t1's replica was lost to
 #    lack of space.
 # Usage: faultfs_test.sh KVSTREAMD KVSTREAMCTL KVFAULTFS   (exit 77: skipped, no FUSE here)
 set -euo pipefail
@@ -115,14 +115,14 @@ echo "write hang: t0 wrote 10 replicas and a get of 2.5 MB from t1 took $took s 
 rules
 for i in $(seq 0 9); do
   wait "${put_pids[$i]}" || fail "put w$i after t1's writes were released: $(cat "$work/w$i.put")"
-  grep -q "tier mask 0x3" "$work/w$i.put" || fail "w$i not durable on both tiers after release: $(cat "$work/w$i.put")"
+  grep -q "tier mask 0x3" "$work/w$i.put" || fail "w$i not written to both tiers after release: $(cat "$work/w$i.put")"
   ctl get "w$i" "$work/w$i.out" > /dev/null && cmp -s "$work/w$i.bin" "$work/w$i.out" || fail "w$i after release"
 done
-echo "released: w0-w9 durable on both tiers"
+echo "released: w0-w9 written to both tiers"
 
 rules "write *.tmp* enospc"
 out=$(ctl put n0 "$work/e0.bin")
-grep -q "durable on tier mask 0x1; replicas lost on tier mask 0x2" <<< "$out" || fail "ENOSPC on t1 not reported: $out"
+grep -q "written to tier mask 0x1, not synced: a power cut may lose it; replicas lost on tier mask 0x2" <<< "$out" || fail "ENOSPC on t1 not reported: $out"
 grep -qi "no space" <<< "$out" || fail "the lost replica's reason is not 'no space': $out"
 ctl get n0 "$work/n0.out" > /dev/null && cmp -s "$work/e0.bin" "$work/n0.out" || fail "n0 not served from t0"
 echo "enospc: $out"

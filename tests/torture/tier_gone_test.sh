@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A tier that fills up or disappears under a running kvstreamd (tierlab tiers, so root):
-#  - its file system full (a 64 MiB tier configured as 1 GiB): persists stay durable on the other
+#  - its file system full (a 64 MiB tier configured as 1 GiB): persists stay written to the other
 #    tiers and say the replica there was lost for lack of space; the failures are counted;
 #  - its directory deleted (rm -rf): health says so within seconds, the directory is made again,
 #    empty, and replicas go there again; nothing is served from the files that were lost;
@@ -43,7 +43,7 @@ for i in $(seq 40); do  # t2 fills up: about 20 chunks of 3 MB fit
   out=$(ctl put "fill$i" "$work/a.bin")
   grep -q "replicas lost on tier mask 0x4: .*No space left" <<< "$out" && break
 done
-grep -q "durable on tier mask 0x3; replicas lost on tier mask 0x4" <<< "$out" || fail "a full t2 is not reported: $out"
+grep -q "written to tier mask 0x3, not synced: a power cut may lose it; replicas lost on tier mask 0x4" <<< "$out" || fail "a full t2 is not reported: $out"
 grep -q '"no_space_errors": [1-9]' <<< "$(ctl --json tiers)" || fail "no-space failures not counted"
 # Poll `ctl health` until its text matches.
 wait_health() {
@@ -64,6 +64,6 @@ umount -l "$work/mnt/t1"
 wait_health "tier t1 cannot be used" || fail "health does not name t1 after umount -l"
 ctl health > /dev/null && fail "health says OK with t1 unmounted"
 ctl get b "$work/b.out" > /dev/null && cmp -s "$work/a.bin" "$work/b.out" || fail "get b after umount -l"
-grep -q "durable on tier mask 0x1; replicas lost on tier mask 0x6" <<< "$(ctl put c "$work/a.bin")" || fail "put c does not report t1 lost"
+grep -q "written to tier mask 0x1, not synced: a power cut may lose it; replicas lost on tier mask 0x6" <<< "$(ctl put c "$work/a.bin")" || fail "put c does not report t1 lost"
 ctl tiers | grep t1
 echo "tier full, gone: lost space reported, deletion healed, unmount reported; every read served from t0"

@@ -94,7 +94,7 @@ def main() -> None:
     deadline = time.monotonic() + 120
     while kvs.batch_exists(keys, info) < a.pages and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert kvs.batch_exists(keys, info) == a.pages, "kvstream: pages not durable"
+    assert kvs.batch_exists(keys, info) == a.pages, "kvstream: pages not written"
 
     def read_file() -> None:
         for ks, lo, _ in batches:

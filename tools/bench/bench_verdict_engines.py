@@ -116,7 +116,7 @@ class VLLMEngine:
     def store(self) -> None:
         manager = self.managers["off"]
         self._bv.store_all(manager, self.rows["off"], [[self.keys]])
-        self._bv.wait_durable(self.socket, manager.secondary_tiers[0], self.keys)
+        self._bv.wait_written(self.socket, manager.secondary_tiers[0], self.keys)
         self._bv.forget_primary(manager)
 
     def load(self, verdict: bool, first: int = 0, count: Optional[int] = None) -> Tuple[int, float]:
@@ -323,7 +323,7 @@ class SGLangEngine:
             deadline = time.monotonic() + 120
             while not all(e.tier_mask for e in c.lookup(self.names())[0]):
                 if time.monotonic() > deadline:
-                    raise RuntimeError("sglang: pages not durable after 120 s")
+                    raise RuntimeError("sglang: pages not written after 120 s")
                 time.sleep(0.05)
 
     def load(self, verdict: bool, first: int = 0, count: Optional[int] = None) -> Tuple[int, float]:

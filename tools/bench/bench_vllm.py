@@ -138,7 +138,7 @@ def read_step(manager: Any, rows: np.ndarray, step: List[List[bytes]], tag: str)
     return took
 
 
-def wait_durable(socket: str, tier: Any, keys: List[bytes]) -> None:
+def wait_written(socket: str, tier: Any, keys: List[bytes]) -> None:
     names = [f"{tier.status()['namespace']}/{k.hex()}" for k in keys]
     with kvstream.Client.connect(socket) as c:
         while not all(e.tier_mask for e in c.lookup(names)[0]):
@@ -179,7 +179,7 @@ def main() -> int:
         start = time.perf_counter()
         store_all(manager, rows, steps)
         if name == "kvstream":
-            wait_durable(args.socket, manager.secondary_tiers[0], flat)
+            wait_written(args.socket, manager.secondary_tiers[0], flat)
         print(f"{name:9s} stored {len(flat)} chunks in {time.perf_counter() - start:.1f} s", flush=True)
         managers[name], views[name] = manager, rows
 

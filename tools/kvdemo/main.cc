@@ -38,13 +38,13 @@ int main(int argc, char** argv) {
     put.push_back({"kvdemo/" + std::to_string(i), i * slot, *size});
     get.push_back({"kvdemo/" + std::to_string(i), (chunks + i) * slot, slot});
   }
-  std::vector<kvstream::PersistResult> durable;
-  if (absl::Status s = c.Persist(put, &durable); !s.ok()) {
+  std::vector<kvstream::PersistResult> written;
+  if (absl::Status s = c.Persist(put, &written); !s.ok()) {
     std::fprintf(stderr, "kvdemo: persist: %s\n", s.ToString().c_str());
     return 1;
   }
-  std::printf("kvdemo: persisted %d chunks of %s (durable on tier mask 0x%x)\n", chunks, size_text.c_str(),
-              durable[0].tier_mask);
+  std::printf("kvdemo: persisted %d chunks of %s (written to tier mask 0x%x, %s)\n", chunks, size_text.c_str(),
+              written[0].tier_mask, written[0].durable() ? "synced: durable" : "not synced");
   std::vector<kvstream::ChunkResult> results;
   auto step = c.Retrieve(get, &results);
   if (!step.ok()) {

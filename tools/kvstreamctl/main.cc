@@ -61,6 +61,21 @@ std::string PoliciesText(const Policies& p) {
          std::string(ToString(p.writes)) + ", replication " + std::string(ToString(p.replication));
 }
 
+// What a persist's reply says of it: written to its tiers, and which of them synced it (durable).
+std::string WrittenText(const PersistResult& r) {
+  auto mask = [](uint32_t m) { return absl::StrCat("tier mask 0x", absl::Hex(m)); };
+  if (r.synced_mask != 0 && r.synced_mask == r.tier_mask) return absl::StrCat("durable (synced) on ", mask(r.tier_mask));
+  if (r.synced_mask != 0) {
+    return absl::StrCat("written to ", mask(r.tier_mask), ", durable (synced) on ", mask(r.synced_mask));
+  }
+  return absl::StrCat("written to ", mask(r.tier_mask), ", not synced: a power cut may lose it");
+}
+
+std::string FsyncText(FsyncPolicy fsync) {
+  return fsync == FsyncPolicy::kChunk ? "fsync chunk (persists are synced: durable)"
+                                      : "fsync none (persists are written, not synced: a power cut may lose them)";
+}
+
 int Fail(const absl::Status& s) {
   std::cerr << "kvstreamctl: " << s.message() << "\n";
   return 1;
@@ -85,7 +100,8 @@ int Main(int argc, char** argv) {
                                     "each key with every present one before it (the daemon's load estimate)");
   std::vector<std::string> keys;
   lookup->add_option("keys", keys, "keys")->required();
-  auto* put = app.add_subcommand("put", "store a file as a chunk (waits until durable)");
+  auto* put = app.add_subcommand("put", "store a file as a chunk (waits until it is written; it is durable, "
+                                 "synced, only under the daemon's fsync: chunk)");
   std::string key, file;
   put->add_option("key", key)->required();
   put->add_option("file", file)->required()->check(CLI::ExistingFile);
@@ -133,12 +149,14 @@ int Main(int argc, char** argv) {
       if (absl::Status s = (*c)->Persist({{key, 0, size}}, &results); !s.ok()) return Fail(s);
       const PersistResult& r = results[0];
       if (json) {
-        std::cout << nlohmann::json{{"key", key}, {"bytes", size}, {"tier_mask", r.tier_mask}, {"lost_mask", r.lost_mask},
+        std::cout << nlohmann::json{{"key", key},           {"bytes", size},
+                                    {"tier_mask", r.tier_mask}, {"synced_mask", r.synced_mask},
+                                    {"durable", r.durable()},   {"lost_mask", r.lost_mask},
                                     {"lost_reason", r.lost_reason}}.dump()
                   << "\n";
       } else {
-        std::printf("stored '%s' (%llu bytes), durable on tier mask 0x%x", key.c_str(),
-                    static_cast<unsigned long long>(size), r.tier_mask);
+        std::printf("stored '%s' (%llu bytes), %s", key.c_str(), static_cast<unsigned long long>(size),
+                    WrittenText(r).c_str());
         if (r.lost_mask != 0) std::printf("; replicas lost on tier mask 0x%x: %s", r.lost_mask, r.lost_reason.c_str());
         std::printf("\n");
       }
@@ -194,7 +212,7 @@ int Main(int argc, char** argv) {
                             {"writes_under_pressure", s->writes_under_pressure},
                             {"persists_dropped", s->persists_dropped}, {"persist_dropped_bytes", s->persist_dropped_bytes},
                             {"shared_copies", s->shared_copies}, {"shared_copies_skipped", s->shared_copies_skipped},
-                            {"policies", PoliciesJson(s->policies)}};
+                            {"policies", PoliciesJson(s->policies)}, {"fsync", ToString(s->fsync)}};
         std::cout << j.dump(2) << "\n";
       } else {
         std::printf("chunks %llu, sessions %u, steps %llu (hits %llu, misses %llu, failures %llu)\n",
@@ -212,6 +230,7 @@ int Main(int argc, char** argv) {
                       static_cast<unsigned long long>(s->persists_dropped), Mib(s->persist_dropped_bytes).c_str());
         }
         std::printf("policies: %s\n", PoliciesText(s->policies).c_str());
+        std::printf("%s\n", FsyncText(s->fsync).c_str());
       }
     } else if (json) {
       nlohmann::json j = nlohmann::json::array();

@@ -1,7 +1,7 @@
 """The Retrieve and Persist streams of a session, read into results (Client.retrieve / persist_async).
 
 A retrieve's events are ChunkDone completions (one at a time, or a batch of those that landed while
-the daemon wrote an earlier event) and a step record; a persist's are STAGED and DURABLE per chunk.
+the daemon wrote an earlier event) and a step record; a persist's are STAGED and WRITTEN per chunk.
 """
 
 from __future__ import annotations
@@ -28,11 +28,11 @@ class RetrieveResult(NamedTuple):
 
 
 class PersistError(KVStreamError):
-    """Some chunks of a persist did not become durable: the first failure, with every `results`."""
+    """Some chunks of a persist were not written: the first failure, with every `results`."""
 
     def __init__(self, first: PersistResult, results: List[PersistResult]) -> None:
         failed = sum(not r.ok for r in results)
-        super().__init__(first.code, f"{failed} of {len(results)} chunks not durable; chunk {first.index}: {first.message}")
+        super().__init__(first.code, f"{failed} of {len(results)} chunks not written; chunk {first.index}: {first.message}")
         self.results = results
 
 
@@ -84,7 +84,7 @@ def retrieve_results(call: Any, n: int, on_chunk: Optional[Callable[[ChunkResult
     return RetrieveResult(filled, step)
 
 
-def persist_results(call: Any, n: int, on_durable: Optional[Callable[[PersistResult], None]], check: bool,
+def persist_results(call: Any, n: int, on_written: Optional[Callable[[PersistResult], None]], check: bool,
                     socket_path: str, on_staged: Optional[Callable[[PersistResult], None]] = None,
                     ) -> "concurrent.futures.Future[List[PersistResult]]":
     """Reads a Persist stream of `n` chunks on a background thread; returns once every chunk is
@@ -104,18 +104,18 @@ def persist_results(call: Any, n: int, on_durable: Optional[Callable[[PersistRes
                     if staged_count == n:
                         all_staged[0] = True
                         staged.set()
-                elif event.stage == pb.PersistEvent.DURABLE and event.index < n:
+                elif event.stage == pb.PersistEvent.WRITTEN and event.index < n:
                     r = PersistResult(event.index, Code.of(event.code), event.message, event.tier_mask,
-                                      event.lost_mask)
+                                      event.lost_mask, event.synced_mask)
                     results[event.index] = r
-                    if on_durable is not None:
-                        on_durable(r)
+                    if on_written is not None:
+                        on_written(r)
         except grpc.RpcError as e:
             raise from_rpc_error(e, socket_path, "persist") from None
         finally:
             staged.set()
         filled = [
-            r if r is not None else PersistResult(i, Code.DATA_LOSS, "kvstreamd sent no durability for this chunk")
+            r if r is not None else PersistResult(i, Code.DATA_LOSS, "kvstreamd did not say whether this chunk was written")
             for i, r in enumerate(results)
         ]
         failed = next((r for r in filled if not r.ok), None)

@@ -326,30 +326,32 @@ class Client:
     def persist(
         self, chunks: Sequence[ChunkLike], check: bool = True, timeout: Optional[float] = None
     ) -> List[PersistResult]:
-        """Stores each (key, offset, length) range of the arena and waits until every chunk is durable
-        on its tiers (or failed). Results are in request order. With `check`, raises PersistError if
-        any chunk failed; gRPC-level failures always raise KVStreamError."""
+        """Stores each (key, offset, length) range of the arena and waits until every chunk is written
+        to its tiers (or failed). Results are in request order; each one's `durable` says whether the
+        daemon synced it (fsync: chunk) so that a power cut does not lose it. With `check`, raises
+        PersistError if any chunk failed; gRPC-level failures always raise KVStreamError."""
         return self.persist_async(chunks, check=check, timeout=timeout).result()
 
     def persist_async(
         self,
         chunks: Sequence[ChunkLike],
-        on_durable: Optional[Callable[[PersistResult], None]] = None,
+        on_written: Optional[Callable[[PersistResult], None]] = None,
         check: bool = True,
         timeout: Optional[float] = None,
         on_staged: Optional[Callable[[PersistResult], None]] = None,
     ) -> "concurrent.futures.Future[List[PersistResult]]":
         """Stages the chunks and returns once every one is STAGED (copied out of the arena: the
-        ranges may be reused now), with a future of the results once each is DURABLE.
+        ranges may be reused now), with a future of the results once each is WRITTEN (to its
+        tiers; PersistResult.durable: synced too).
 
-        Blocks while the daemon's staging is full. `on_durable` fires per chunk on a background
+        Blocks while the daemon's staging is full. `on_written` fires per chunk on a background
         thread; `on_staged` too, once per chunk, each call before this returns (a chunk staged with
-        an error was never staged: its DURABLE result carries the same error). A request refused as
+        an error was never staged: its WRITTEN result carries the same error). A request refused as
         a whole (e.g. OUT_OF_RANGE) raises here.
         """
         request = self._data_request(pb.PersistRequest, chunks, "persist")
         call = self._stub.Persist(request, timeout=timeout, metadata=self._metadata)
-        return _streams.persist_results(call, len(request.chunks), on_durable, check, self._socket_path, on_staged)
+        return _streams.persist_results(call, len(request.chunks), on_written, check, self._socket_path, on_staged)
 
     # -- control ------------------------------------------------------------------------------
 

@@ -92,7 +92,7 @@ class PieceResult:
 
 OnPiece = Callable[[PieceResult, Optional[memoryview]], None]  # (result, the landed bytes of an address-less piece)
 Fill = Callable[[int, memoryview], None]  # (index, its arena range): writes an address-less piece's bytes
-OnDurable = Callable[[int, bool], None]  # (index, durable on its tiers): once per staged piece
+OnWritten = Callable[[int, bool], None]  # (index, written to its tiers): once per staged piece
 
 
 @dataclass
@@ -105,7 +105,9 @@ class ReadReport:
 @dataclass
 class WriteReport:
     staged: List[PieceResult]  # one per piece: OK once staged (its memory may be reused), or DROPPED
-    durable: "concurrent.futures.Future[List[bool]]" = field(default_factory=concurrent.futures.Future)
+    # Per piece: written to its tiers (not synced unless the daemon runs fsync: chunk; see
+    # PersistResult.durable).
+    written: "concurrent.futures.Future[List[bool]]" = field(default_factory=concurrent.futures.Future)
     calls: int = 0  # daemon persists made
     copied_bytes: int = 0  # bytes copied from pieces' memory into the arena
 
@@ -127,16 +129,16 @@ def read(link: DaemonLink, session: Session, pieces: Sequence[Piece], on_piece: 
 
 
 def write(link: DaemonLink, session: Session, pieces: Sequence[Piece], fill: Optional[Fill] = None,
-          on_durable: Optional[OnDurable] = None, timeout: Optional[float] = None,
+          on_written: Optional[OnWritten] = None, timeout: Optional[float] = None,
           room_timeout: Optional[float] = None) -> WriteReport:
     """Stores every piece and returns once each is staged, dropped or failed (see the module
     docstring); the pieces go out by depth (stable), the reports come back in piece order.
-    `on_durable` fires once per staged piece, on a background thread, when the daemon reports it
-    durable or not (a stream that ends without saying: not durable); `durable` completes with a
-    flag per piece once every staged piece has been reported. `timeout`, `room_timeout`: as read's."""
-    writer = _Writer(link, session, pieces, timeout, room_timeout, fill, on_durable)
+    `on_written` fires once per staged piece, on a background thread, when the daemon reports it
+    written to its tiers or not (a stream that ends without saying: not written); `written`
+    completes with a flag per piece once every staged piece has been reported. `timeout`, `room_timeout`: as read's."""
+    writer = _Writer(link, session, pieces, timeout, room_timeout, fill, on_written)
     writer.run()
-    return WriteReport(writer.results_in_order(), writer.durable, writer.calls, writer.copied_bytes)
+    return WriteReport(writer.results_in_order(), writer.written, writer.calls, writer.copied_bytes)
 
 
 @dataclass
@@ -231,7 +233,7 @@ def lookup(link: Any, session: Session, names: Sequence[str], *, chunk_of: Optio
 
 class _Transfer:
     """What reads and writes share: the split of the pieces between the two paths, the waves, the
-    per-piece results. Runs on one thread (durability callbacks excepted, see _Writer)."""
+    per-piece results. Runs on one thread (written callbacks excepted, see _Writer)."""
 
     budget_share = 1  # an arena wave takes at most capacity // budget_share bytes (beyond its first piece)
     rounded_lengths = False  # arena chunks span whole aligned ranges (a retrieve's O_DIRECT may land that much)
@@ -460,13 +462,13 @@ class _Writer(_Transfer):
     budget_share = 2  # writes take at most half the arena: reads keep room
 
     def __init__(self, link: DaemonLink, session: Session, pieces: Sequence[Piece], timeout: Optional[float],
-                 room_timeout: Optional[float], fill: Optional[Fill], on_durable: Optional[OnDurable]) -> None:
+                 room_timeout: Optional[float], fill: Optional[Fill], on_written: Optional[OnWritten]) -> None:
         super().__init__(link, session, pieces, timeout, room_timeout)
         self.fill = fill
-        self.on_durable = on_durable
-        self.durable: "concurrent.futures.Future[List[bool]]" = concurrent.futures.Future()
+        self.on_written = on_written
+        self.written: "concurrent.futures.Future[List[bool]]" = concurrent.futures.Future()
         self._lock = threading.Lock()
-        self._durable: List[Optional[bool]] = [None] * len(self.pieces)  # GUARDED_BY(_lock)
+        self._written: List[Optional[bool]] = [None] * len(self.pieces)  # GUARDED_BY(_lock)
         self._open = 1  # persist streams not ended, plus this run; GUARDED_BY(_lock)
 
     def order(self) -> Sequence[int]:
@@ -481,9 +483,9 @@ class _Writer(_Transfer):
                 return
         chunks = [self.chunk(e, in_arena) for e in entries]
 
-        def on_durable(r: PersistResult) -> None:
+        def on_written(r: PersistResult) -> None:
             if 0 <= r.index < len(entries):
-                self._mark_durable(entries[r.index][0], r.ok)
+                self._mark_written(entries[r.index][0], r.ok)
 
         not_staged: Dict[int, PersistResult] = {}  # entry index -> why; filled before persist_async returns
 
@@ -493,7 +495,7 @@ class _Writer(_Transfer):
 
         def persist() -> Any:
             self.calls += 1
-            return self.session.client.persist_async(chunks, on_durable=on_durable, check=False, timeout=self.timeout,
+            return self.session.client.persist_async(chunks, on_written=on_written, check=False, timeout=self.timeout,
                                                      on_staged=on_staged)
 
         with self._lock:
@@ -503,7 +505,7 @@ class _Writer(_Transfer):
             self._stream_ended(entries, None)
             self.fail_call(entries, [False] * len(entries), in_arena)
             return
-        # First: whatever happens below, the stream's end closes it (durable then always completes).
+        # First: whatever happens below, the stream's end closes it (written then always completes).
         future.add_done_callback(lambda f: self._stream_ended(entries, f))
         if in_arena:  # staged (or failed alone): the daemon is done with the bytes, the ranges are free
             for i, offset in entries:
@@ -515,7 +517,7 @@ class _Writer(_Transfer):
                 self.report(PieceResult(i, Status.OK, self.pieces[i].size))
             elif error.code == Code.RESOURCE_EXHAUSTED and error.message.startswith(DROPPED_MESSAGE):
                 self.report(PieceResult(i, Status.DROPPED, message=error.message))  # staging full: not stored
-            else:  # the daemon staged it with an error: never staged (its DURABLE says the same)
+            else:  # the daemon staged it with an error: never staged (its WRITTEN says the same)
                 self.report(PieceResult(i, Status.FAILED, message=f"{error.code.name}: {error.message}"))
 
     def _copy_in(self, wave: List[Tuple[int, int]]) -> List[Tuple[int, int]]:
@@ -539,26 +541,26 @@ class _Writer(_Transfer):
             ready.append((i, offset))
         return ready
 
-    def _mark_durable(self, i: int, ok: bool) -> None:
-        """Records piece i's durability once (later reports of it are ignored) and tells on_durable."""
+    def _mark_written(self, i: int, ok: bool) -> None:
+        """Records once whether piece i was written (later reports of it are ignored) and tells on_written."""
         with self._lock:
-            if self._durable[i] is not None:
+            if self._written[i] is not None:
                 return
-            self._durable[i] = ok
-        if self.on_durable is not None:
+            self._written[i] = ok
+        if self.on_written is not None:
             try:
-                self.on_durable(i, ok)
+                self.on_written(i, ok)
             except Exception as e:  # noqa: BLE001 - never into the persist stream
-                logger.error("kvstream: on_durable for %s failed: %s", self.pieces[i].key, e)
+                logger.error("kvstream: on_written for %s failed: %s", self.pieces[i].key, e)
 
     def _stream_ended(self, entries: List[Tuple[int, int]], future: "Optional[concurrent.futures.Future[Any]]") -> None:
-        """A persist stream ended (None: it never started): its pieces without a DURABLE event are not durable."""
+        """A persist stream ended (None: it never started): its pieces without a WRITTEN event are not written."""
         error = future.exception() if future is not None else None
         if error is not None:
             logger.warning("kvstream: persist stream of %d chunks ended early: %s", len(entries), error)
         if future is not None:
             for i, _ in entries:
-                self._mark_durable(i, False)
+                self._mark_written(i, False)
         self._close_one()
 
     def finish(self) -> None:
@@ -569,5 +571,5 @@ class _Writer(_Transfer):
             self._open -= 1
             if self._open:
                 return
-            flags = [bool(d) for d in self._durable]
-        self.durable.set_result(flags)
+            flags = [bool(w) for w in self._written]
+        self.written.set_result(flags)

@@ -52,18 +52,27 @@ class ChunkResult:
 
 @dataclass(frozen=True)
 class PersistResult:
-    """Final state of one persisted chunk: `code` OK when durable on the tiers in `tier_mask`;
-    `lost_mask` names the targeted tiers whose replica failed (why: `message`)."""
+    """Final state of one persisted chunk: `code` OK when written to the tiers in `tier_mask`;
+    `lost_mask` names the targeted tiers whose replica failed (why: `message`). `synced_mask`: the
+    tiers of `tier_mask` whose replica the daemon synced (fsync: chunk); the others are written but
+    may still be in the page cache, and a power cut may lose them."""
 
     index: int
     code: Code
     message: str = ""
     tier_mask: int = 0
     lost_mask: int = 0
+    synced_mask: int = 0
 
     @property
     def ok(self) -> bool:
+        """Written to at least one tier."""
         return self.code == Code.OK
+
+    @property
+    def durable(self) -> bool:
+        """Written and synced on at least one tier: a power cut does not lose it."""
+        return self.ok and self.synced_mask != 0
 
 
 @dataclass(frozen=True)
@@ -166,6 +175,9 @@ class Stats:
     shared_copies: int = 0  # chunks read from another node's file on a shared tier, staged for local tiers
     shared_copies_skipped: int = 0  # ... not staged: staging was full
     staging_kept_bytes: int = 0  # staging memory kept for reuse, beyond what staged chunks hold
+    # The fsync policy: "chunk" (persists are synced: durable), "none" (written, not synced: a
+    # power cut may lose them), "" (a daemon that does not say).
+    fsync: str = ""
 
     def as_dict(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)

@@ -24,24 +24,25 @@ namespace kvstream::testing {
 namespace {
 
 constexpr uint64_t kStoredBytes = 3000;    // every chunk the fake retrieves has this size
-constexpr uint32_t kDurableMask = 3;       // tiers the fake reports durable
+constexpr uint32_t kWrittenMask = 3;       // tiers the fake reports written
+constexpr uint32_t kSyncedMask = 1;        // ... and synced
 constexpr uint64_t kStagingLimit = 12345;  // the fake's Stats
 constexpr uint64_t kArenaBudget = 64 << 20;
 constexpr uint8_t Fill(size_t i) { return static_cast<uint8_t>(0x40 + i); }  // retrieved chunk i's bytes
 
 // A Store that records calls. RetrieveAsync writes Fill(i) into chunk i and calls back at once.
 // TryPersist answers as `staging` says; Persist (the blocking form) waits until the gate opens,
-// then reports durability before it returns. SetPolicies applies at once unless told to defer.
+// then reports the write before it returns. SetPolicies applies at once unless told to defer.
 class FakeStore final : public Store {
  public:
-  enum class Staging { kDurableInside, kHoldDurable, kFull };
+  enum class Staging { kWrittenInside, kHoldWritten, kFull };
 
   void set_staging(Staging s) { absl::MutexLock l(&mu_); staging_ = s; }
   void set_defer_policies(bool defer) { absl::MutexLock l(&mu_); defer_policies_ = defer; }
   // staging.when_full: drop (the default) or wait. Before the first call.
   void set_drop_when_full(bool drop) { config_.staging_drop_when_full = drop; }
   void OpenGate() { absl::MutexLock l(&mu_); gate_open_ = true; }
-  // Reports every durability held so far (Staging::kHoldDurable), from the calling thread.
+  // Reports every write held so far (Staging::kHoldWritten), from the calling thread.
   void CompleteHeld(const PersistResult& result) {
     std::vector<std::pair<std::string, PersistCallback>> held;
     { absl::MutexLock l(&mu_); held.swap(held_); }
@@ -84,7 +85,7 @@ class FakeStore final : public Store {
     }
     on_done(record);
   }
-  absl::Status TryPersist(std::string_view key, const void* data, size_t size, PersistCallback on_durable) override {
+  absl::Status TryPersist(std::string_view key, const void* data, size_t size, PersistCallback on_written) override {
     Staging staging;
     {
       absl::MutexLock l(&mu_);
@@ -94,12 +95,12 @@ class FakeStore final : public Store {
       staging = staging_;
       if (staging == Staging::kFull) return absl::ResourceExhaustedError("staging is full");
       staged_[std::string(key)].assign(static_cast<const char*>(data), size);
-      if (staging == Staging::kHoldDurable) held_.emplace_back(std::string(key), std::move(on_durable));
+      if (staging == Staging::kHoldWritten) held_.emplace_back(std::string(key), std::move(on_written));
     }
-    if (staging == Staging::kDurableInside) on_durable(std::string(key), {absl::OkStatus(), kDurableMask, 0, ""});
+    if (staging == Staging::kWrittenInside) on_written(std::string(key), {absl::OkStatus(), kWrittenMask, 0, "", kSyncedMask});
     return absl::OkStatus();
   }
-  absl::Status Persist(std::string_view key, const void* data, size_t size, PersistCallback on_durable) override {
+  absl::Status Persist(std::string_view key, const void* data, size_t size, PersistCallback on_written) override {
     {
       absl::MutexLock l(&mu_);
       ++data_calls_;
@@ -108,10 +109,10 @@ class FakeStore final : public Store {
       mu_.Await(absl::Condition(&gate_open_));
       staged_[std::string(key)].assign(static_cast<const char*>(data), size);
     }
-    on_durable(std::string(key), {absl::OkStatus(), kDurableMask, 0, ""});
+    on_written(std::string(key), {absl::OkStatus(), kWrittenMask, 0, "", kSyncedMask});
     return absl::OkStatus();
   }
-  absl::Status PersistFromFile(std::string_view key, const FileRange& source, PersistCallback on_durable,
+  absl::Status PersistFromFile(std::string_view key, const FileRange& source, PersistCallback on_written,
                                bool wait) override {
     std::string bytes(source.size, '\0');
     if (pread(source.fd, bytes.data(), source.size, static_cast<off_t>(source.offset)) !=
@@ -122,8 +123,8 @@ class FakeStore final : public Store {
       absl::MutexLock l(&mu_);
       ++from_file_calls_;
     }
-    return wait ? Persist(key, bytes.data(), bytes.size(), std::move(on_durable))
-                : TryPersist(key, bytes.data(), bytes.size(), std::move(on_durable));
+    return wait ? Persist(key, bytes.data(), bytes.size(), std::move(on_written))
+                : TryPersist(key, bytes.data(), bytes.size(), std::move(on_written));
   }
   int from_file_calls() const { absl::MutexLock l(&mu_); return from_file_calls_; }
   bool SetPolicies(const Policies& policies) override {
@@ -157,7 +158,7 @@ class FakeStore final : public Store {
 
  private:
   mutable absl::Mutex mu_;
-  Staging staging_ ABSL_GUARDED_BY(mu_) = Staging::kDurableInside;
+  Staging staging_ ABSL_GUARDED_BY(mu_) = Staging::kWrittenInside;
   bool gate_open_ ABSL_GUARDED_BY(mu_) = false;
   bool defer_policies_ ABSL_GUARDED_BY(mu_) = false;
   Policies policies_ ABSL_GUARDED_BY(mu_);
@@ -269,17 +270,19 @@ Streamed<v1::PersistEvent> Persist(InProcessDaemon& d, const v1::PersistRequest&
   return ReadToEnd(*d.stub->Persist(&ctx, req));
 }
 
-// Every chunk has exactly one STAGED, then exactly one DURABLE with `code` and `tier_mask`.
-void CheckStagedThenDurable(const std::vector<v1::PersistEvent>& events, size_t chunks, int code, uint32_t tier_mask) {
+// Every chunk has exactly one STAGED, then exactly one WRITTEN with `code`, `tier_mask` and `synced_mask`.
+void CheckStagedThenWritten(const std::vector<v1::PersistEvent>& events, size_t chunks, int code, uint32_t tier_mask,
+                            uint32_t synced_mask) {
   REQUIRE(events.size() == 2 * chunks);
   for (uint32_t i = 0; i < chunks; ++i) {
     std::vector<v1::PersistEvent> mine;
     for (const auto& e : events) if (e.index() == i) mine.push_back(e);
     REQUIRE(mine.size() == 2);
     CHECK(mine[0].stage() == v1::PersistEvent::STAGED);
-    CHECK(mine[1].stage() == v1::PersistEvent::DURABLE);
+    CHECK(mine[1].stage() == v1::PersistEvent::WRITTEN);
     CHECK(mine[1].code() == code);
     CHECK(mine[1].tier_mask() == tier_mask);
+    CHECK(mine[1].synced_mask() == synced_mask);
   }
 }
 
@@ -381,31 +384,31 @@ TEST_CASE("chunk events waiting behind a write travel as one batch, in order, ne
   CHECK(queue[0].batch().chunks(3).index() == 11);
 }
 
-TEST_CASE("a persist sends each chunk's STAGED before its DURABLE, whenever the store reports it") {
+TEST_CASE("a persist sends each chunk's STAGED before its WRITTEN with the synced tiers whenever the store reports it") {
   InProcessDaemon d;
   AttachedSession s(d);
   const std::vector<ChunkRange> chunks = {{"p0", 0, 4096}, {"p1", 4096, 100}, {"p2", 65536, 5000}};
   for (size_t i = 0; i < chunks.size(); ++i) std::memset(s.arena + chunks[i].offset, 'a' + i, chunks[i].length);
   const auto req = MakeRequest<v1::PersistRequest>(s.id, s.token, chunks);
 
-  SECTION("durable before staging returns") {
-    auto put = Persist(d, req);  // the fake reports durability from inside TryPersist
+  SECTION("written before staging returns") {
+    auto put = Persist(d, req);  // the fake reports the write from inside TryPersist
     REQUIRE(put.status.ok());
-    CheckStagedThenDurable(put.events, chunks.size(), 0, kDurableMask);
+    CheckStagedThenWritten(put.events, chunks.size(), 0, kWrittenMask, kSyncedMask);
     for (size_t i = 0; i < chunks.size(); ++i) {
       CHECK(d.store.staged(chunks[i].key) == std::string(chunks[i].length, 'a' + i));
     }
   }
-  SECTION("durable (here failed) after STAGED was sent") {
-    d.store.set_staging(FakeStore::Staging::kHoldDurable);
+  SECTION("written (here failed) after STAGED was sent") {
+    d.store.set_staging(FakeStore::Staging::kHoldWritten);
     grpc::ClientContext ctx;
     auto reader = d.stub->Persist(&ctx, req);
     std::vector<v1::PersistEvent> events(chunks.size());
-    for (auto& e : events) REQUIRE(reader->Read(&e));  // the three STAGED: nothing durable yet
-    d.store.CompleteHeld({absl::DataLossError("every replica failed"), 0, kDurableMask, "every replica failed"});
+    for (auto& e : events) REQUIRE(reader->Read(&e));  // the three STAGED: nothing written yet
+    d.store.CompleteHeld({absl::DataLossError("every replica failed"), 0, kWrittenMask, "every replica failed", 0});
     for (v1::PersistEvent e; reader->Read(&e);) events.push_back(e);
     REQUIRE(reader->Finish().ok());
-    CheckStagedThenDurable(events, chunks.size(), grpc::StatusCode::DATA_LOSS, 0);
+    CheckStagedThenWritten(events, chunks.size(), grpc::StatusCode::DATA_LOSS, 0, 0);
   }
 }
 
@@ -418,7 +421,7 @@ TEST_CASE("persists that find staging full are dropped at once under when_full: 
   REQUIRE(put.status.ok());
   CHECK(d.store.waited().empty());  // nothing waited for room
   CHECK(d.store.tries() == 2);      // every chunk was offered, in order
-  REQUIRE(put.events.size() == 4);  // STAGED and DURABLE for each: refused
+  REQUIRE(put.events.size() == 4);  // STAGED and WRITTEN for each: refused
   for (const v1::PersistEvent& e : put.events) CHECK(e.code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
 }
 
@@ -447,15 +450,15 @@ TEST_CASE("persists that find staging full are staged by the worker, in arrival 
   tb.join();
   REQUIRE(a.status.ok());
   REQUIRE(b.status.ok());
-  CheckStagedThenDurable(a.events, first.size(), 0, kDurableMask);
-  CheckStagedThenDurable(b.events, second.size(), 0, kDurableMask);
+  CheckStagedThenWritten(a.events, first.size(), 0, kWrittenMask, kSyncedMask);
+  CheckStagedThenWritten(b.events, second.size(), 0, kWrittenMask, kSyncedMask);
   CHECK(d.store.waited() == std::vector<std::string>{"a0", "a1", "a2", "b0", "b1"});
   CHECK(d.store.waited_on_one_thread_apart());  // one worker, never a gRPC thread
 }
 
 TEST_CASE("a client gone mid-persist leaves nothing behind once the store's callbacks are done") {
   InProcessDaemon d;
-  d.store.set_staging(FakeStore::Staging::kHoldDurable);
+  d.store.set_staging(FakeStore::Staging::kHoldWritten);
   AttachedSession s(d);
   std::weak_ptr<Session> session = d.sessions.Find(s.id);
   {
@@ -464,7 +467,7 @@ TEST_CASE("a client gone mid-persist leaves nothing behind once the store's call
     auto reader = d.stub->Persist(&ctx, req);
     v1::PersistEvent e;
     REQUIRE(reader->Read(&e));
-    REQUIRE(reader->Read(&e));  // both STAGED; durability is held by the store
+    REQUIRE(reader->Read(&e));  // both STAGED; the writes are held by the store
     ctx.TryCancel();
     while (reader->Read(&e)) {
     }
@@ -473,9 +476,9 @@ TEST_CASE("a client gone mid-persist leaves nothing behind once the store's call
   s.Detach();
   REQUIRE(Eventually([&] { return d.sessions.count() == 0; }));
   CHECK_FALSE(session.expired());  // the call lives on (with the session) while the store holds it
-  d.store.CompleteHeld({absl::OkStatus(), kDurableMask, 0, ""});
+  d.store.CompleteHeld({absl::OkStatus(), kWrittenMask, 0, "", kSyncedMask});
   CHECK(Eventually([&] { return session.expired(); }));  // then it is freed, and the arena with it
-  d.store.set_staging(FakeStore::Staging::kDurableInside);
+  d.store.set_staging(FakeStore::Staging::kWrittenInside);
   AttachedSession again(d);  // and the daemon serves on
   CHECK(Persist(d, MakeRequest<v1::PersistRequest>(again.id, again.token, {{"z", 0, 10}})).events.size() == 2);
 }
@@ -553,12 +556,12 @@ TEST_CASE("the staging worker runs jobs in order off the caller's thread, and at
 
 TEST_CASE("a session's budget is free once it detaches or its client gives up, though calls still hold it") {
   InProcessDaemon d(1 << 20);  // room for one session's arena
-  d.store.set_staging(FakeStore::Staging::kHoldDurable);
+  d.store.set_staging(FakeStore::Staging::kHoldWritten);
   auto s = std::make_unique<AttachedSession>(d);
   grpc::ClientContext ctx;
   auto reader = d.stub->Persist(&ctx, MakeRequest<v1::PersistRequest>(s->id, s->token, {{"x", 0, 10}}));
   v1::PersistEvent e;
-  REQUIRE(reader->Read(&e));  // STAGED: the call holds the session until the store says durable
+  REQUIRE(reader->Read(&e));  // STAGED: the call holds the session until the store says written
   SECTION("detached: free when the stream has ended") {
     s->Detach();
   }
@@ -568,7 +571,7 @@ TEST_CASE("a session's budget is free once it detaches or its client gives up, t
   }
   CHECK(d.sessions.arena_bytes() == 0);
   AttachedSession next(d);  // the whole budget, at once
-  d.store.CompleteHeld({absl::OkStatus(), kDurableMask, 0, ""});
+  d.store.CompleteHeld({absl::OkStatus(), kWrittenMask, 0, "", kSyncedMask});
   while (reader->Read(&e)) {
   }
   CHECK(reader->Finish().ok());

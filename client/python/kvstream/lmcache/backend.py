@@ -21,7 +21,7 @@ Otherwise they land in the session arena and, as each lands (the others still in
 copied once into a MemoryObj allocated from LocalCPUBackend. A put takes a reference on each MemoryObj and returns at once; a worker
 thread copies the chunks into the arena and persists them (the daemon stages them and writes them
 while no read is pending), drops the reference once the daemon has staged the bytes, and calls
-`on_complete_callback(key)` once the chunk is durable.
+`on_complete_callback(key)` once the chunk is written to its tiers.
 
 When the daemon is down or restarts, calls report misses and puts are dropped, with loud log
 lines, and the backend reconnects by itself (DaemonLink). No exception escapes into LMCache.
@@ -186,14 +186,14 @@ class KVStreamBackend(StoragePluginInterface):
                                 on_complete_callback: Optional[Callable[[CacheEngineKey], None]] = None
                                 ) -> Optional[List["concurrent.futures.Future[bool]"]]:
         """Queues the chunks for persisting and returns at once with one future per chunk queued
-        (True once durable, False if it was dropped). Keys already queued are skipped. Each queued
+        (True once written to its tiers, False if it was dropped). Keys already queued are skipped. Each queued
         MemoryObj is referenced (ref_count_up) until the daemon has staged its bytes."""
         if not self.with_session:
             return None
         return self.puts.submit(keys, objs, on_complete_callback)
 
     def flush(self, timeout: Optional[float] = None) -> bool:
-        """Waits until every put queued so far is durable or dropped. False on timeout."""
+        """Waits until every put queued so far is written or dropped. False on timeout."""
         return self.puts.flush(timeout)
 
     # -- pins, removal, lifecycle ------------------------------------------------------------

@@ -17,7 +17,7 @@ The plugin factory finds KVStreamL2AdapterConfig by its name (class_name + "Conf
   step; load tasks waiting together (requests LMCache prefetches at once) share their retrieves and
   are answered apart. A key is loaded when the daemon returns exactly the MemoryObj's get_size() bytes.
 - store: one Lookup (keys the daemon already holds are skipped) and one persist per task; the task
-  succeeds once every chunk is durable on its tiers. Chunks go out by their index in their row
+  succeeds once every chunk is written to its tiers. Chunks go out by their index in their row
   (every row's chunk 0, then chunk 1, ...); a chunk the daemon drops because its staging is full
   is counted (store_dropped), not logged, and fails the task (LMCache keeps it in L1).
 - load or recompute: a lookup is kvstream.transfer.lookup with the adapter's verdict. LMCache lists
@@ -294,10 +294,10 @@ class KVStreamL2Adapter(L2AdapterInterface):
         todo = [i for i, e in enumerate(found[0]) if not e.present]  # the daemon keeps what it holds
         if not todo:
             return L2StoreResult(True, 0)
-        # One persist per task (waves when the arena cannot stage them all); done once durable.
+        # One persist per task (waves when the arena cannot stage them all); done once written.
         report = transfer.write(self.link, session, self._pieces(names, objects, todo, chunk_positions(keys)),
                                 timeout=self.config.io_timeout)
-        stored = [todo[n] for n, durable in enumerate(report.durable.result()) if durable]
+        stored = [todo[n] for n, written in enumerate(report.written.result()) if written]
         sizes = [objects[i].get_size() for i in stored]
         dropped = report.dropped  # the daemon's staging was full: not stored, and not a failure
         self._count(stored=len(stored), store_dropped=dropped, store_failed=len(todo) - len(stored) - dropped)

@@ -5,7 +5,7 @@ worker drops the chunks the daemon already holds (one lookup) and writes the oth
 session arena behind their chunk_codec header (kvstream.transfer: waves of at most half the arena,
 so gets keep room; one persist per wave). A MemoryObj's reference is released once its bytes are
 in the arena, a wave's arena ranges once the daemon has staged it; each chunk then finishes exactly once: its future gets True and on_complete(key) is
-called when the daemon reports it durable, and its future gets False when it was dropped.
+called when the daemon reports it written, and its future gets False when it was dropped.
 
 A submit is one request's chunks in prefix order: each goes out at its depth (its index), so that
 when the daemon's staging is full it drops the deepest; a dropped chunk is counted (`dropped`),
@@ -46,7 +46,7 @@ class _PutBatch:
 
 class Puts:
     """The put queue and its worker thread (started at construction). Thread-safe; never raises
-    into the caller (a chunk that cannot be persisted finishes as not durable)."""
+    into the caller (a chunk that cannot be persisted finishes as not written)."""
 
     def __init__(self, link: DaemonLink, lookups: Lookups, io_timeout: float, log: logging.Logger) -> None:
         self._link = link
@@ -89,7 +89,7 @@ class Puts:
             return key in self._in_flight
 
     def flush(self, timeout: Optional[float] = None) -> bool:
-        """Waits until every put queued so far is durable or dropped. False on timeout."""
+        """Waits until every put queued so far is written or dropped. False on timeout."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             with self._lock:
@@ -123,25 +123,25 @@ class Puts:
                 self._log.error("kvstream: persist of %d chunks failed: %s", len(batch.keys), e)
                 with self._lock:
                     unsubmitted = [i for i in range(len(batch.keys)) if i not in batch.submitted]
-                self._finish(batch, unsubmitted, durable=False)
+                self._finish(batch, unsubmitted, written=False)
 
     def _persist(self, batch: _PutBatch) -> None:
         session = self._link.session()
         if session is None or session.allocator is None:
             self._log.warning("kvstream: dropping %d chunks to persist: the daemon is unavailable", len(batch.keys))
-            self._finish(batch, range(len(batch.keys)), durable=False)
+            self._finish(batch, range(len(batch.keys)), written=False)
             return
         # Chunks the daemon already holds are done (it would not rewrite them anyway).
         names = [k.to_string() for k in batch.keys]
         found = self._lookups.lookup(session, names)
         if found is None:
-            self._finish(batch, range(len(batch.keys)), durable=False)
+            self._finish(batch, range(len(batch.keys)), written=False)
             return
         entries = found[0]
-        self._finish(batch, [i for i, e in enumerate(entries) if e.present], durable=True)
+        self._finish(batch, [i for i, e in enumerate(entries) if e.present], written=True)
         todo = [i for i, e in enumerate(entries) if not e.present]
         headers = {i: self._encode_header(batch.objs[i], batch.keys[i]) for i in todo}
-        self._finish(batch, [i for i in todo if headers[i] is None], durable=False)
+        self._finish(batch, [i for i in todo if headers[i] is None], written=False)
         todo = [i for i in todo if headers[i] is not None]
         if todo:
             self._write(session, batch, names, todo, headers)
@@ -149,7 +149,7 @@ class Puts:
     def _write(self, session: Session, batch: _PutBatch, names: List[str], todo: List[int],
                headers: Dict[int, Optional[bytes]]) -> None:
         """Persists chunks `todo` of the batch, each its header then its bytes, through the arena
-        (kvstream.transfer); each finishes on its DURABLE event, or as not durable."""
+        (kvstream.transfer); each finishes on its WRITTEN event, or as not written."""
         sizes = {i: len(headers[i] or b"") + batch.objs[i].get_size() for i in todo}  # type: ignore[union-attr]
 
         def fill(n: int, target: memoryview) -> None:
@@ -161,7 +161,7 @@ class Puts:
             self._release_obj(batch, i)  # its bytes are in the arena now
 
         report = transfer.write(self._link, session, [transfer.Piece(names[i], None, sizes[i], i) for i in todo],
-                                fill, lambda n, ok: self._finish(batch, [todo[n]], durable=ok),
+                                fill, lambda n, ok: self._finish(batch, [todo[n]], written=ok),
                                 timeout=self._io_timeout)
         # Pieces never filled (a failed call ended the transfer first) still hold their reference.
         with self._lock:
@@ -169,7 +169,7 @@ class Puts:
             self.dropped += report.dropped
         for r in report.staged:
             self._release_obj(batch, todo[r.index])
-        self._finish(batch, [todo[r.index] for r in report.staged if not r.ok], durable=False)
+        self._finish(batch, [todo[r.index] for r in report.staged if not r.ok], written=False)
 
     def _encode_header(self, obj: MemoryObj, key: CacheEngineKey) -> Optional[bytes]:
         """The chunk_codec header describing `obj`; None (logged) if it cannot be described."""
@@ -182,13 +182,13 @@ class Puts:
             return None
 
     def _release_obj(self, batch: _PutBatch, i: int) -> None:
-        """Drops the put's reference on chunk i (once: the persist and durable paths both call it)."""
+        """Drops the put's reference on chunk i (once: the persist and written paths both call it)."""
         with self._lock:
             obj, batch.objs[i] = batch.objs[i], None
         if obj is not None:
             obj.ref_count_down()
 
-    def _finish(self, batch: _PutBatch, indices: Iterable[int], durable: bool) -> None:
+    def _finish(self, batch: _PutBatch, indices: Iterable[int], written: bool) -> None:
         """Finishes each chunk once (later calls for it are no-ops), from whichever thread."""
         for i in indices:
             self._release_obj(batch, i)
@@ -198,8 +198,8 @@ class Puts:
                     continue
                 batch.finished.add(i)
                 self._in_flight.discard(key)
-            batch.futures[i].set_result(durable)
-            if durable and batch.on_complete is not None:
+            batch.futures[i].set_result(written)
+            if written and batch.on_complete is not None:
                 try:
                     batch.on_complete(key)
                 except Exception as e:  # noqa: BLE001 - LMCache's contract: caught and logged

@@ -14,8 +14,8 @@ Two data paths, chosen when SGLang registers its host pool:
 Both are kvstream.transfer's (each piece takes the path its address allows); this module maps
 SGLang's pages to pieces and results back to pages.
 The v1 calls take one daemon retrieve (or one lookup and one persist) per SGLang batch. batch_set_v1
-returns once the pages are staged: SGLang may reuse them at once; durability follows in the
-background (a page that fails to become durable is a miss later, and logged).
+returns once the pages are staged: SGLang may reuse them at once; the writes follow in the
+background (a page that fails to be written is a miss later, and logged).
 
 A daemon that is down or restarting gives misses and failed sets, never an exception or None into
 SGLang; the backend reattaches by itself (DaemonLink) and hands its region over again.
@@ -329,7 +329,7 @@ class KVStreamHiCache(HiCacheStorage):
                                                                  [start + i for i in todo]),
                                 timeout=self.settings.io_timeout)
         staged = [r.index for r in report.staged if r.ok]
-        report.durable.add_done_callback(lambda f: self._durable_later(staged, f.result()))
+        report.written.add_done_callback(lambda f: self._written_later(staged, f.result()))
         ok = [True] * len(keys)
         dropped = 0  # pages with a part the daemon dropped (staging full) and none failed
         at = 0
@@ -357,13 +357,13 @@ class KVStreamHiCache(HiCacheStorage):
             at += len(p)
         return stored
 
-    def _durable_later(self, staged: List[int], durable: List[bool]) -> None:
-        """Counts and logs page parts staged that then failed to become durable (they are misses
+    def _written_later(self, staged: List[int], written: List[bool]) -> None:
+        """Counts and logs page parts staged that then failed to be written (they are misses
         later; SGLang is not waiting)."""
-        failed = sum(1 for i in staged if not durable[i])
+        failed = sum(1 for i in staged if not written[i])
         if failed:
             self._count(pages_failed=failed)
-            logger.warning("kvstream: %d of %d staged page parts failed to become durable", failed, len(staged))
+            logger.warning("kvstream: %d of %d staged page parts failed to be written", failed, len(staged))
 
 def _pages_before(extra_info: Any) -> int:
     """The pages of the request before a call's keys (SGLang's prefix_keys), 0 when not told."""

@@ -435,7 +435,7 @@ class KVStreamTier(SecondaryTierManager):
             staged = [r.index for r in report.staged if r.ok]
             self._count("stored_bytes", len(staged) * self._row)
             self._count("copied_bytes", report.copied_bytes)
-            report.durable.add_done_callback(lambda f: self._note_durable(staged, f.result()))
+            report.written.add_done_callback(lambda f: self._note_unwritten(staged, f.result()))
         return ok
 
     def _pieces(self, batch: Batch, indices: Optional[Sequence[int]] = None) -> List[transfer.Piece]:
@@ -445,9 +445,10 @@ class KVStreamTier(SecondaryTierManager):
                                batch.depths[i] if batch.depths else 0)
                 for i in chosen]
 
-    def _note_durable(self, staged: List[int], durable: List[bool]) -> None:
-        """Counts staged chunks that then reached no tier (vLLM already has them as stored)."""
-        failed = sum(1 for i in staged if not durable[i])
+    def _note_unwritten(self, staged: List[int], written: List[bool]) -> None:
+        """Counts staged chunks that then reached no tier (vLLM already has them as stored), as
+        failed_keys:durable: not written, so not durable either."""
+        failed = sum(1 for i in staged if not written[i])
         if failed:
             logger.warning("kvstream: %d of %d staged chunks reached no tier", failed, len(staged))
             self._count("failed_keys:durable", failed)
