@@ -109,7 +109,7 @@ for i in $(seq "$nodes"); do
 socket: {path: ${sock[i]}, mode: "0600"}
 node: node$i
 sessions: {max_arena: 2GiB}
-staging: {limit: 512MiB, when_full: wait}  # kvbench counts every persist as durable
+staging: {limit: 512MiB, when_full: wait}  # kvbench counts every persist as written
 logging: {level: warn}
 tiers:
   - {name: nvme, path: $work/mnt/nvme$i/kvstream, capacity: $((nvme_img - 256))MiB}

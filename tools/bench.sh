@@ -16,7 +16,7 @@
 # single-tier offloading (serial, new KV on the first tier) against completion routing with
 # replication all and adaptive, on a write-heavy workload (a quarter of each step stored, 50 ms
 # forward gap) with write caps at the paper's write/read ratios (FAST/3, SLOW*1.15) and at the read
-# caps, and on a read-heavy one (90% stored); the time until each step's chunks are durable, write
+# caps, and on a read-heavy one (90% stored); the time until each step's chunks are written, write
 # amplification and write stall; each tier's alone run (the bound, kvsim --validate's references)
 # persists the same new KV on the first tier, so it carries the same staging work and idle time
 # (--check does not apply; --steps defaults to 12: identical write-heavy runs differ by 2-5% over 6).
@@ -32,7 +32,7 @@
 # quarter of the step, 8 MiB chunks) is persisted in the background (kvbench --write-gap 0
 # --background-writes), at FAST/SLOW steady caps: the daemon with staging.max_defer at its default
 # (250ms) and at 3600s (writes then run during reads only under staging pressure), alternated
-# three times; each run prints its persists' p50/p95 (call to durable) and its read loss against
+# three times; each run prints its persists' p50/p95 (call to written) and its read loss against
 # the same reads without writes (--steps defaults to 12).
 # With --engines, the two I/O engines at FAST/SLOW steady caps, alternated twice in one run:
 # kvstreamd on io_uring, then under a seccomp filter denying io_uring_setup (build/tests/

@@ -17,7 +17,7 @@ struct StepSample {
   uint64_t bytes = 0;
   std::vector<uint64_t> tier_bytes;
   double daemon_cpu_seconds = 0;  // kvstreamd's CPU time during the step (its Stats, before and after)
-  // Runs with writes: from the step's start until its reads are done and its new chunks durable
+  // Runs with writes: from the step's start until its reads are done and its new chunks written
   // (the persists answered), the bytes the daemon wrote per tier, and the time producers waited
   // for staging space.
   double cycle_seconds = 0;
@@ -34,7 +34,7 @@ struct StepSample {
 struct Run {
   std::string label;
   std::vector<StepSample> steps;
-  // Runs with writes: each persist's time from the call until its chunks were durable (one per
+  // Runs with writes: each persist's time from the call until its chunks were written (one per
   // rank per step, in no particular order).
   std::vector<double> persist_seconds = {};
 };

@@ -73,7 +73,7 @@ void AddOptions(CLI::App& app, Options& o) {
   app.add_option("--replications", o.replications,
                  "comma-separated replication policies (all, primary, adaptive) to compare on runs that read and write "
                  "every step, each against replication:serial (one tier, as single-tier offloading); printed with the "
-                 "time until each step's new chunks are durable, write amplification and write stall")
+                 "time until each step's new chunks are written, write amplification and write stall")
       ->capture_default_str();
   app.add_option("--write-policies", o.write_policies, "comma-separated write policies to run with each step's "
                  "new chunks persisted during it (under completion routing); empty: none")->capture_default_str();
@@ -94,9 +94,9 @@ void AddOptions(CLI::App& app, Options& o) {
                  "during which deferred writes drain), and of their reads-only reference run completion+idle")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_flag("--background-writes", o.background_writes,
-               "the runs with writes do not wait for a step's new chunks to be durable: each step's persists go on "
+               "the runs with writes do not wait for a step's new chunks to be written: each step's persists go on "
                "in the background while the next steps read (with --write-gap 0, reads that never pause); the "
-               "report gives each run's persist times (call to durable) and its read loss against completion+idle");
+               "report gives each run's persist times (call to written) and its read loss against completion+idle");
   app.add_flag("--estimate", o.estimate,
                "before each measured step, ask the daemon's load estimate (one Lookup with estimate_load over every "
                "rank's keys of the step, as a client would before retrieving) and report, per run, its error against "

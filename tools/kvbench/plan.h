@@ -29,12 +29,12 @@ struct RunSpec {
   std::string routing, batching = "step", writes = "deferred";
   bool with_writes = false;  // also persist each step's new chunks during it
   // Seconds without reads before every step (the forward pass), counted from the end of the
-  // previous step's reads; with writes, a step also waits until the previous one's are durable,
+  // previous step's reads; with writes, a step also waits until the previous one's are written,
   // unless they go on in the background.
   double idle = 0;
   std::string replication = "";  // for the chunks this run writes; empty: as the daemon has it
   // With writes: a step's persists go on in the background while the next steps read (with no
-  // idle: reads that never pause); the run ends once every one is durable.
+  // idle: reads that never pause); the run ends once every one is written.
   bool background_writes = false;
 
   bool operator==(const RunSpec&) const = default;

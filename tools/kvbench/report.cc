@@ -79,7 +79,7 @@ void PrintTable(std::FILE* out, const BenchResults& results, const Analysis& a) 
 }
 
 // Reads of the runs with writes against the same reads without them, after the same idle time
-// (the read loss), and how long their persists took from the call until durable.
+// (the read loss), and how long their persists took from the call until written.
 void PrintReadsWithWrites(std::FILE* out, const BenchResults& results, const Analysis& a) {
   double reads_alone = 0;
   for (const Summary& s : a.summaries) {
@@ -92,7 +92,7 @@ void PrintReadsWithWrites(std::FILE* out, const BenchResults& results, const Ana
     std::fprintf(out, "%s: reads at %.3f x reads alone (%s), read loss %.1f%%", r.label.c_str(), ratio,
                  kIdleReferenceLabel, 100 * (1 - ratio));
     if (!r.persist_seconds.empty()) {
-      std::fprintf(out, "; persists (call to durable) p50 %.3f s, p95 %.3f s, max %.3f s over %zu",
+      std::fprintf(out, "; persists (call to written) p50 %.3f s, p95 %.3f s, max %.3f s over %zu",
                    Percentile(r.persist_seconds, 0.5), Percentile(r.persist_seconds, 0.95),
                    Percentile(r.persist_seconds, 1), r.persist_seconds.size());
     }
@@ -101,7 +101,7 @@ void PrintReadsWithWrites(std::FILE* out, const BenchResults& results, const Ana
 }
 
 // The replication runs: each step from its start until its reads are done and its new chunks
-// durable, against replication:serial; the bytes written per tier over the new KV (write
+// written, against replication:serial; the bytes written per tier over the new KV (write
 // amplification) and the time producers waited for staging.
 void PrintReplication(std::FILE* out, const BenchResults& results) {
   const std::string serial_label = std::string(kReplicationPrefix) + kSerialLabel;

@@ -102,7 +102,7 @@ class Bench {
   // Rank r persists the step's new chunks from the slots after the read slots (content unchecked),
   // under keys of this run only (`run`): a later run writes them again rather than finding them
   // stored already, and no run's reads ever see them. Returns the seconds from the call until
-  // every chunk was durable; fails with the first chunk that is durable nowhere (the run's numbers
+  // every chunk was written; fails with the first chunk that is written nowhere (the run's numbers
   // would count writes that did not happen).
   absl::StatusOr<double> WriteStep(uint32_t r, const BenchStep& step, size_t run);
   // The persists of one run: each one's seconds (WriteStep) and the first failure.
@@ -117,12 +117,12 @@ class Bench {
   absl::StatusOr<std::vector<kvstream::LookupEntry>> LockChunks(uint32_t r, const std::vector<std::string>& keys);
   // Every rank reads `step` at once and, for run `write_run`, persists the step's new chunks
   // (WriteStep, into `log`) from the same start; returns when the reads are done and the writes
-  // durable, or with the first failure (reads first). With `background`, the writes' threads go
+  // written, or with the first failure (reads first). With `background`, the writes' threads go
   // there instead, for the caller to join: the step returns once its reads are done.
   struct StepTimes {
     double start = 0;  // Now() at the release of the ranks
     double reads = 0;  // until the last rank's reads are done
-    double cycle = 0;  // until the writes are durable too (the reads' time without writes)
+    double cycle = 0;  // until the writes are written too (the reads' time without writes)
   };
   absl::StatusOr<StepTimes> RunStep(const BenchStep& step, std::optional<size_t> write_run, PersistLog* log = nullptr,
                                     std::vector<std::thread>* background = nullptr);

@@ -289,7 +289,7 @@ PolicyResult Simulate(const std::vector<Request>& trace, const NodeConfig& node,
   out.bytes_written.assign(tiers, 0);
   out.ttft.assign(trace.size(), 0);
   Lru memory(static_cast<uint64_t>(node.memory_bytes / block_kv));
-  std::unordered_set<uint64_t> stored;      // blocks durable on tier 0 (and on every tier under all)
+  std::unordered_set<uint64_t> stored;      // blocks written to tier 0 (and on every tier under all)
   std::unordered_set<uint64_t> replicated;  // blocks every tier holds
   std::vector<double> backlog(tiers, 0);    // deferred write bytes still queued per tier
   std::deque<Secondary> secondaries;        // idle, reuse: copies for the other tiers, oldest first

@@ -23,7 +23,7 @@ bench_up() {
     (umask 077 && head -c 32 /dev/urandom > "$work/cluster.key")
     key_line="shared_key_file: $work/cluster.key"
   fi
-  # Persists wait for staging room (kvbench counts every new chunk as durable, and the replication
+  # Persists wait for staging room (kvbench counts every new chunk as written, and the replication
   # runs measure the write stall that waiting costs), where the default drops them.
   cat > "$work/kvstreamd.yaml" <<YAML
 socket: {path: $sock, mode: "0600"}

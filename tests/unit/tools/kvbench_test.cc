@@ -326,7 +326,7 @@ TEST_CASE("a run with writes prints its read loss and its persists' median, 95th
   for (int i = 20; i >= 1; --i) writes.persist_seconds.push_back(0.1 * i);  // 0.1 .. 2.0 s, out of order
   const std::string printed = Printed([&](std::FILE* out) { PrintReport(out, results, Analyze(results)); });
   CHECK(printed.find("completion+writes:deferred: reads at 0.625 x reads alone (completion+idle), read loss 37.5%; "
-                     "persists (call to durable) p50 1.000 s, p95 1.900 s, max 2.000 s over 20\n") != std::string::npos);
+                     "persists (call to written) p50 1.000 s, p95 1.900 s, max 2.000 s over 20\n") != std::string::npos);
   const nlohmann::json j = ToJson(results, Analyze(results));
   CHECK(j.at("runs").back().at("persist_seconds").size() == 20);
   CHECK_FALSE(j.at("runs").front().contains("persist_seconds"));

@@ -1,6 +1,6 @@
 // kvtorture crash: kill -9 cycles under load. Writers persist new versions of their own keys and
-// keep a ledger of every version acknowledged durable; readers check every chunk they get is an
-// intact version. The daemon is killed with SIGKILL at a random moment, restarted, and every key
+// keep a ledger of every version acknowledged written (a kill -9 loses nothing the kernel holds);
+// readers check every chunk they get is an intact version. The daemon is killed with SIGKILL at a random moment, restarted, and every key
 // of the ledger must read back as its last acknowledged version or a newer attempted one: an
 // acknowledged chunk lost, or any bad byte served, fails the run.
 #pragma once

@@ -24,7 +24,7 @@ struct Workload {
   std::vector<kvstream::ChunkRange> chunks;
 };
 
-// A session holding `chunks` chunks of fresh keys, persisted on every tier (durable on return).
+// A session holding `chunks` chunks of fresh keys, persisted on every tier (written on return).
 absl::StatusOr<Workload> Populate(const StallOptions& o, const std::string& prefix) {
   Workload w;
   auto c = kvstream::Client::Attach(o.socket, {"kvtorture-stall", 0, 1, o.chunks * o.chunk_bytes});
