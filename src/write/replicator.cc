@@ -134,8 +134,12 @@ bool Replicator::StartReplica(Job* job, int t) {
   Tier& tier = *tiers_[t];
   const StagedChunk& chunk = *job->chunk;
   if (!tier.writable) {
-    absl::MutexLock lock(&tier.condition_mu);
-    FinishReplica(job, t, absl::UnavailableError(absl::StrCat("tier ", tier.name, ": ", tier.condition)));
+    std::string condition;
+    {
+      absl::MutexLock lock(&tier.condition_mu);  // only to read it: FinishReplica takes the index's lock
+      condition = tier.condition;
+    }
+    FinishReplica(job, t, absl::UnavailableError(absl::StrCat("tier ", tier.name, ": ", condition)));
     return false;
   }
   absl::StatusOr<FileHandle> temp = tier.device->CreateTemp(chunk.stem);

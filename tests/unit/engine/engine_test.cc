@@ -147,6 +147,23 @@ TEST_CASE("a read-only tier gets no replicas but is read, a tier out of reach is
   CHECK(rig.engine->Stats().tiers[1].writable);
 }
 
+TEST_CASE("a replica for a tier out of reach fails outside the tier's condition lock, which Stats takes under the index's") {
+  StoreConfig config;
+  config.replication = ReplicationPolicy::kAdaptive;  // t1's replica starts once t0's is durable: the job then ends
+  SimRig rig({300 * MBps, 100 * MBps}, config);
+  rig.devices[1]->SetCondition({TierCondition::State::kDetached, "the file system of /sim/t1 cannot be reached"});
+  PassTierCheck(rig);
+  CHECK_FALSE(rig.engine->Stats().tiers[1].writable);  // the index's lock, then t1's condition lock
+  auto data = Payload(kBlock, 11);
+  PersistResult result;
+  REQUIRE(rig.engine->Persist("late", data.data(), data.size(), [&](const std::string&, const PersistResult& r) {
+    result = r;
+  }).ok());
+  rig.engine->Flush();  // the other order (t1's condition lock, then the index's) was a potential deadlock: abort
+  CHECK(result.tier_mask == 1u);
+  CHECK(rig.engine->Stats().tiers[0].chunks >= 1);
+}
+
 TEST_CASE("a persist that finds staging full is dropped and counted under when_full drop, refused under wait") {
   for (const bool drop : {true, false}) {
     INFO("drop " << drop);
