@@ -455,6 +455,11 @@ void Engine::CheckTiers() {
   for (size_t t = 0; t < tiers_.size(); ++t) {
     Tier& tier = *tiers_[t];
     TierCondition condition = tier.device->Condition();
+    // Detached: tried every time round, as nothing else would bring the tier back (a remount).
+    if (condition.state == State::kDetached && tier.device->Reopen().ok()) {
+      spdlog::warn("tier {}: its directory is reachable again: reopened", tier.name);
+      condition = tier.device->Condition();
+    }
     {
       absl::MutexLock lock(&tier.condition_mu);
       if (condition.reason == tier.condition) continue;  // nothing new

@@ -97,6 +97,7 @@ class FileDevice final : public TierDevice {
   absl::Status RemoveChunk(const std::string& stem) override;
   TierCondition Condition() const override;
   absl::Status Recreate() override;
+  absl::Status Reopen() override;
   bool Queue(IoRequest* request) override;
   void Abandon(IoRequest* request) override;
   void Submit() override;

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <utility>
 
@@ -138,7 +139,13 @@ TierCondition FileDevice::Condition() const {
   using State = TierCondition::State;
   const std::string& root = options_.path;
   struct stat opened, at_path;
-  if (fstat(dir_fd_, &opened) != 0 || opened.st_nlink == 0) {
+  const bool answered = fstat(dir_fd_, &opened) == 0;
+  const int err = answered ? 0 : errno;
+  if (!answered && err != ENOENT && err != ESTALE) {  // ENOTCONN (its FUSE client is gone, its servers down), EIO
+    return {State::kDetached,
+            absl::StrCat("the file system of ", root, " cannot be reached (", std::strerror(err), ")")};
+  }
+  if (!answered || opened.st_nlink == 0) {
     return {State::kDeleted, absl::StrCat("the tier directory ", root, " was deleted")};
   }
   if (stat(root.c_str(), &at_path) != 0) {  // still linked, but not there: its file system went away
@@ -154,6 +161,22 @@ TierCondition FileDevice::Condition() const {
     return {State::kReadOnly, absl::StrCat("the file system of ", root, " is read-only")};
   }
   return {};
+}
+
+absl::Status FileDevice::Reopen() {
+  // Only the directory it was: the same inode number (a file id on the file systems that are
+  // mounted again: GlusterFS's gfid, NFS's fileid, Lustre's FID; the device number changes), with
+  // the lock file it made in it. Never an empty mount point, never another tier's directory.
+  const std::string& root = options_.path;
+  struct stat at_path, lock;
+  if (stat(root.c_str(), &at_path) != 0) return ErrnoAt("stat tier directory", root);
+  const std::string lock_path = absl::StrCat(root, "/", kLockName);
+  if (!S_ISDIR(at_path.st_mode) || at_path.st_ino != dir_ino_ || lstat(lock_path.c_str(), &lock) != 0 ||
+      !S_ISREG(lock.st_mode)) {
+    return absl::FailedPreconditionError(absl::StrCat("not reopening ", root, ": it is not the tier's directory"));
+  }
+  handles_.DropAll();
+  return OpenDirectory();
 }
 
 absl::Status FileDevice::Recreate() {

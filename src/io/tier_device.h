@@ -113,7 +113,8 @@ struct TierCondition {
   enum class State {
     kUsable,
     kDeleted,   // its directory was deleted: nothing to read; Recreate may make an empty one
-    kDetached,  // its path no longer leads to it (unmounted, moved, replaced): not read nor written
+    kDetached,  // its path no longer leads to it (unmounted, moved, replaced) or its file system does
+                // not answer (ENOTCONN, EIO): not read nor written; Reopen may find it again
     kReadOnly,  // its file system is read-only: read, not written
   };
   State state = State::kUsable;
@@ -172,6 +173,10 @@ class TierDevice {
   // After kDeleted: makes the directory again, empty, where it was (on the same file system),
   // and uses it from now on.
   virtual absl::Status Recreate() = 0;
+  // After kDetached: where the path leads to the tier's directory again (its file system mounted
+  // again, maybe on another device number: the same inode number, its lock file in it), opens it
+  // there and uses it from now on. FailedPrecondition while the path leads elsewhere or nowhere.
+  virtual absl::Status Reopen() = 0;
 
   // Data path. Queue returns false when the device has no room (the caller bounds in-flight ops
   // by its queue depths, so this is a programming error). A completion always covers the whole

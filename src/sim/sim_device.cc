@@ -131,6 +131,10 @@ absl::Status SimDevice::Recreate() {
   return absl::OkStatus();
 }
 
+absl::Status SimDevice::Reopen() {
+  return absl::FailedPreconditionError("a simulated tier comes back only when its test sets its condition");
+}
+
 absl::StatusOr<std::vector<ListedChunk>> SimDevice::ListChunks() {
   absl::MutexLock lock(&mu_);
   std::vector<ListedChunk> out;

@@ -98,6 +98,7 @@ class SimDevice final : public TierDevice, public SimClock::Source {
   void SetCondition(TierCondition condition);
   TierCondition Condition() const override;
   absl::Status Recreate() override;
+  absl::Status Reopen() override;
   bool Queue(IoRequest* request) override;
   // An abandoned read completes as usual but its bytes reach no buffer: as if the kernel had
   // cancelled it, or as a read into memory the store took back (memory/memory_regions.h).
