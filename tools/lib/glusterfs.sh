@@ -8,7 +8,8 @@
 #   glusterfs_up DIR VOL REPLICA NODES   glusterd (started if not running), volume VOL of REPLICA
 #                                        bricks DIR/bricks/bI, started, mounted on DIR/mnt/nodeJ
 #   glusterfs_down                       everything glusterfs_up made, undone (for an EXIT trap)
-#   glusterfs_mount DIR / glusterfs_umount DIR    one mount of the volume, up / down
+#   glusterfs_mount DIR / glusterfs_umount DIR    one mount of the volume, up / down (with the
+#                                        options of $GLUSTERFS_MOUNT_OPTIONS, none by default)
 #   glusterfs_client_pid DIR             the glusterfs client process serving mount DIR
 #   glusterfs_brick_pid I                brick I's process (glusterfsd); "" when it is not running
 #   glusterfs_volume stop|start|start-force   the volume (start force: restarts killed bricks)
@@ -21,6 +22,8 @@
 # mounts keep GlusterFS's default timeouts (attributes and entries 1 s, no negative entries).
 
 glusterfs_vol="" glusterfs_dir="" glusterfs_started_glusterd="" glusterfs_host=""
+# Options for every mount (mount -o), e.g. negative-timeout=5: GLUSTERFS_MOUNT_OPTIONS.
+glusterfs_mount_options=${GLUSTERFS_MOUNT_OPTIONS:-}
 glusterfs_mounts=()
 
 glusterfs_missing() {
@@ -69,7 +72,8 @@ glusterfs_volume() {
 
 glusterfs_mount() {
   mkdir -p "$1"
-  mount -t glusterfs "localhost:/$glusterfs_vol" "$1" || die "mount of $glusterfs_vol on $1 failed"
+  mount -t glusterfs ${glusterfs_mount_options:+-o "$glusterfs_mount_options"} "localhost:/$glusterfs_vol" "$1" ||
+    die "mount of $glusterfs_vol on $1 failed"
   glusterfs_mounts+=("$1")
   glusterfs_wait_reachable "$1" 10 || die "$1 does not answer after its mount"
 }
