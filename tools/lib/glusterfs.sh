@@ -112,13 +112,27 @@ glusterfs_wait_reachable() {
   return 1
 }
 
+# The unix sockets (-S) of the volume's brick processes, and of the self-heal daemon when glusterd
+# is ours: glusterd leaves them behind in /var/run/gluster.
+glusterfs_sockets() {
+  local pid pattern="--volfile-id $glusterfs_vol\."
+  [ -z "$glusterfs_started_glusterd" ] || pattern="$pattern|--volfile-id shd/"
+  for pid in $(pgrep -f -- "$pattern"); do
+    tr '\0' '\n' < "/proc/$pid/cmdline" 2> /dev/null | grep -A1 -x -- -S | grep '^/var/run/gluster/[0-9a-f]*\.socket$'
+  done
+}
+
 glusterfs_down() {
-  local m
+  local m sockets
   [ -n "$glusterfs_vol" ] || return 0
+  mapfile -t sockets < <(glusterfs_sockets)
   for m in "${glusterfs_mounts[@]}"; do glusterfs_umount "$m"; done
   glusterfs_mounts=()
   glusterfs_cli volume stop "$glusterfs_vol" force > /dev/null 2>&1
   glusterfs_cli volume delete "$glusterfs_vol" > /dev/null 2>&1
+  rm -f /var/run/gluster/vols/"$glusterfs_vol"/*.pid  # glusterd leaves its bricks' pid files
+  rmdir /var/run/gluster/vols/"$glusterfs_vol" 2> /dev/null
+  [ "${#sockets[@]}" = 0 ] || rm -f "${sockets[@]}"
   rm -rf "$glusterfs_dir/bricks"
   rmdir "$glusterfs_dir"/mnt/* "$glusterfs_dir/mnt" 2> /dev/null  # mount points only, never what is under one
   if [ -n "$glusterfs_started_glusterd" ]; then  # the volume's processes went with the volume
