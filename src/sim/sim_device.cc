@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 
@@ -76,6 +77,8 @@ uint64_t SimDevice::resubmits() const {
 }
 
 SimFault SimDevice::FaultLocked(SimOp op, std::string_view stem, uint64_t offset, uint32_t length) {
+  if (power_ != nullptr) power_->CountOp();
+  PoweredLocked();  // a cut just now comes before this operation
   const SimOpInfo info{op, stem, offset, length, op_index_++};
   return fault_hook_ ? fault_hook_(info) : SimFault::None();
 }
@@ -104,6 +107,7 @@ absl::StatusOr<ScanReport> SimDevice::Scan() {
   for (auto it = files_.begin(); it != files_.end();) {
     absl::StatusOr<ChunkMeta> meta = DecodeChunkHeader(it->second.data(), it->second.size());
     if (!meta.ok() || FileStem(meta->key) != it->first || meta->file_size() != it->second.size()) {
+      inode_of_.erase(it->first);
       it = files_.erase(it);
       ++report.removed_invalid;
       continue;
@@ -127,6 +131,8 @@ TierCondition SimDevice::Condition() const {
 absl::Status SimDevice::Recreate() {
   absl::MutexLock lock(&mu_);
   files_.clear();
+  inode_of_.clear();
+  durable_names_.clear();
   condition_ = {};
   return absl::OkStatus();
 }
@@ -178,11 +184,11 @@ absl::StatusOr<FileHandle> SimDevice::CreateTemp(const std::string& stem) {
   absl::MutexLock lock(&mu_);
   if (absl::Status s = ControlFaultLocked(SimOp::kCreateTemp, stem); !s.ok()) return s;
   const FileHandle h = next_handle_++;
-  temps_[h] = Temp{stem, {}};
+  temps_[h] = Temp{stem, {}, next_inode_++};
   return h;
 }
 
-absl::Status SimDevice::CommitTemp(FileHandle temp, const std::string& stem, bool) {
+absl::Status SimDevice::CommitTemp(FileHandle temp, const std::string& stem, bool sync_directory) {
   absl::MutexLock lock(&mu_);
   auto it = temps_.find(temp);
   if (it == temps_.end()) return absl::InternalError("unknown temporary");
@@ -191,7 +197,9 @@ absl::Status SimDevice::CommitTemp(FileHandle temp, const std::string& stem, boo
     return s;
   }
   files_[stem] = std::move(it->second.bytes);
+  inode_of_[stem] = it->second.inode;
   temps_.erase(it);
+  if (sync_directory && PoweredLocked()) SyncDirectoryLocked(stem);
   return absl::OkStatus();
 }
 
@@ -204,6 +212,7 @@ absl::Status SimDevice::RemoveChunk(const std::string& stem) {
   absl::MutexLock lock(&mu_);
   if (absl::Status s = ControlFaultLocked(SimOp::kRemove, stem); !s.ok()) return s;
   if (files_.erase(stem) == 0) return absl::NotFoundError(absl::StrCat("no file ", stem));
+  inode_of_.erase(stem);  // on the medium until its directory is synced
   return absl::OkStatus();
 }
 
@@ -300,7 +309,14 @@ int SimDevice::TransferLocked(Pending& p) {
   if (file == nullptr) return -EIO;
   const uint64_t offset = r.offset + r.transferred;
   uint32_t length = r.length - r.transferred;
-  if (r.kind == IoKind::kSync) return 0;
+  if (r.kind == IoKind::kSync) {
+    if (power_ != nullptr && PoweredLocked()) {
+      const uint64_t inode = InodeOfHandleLocked(r.file);
+      synced_[inode] = *file;
+      if (last_write_.inode == inode) last_write_.valid = false;
+    }
+    return 0;
+  }
   if (offset % kFileAlignment != 0 || length % kFileAlignment != 0) return -EINVAL;  // as O_DIRECT
   if (kind == SimFault::Kind::kShort && length > kFileAlignment) {
     length = static_cast<uint32_t>(AlignUp(length / 2, kFileAlignment));
@@ -315,6 +331,9 @@ int SimDevice::TransferLocked(Pending& p) {
   } else {
     if (file->size() < offset + length) file->resize(offset + length);
     std::memcpy(file->data() + offset, buffer, length);
+    if (power_ != nullptr && PoweredLocked()) {
+      last_write_ = {InodeOfHandleLocked(r.file), offset, std::vector<uint8_t>(buffer, buffer + length), true};
+    }
   }
   return static_cast<int>(length);
 }
@@ -322,6 +341,7 @@ int SimDevice::TransferLocked(Pending& p) {
 void SimDevice::Reap(std::vector<IoCompletion>* out) {
   const int64_t now = clock_->NowNs();
   absl::MutexLock lock(&mu_);
+  PoweredLocked();  // a cut since the last operation comes before these completions
   std::stable_sort(pending_.begin(), pending_.end(),
                    [](const Pending& a, const Pending& b) { return a.done_ns < b.done_ns; });
   std::vector<Pending> due;
@@ -339,6 +359,93 @@ void SimDevice::Reap(std::vector<IoCompletion>* out) {
     }
     out->push_back(done);
   }
+}
+
+void SimDevice::SetPower(std::shared_ptr<SimPower> power) {
+  absl::MutexLock lock(&mu_);
+  power_ = std::move(power);
+}
+
+bool SimDevice::PoweredLocked() {
+  if (power_ == nullptr || !power_->off()) return true;
+  if (!names_at_cut_) {
+    names_at_cut_.emplace();
+    for (const auto& [stem, bytes] : files_) (*names_at_cut_)[stem] = {InodeLocked(stem), bytes};
+  }
+  return false;
+}
+
+uint64_t SimDevice::InodeLocked(const std::string& stem) {
+  auto [it, added] = inode_of_.try_emplace(stem, next_inode_);
+  if (added) ++next_inode_;  // a file put in place through files()
+  return it->second;
+}
+
+uint64_t SimDevice::InodeOfHandleLocked(FileHandle h) {
+  if (auto t = temps_.find(h); t != temps_.end()) return t->second.inode;
+  if (auto o = open_.find(h); o != open_.end()) return InodeLocked(o->second);
+  return 0;
+}
+
+void SimDevice::SyncDirectoryLocked(const std::string& stem) {
+  if (power_ == nullptr) return;
+  const std::string dir = stem.substr(0, 2);
+  const auto in_dir = [&dir](const std::string& name) { return name.compare(0, dir.size(), dir) == 0; };
+  std::erase_if(durable_names_, [&](const auto& entry) { return in_dir(entry.first); });
+  for (auto it = files_.lower_bound(dir); it != files_.end() && in_dir(it->first); ++it) {
+    durable_names_[it->first] = InodeLocked(it->first);
+  }
+}
+
+void SimDevice::SyncAll() {
+  absl::MutexLock lock(&mu_);
+  if (power_ == nullptr || !PoweredLocked()) return;
+  for (const auto& [handle, temp] : temps_) synced_[temp.inode] = temp.bytes;
+  durable_names_.clear();
+  for (const auto& [stem, bytes] : files_) {
+    const uint64_t inode = InodeLocked(stem);
+    synced_[inode] = bytes;
+    durable_names_[stem] = inode;
+  }
+  last_write_.valid = false;
+}
+
+std::map<std::string, std::vector<uint8_t>> SimDevice::Medium(const SimPowerCut& cut) {
+  absl::MutexLock lock(&mu_);
+  PoweredLocked();
+  std::map<std::string, NameAtCut> names;
+  if (!cut.names_ahead_of_data) {
+    for (const auto& [stem, inode] : durable_names_) names[stem] = {inode, {}};
+  } else if (names_at_cut_) {
+    names = *names_at_cut_;
+  } else {
+    for (const auto& [stem, bytes] : files_) names[stem] = {InodeLocked(stem), bytes};
+  }
+  std::mt19937_64 rng(cut.seed);
+  std::map<std::string, std::vector<uint8_t>> medium;
+  for (const auto& [stem, name] : names) {
+    std::vector<uint8_t>& bytes = medium[stem];
+    if (auto s = synced_.find(name.inode); s != synced_.end()) bytes = s->second;
+    if (cut.names_ahead_of_data) {  // its size as at the cut; writeback reached each block or not
+      bytes.resize(name.bytes.size());
+      for (size_t at = 0; at < bytes.size(); at += kFileAlignment) {
+        const size_t n = std::min<size_t>(kFileAlignment, bytes.size() - at);
+        if (rng() % 2 == 0) std::memcpy(bytes.data() + at, name.bytes.data() + at, n);
+      }
+    }
+    if (!cut.tear_last_write || !last_write_.valid || last_write_.inode != name.inode) continue;
+    // The torn write: each piece up to a block boundary landed or not.
+    const uint64_t end = last_write_.offset + last_write_.bytes.size();
+    for (uint64_t at = last_write_.offset; at < end;) {
+      const uint64_t piece_end = std::min<uint64_t>(AlignUp(at + 1, kFileAlignment), end);
+      if (rng() % 2 == 0) {
+        if (bytes.size() < piece_end) bytes.resize(piece_end);
+        std::memcpy(bytes.data() + at, last_write_.bytes.data() + (at - last_write_.offset), piece_end - at);
+      }
+      at = piece_end;
+    }
+  }
+  return medium;
 }
 
 }  // namespace kvstream

@@ -5,11 +5,24 @@
 // fate of every operation, control operations included: errors with a chosen errno, corrupted
 // reads, short transfers, -EAGAIN, extra delay (reordered completions) and hangs. Every data op
 // is logged with its virtual start and end for tests to inspect.
+//
+// Power loss (LevelDB's FaultInjectionTestEnv, RocksDB's FaultInjectionTestFS): beside the files
+// as they are, the device keeps what its medium holds. A file's bytes reach the medium when the
+// file is synced (an IoKind::kSync on its handle completes); a name (a commit, a removal) when its
+// directory is synced: CommitTemp with sync_directory syncs the directory of the stem's first two
+// hex digits, as FileDevice's fan-out does. SyncAll is a sync point (sync(2)). Under a SimPower
+// (SetPower) nothing more reaches the medium once the power is off, and Medium says what a
+// restart finds: the files the names on the medium lead to, each with its bytes as last synced
+// (temporaries are gone: a scan removes them), optionally with the names as they were at the cut
+// (a journal that committed names ahead of data, with writeback in any order: each 4 KiB block of
+// a file is as last synced or as at the cut, zeros where neither) and with the last unsynced
+// write torn (each of its 4 KiB blocks reached the medium or not).
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -20,6 +33,7 @@
 #include "absl/synchronization/mutex.h"
 #include "io/tier_device.h"
 #include "sim/sim_clock.h"
+#include "sim/sim_power.h"
 
 namespace kvstream {
 
@@ -57,6 +71,13 @@ struct SimOpInfo {
 };
 using SimFaultHook = std::function<SimFault(const SimOpInfo&)>;
 
+// What a power cut leaves beyond the synced data and names (SimDevice::Medium).
+struct SimPowerCut {
+  bool names_ahead_of_data = false;  // the names and sizes as at the cut; each block synced or as then
+  bool tear_last_write = false;      // the last unsynced write: each of its blocks landed or not
+  uint64_t seed = 0;                 // which blocks of a torn write landed
+};
+
 struct SimOpRecord {
   IoKind kind;
   std::string stem;
@@ -82,6 +103,15 @@ class SimDevice final : public TierDevice, public SimClock::Source {
   // Direct access for tests: the committed files (stem -> bytes). Not while ops are in flight.
   std::map<std::string, std::vector<uint8_t>>& files() { return files_; }
   size_t temporaries() const;
+
+  // Power loss (see the top). The supply this device's operations count on; none: always on.
+  void SetPower(std::shared_ptr<SimPower> power);
+  // A sync point: every file's bytes and every name reach the medium (the files put in place
+  // through files() too).
+  void SyncAll();
+  // The committed files a restart finds after the power is cut now, or as it was cut (stem ->
+  // bytes): give them to a new device through files().
+  std::map<std::string, std::vector<uint8_t>> Medium(const SimPowerCut& cut);
 
   const DeviceProperties& properties() const override { return props_; }
   absl::StatusOr<ScanReport> Scan() override;
@@ -128,7 +158,24 @@ class SimDevice final : public TierDevice, public SimClock::Source {
   struct Temp {
     std::string stem;
     std::vector<uint8_t> bytes;
+    uint64_t inode = 0;
   };
+  struct NameAtCut {
+    uint64_t inode = 0;
+    std::vector<uint8_t> bytes;  // as at the cut
+  };
+  struct LastWrite {
+    uint64_t inode = 0;
+    uint64_t offset = 0;
+    std::vector<uint8_t> bytes;
+    bool valid = false;
+  };
+  // Power loss: whether changes still reach the medium; the names as they are when the power went.
+  bool PoweredLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint64_t InodeLocked(const std::string& stem) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint64_t InodeOfHandleLocked(FileHandle h) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The names of the directory `stem` is in, as they are now, reach the medium.
+  void SyncDirectoryLocked(const std::string& stem) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   SimFault FaultLocked(SimOp op, std::string_view stem, uint64_t offset, uint32_t length)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ControlFaultLocked(SimOp op, std::string_view stem) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -159,6 +206,14 @@ class SimDevice final : public TierDevice, public SimClock::Source {
   std::vector<Region> regions_ ABSL_GUARDED_BY(mu_);
   uint64_t next_generation_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t fixed_ops_ ABSL_GUARDED_BY(mu_) = 0;
+  // Power loss: each file is an inode (a temporary keeps its inode when committed).
+  std::shared_ptr<SimPower> power_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_inode_ ABSL_GUARDED_BY(mu_) = 1;
+  absl::flat_hash_map<std::string, uint64_t> inode_of_ ABSL_GUARDED_BY(mu_);  // committed name -> inode
+  std::map<std::string, uint64_t> durable_names_ ABSL_GUARDED_BY(mu_);       // the names on the medium
+  absl::flat_hash_map<uint64_t, std::vector<uint8_t>> synced_ ABSL_GUARDED_BY(mu_);  // inode -> bytes on the medium
+  LastWrite last_write_ ABSL_GUARDED_BY(mu_);  // the last write not synced since
+  std::optional<std::map<std::string, NameAtCut>> names_at_cut_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace kvstream
