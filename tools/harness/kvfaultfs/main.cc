@@ -15,7 +15,23 @@
 // lets a tier that idled read ahead of its cap).
 // '#' starts a comment. Every operation not matched passes through to the backing directory.
 //
-// Usage: kvfaultfs --backing DIR --rules FILE MOUNTPOINT [-f] [-o opt...]   (fusermount3 -u to stop)
+// Power cuts (--power-cut; power_cut.h): the file system remembers what is not durable yet (data
+// not followed by fsync/fdatasync of its file; creates, mkdirs, unlinks, rmdirs and renames not
+// followed by an fsync of their directory) and a power cut takes it back out of the backing
+// directory. It is driven through the control file /.kvfaultfs-power at the mount's root (not
+// listed; reading it tells the power state and counts), one command per write:
+//   cut            the power fails: what is not durable is dropped, every other operation then
+//                  fails with EIO until `on`
+//   cut tear SEED  the same, and the last unsynced write is torn: each of its 4 KiB blocks reached
+//                  the medium or not (drawn from SEED)
+//   sync           a sync point, as sync(2): everything written so far is durable
+//   on             the power is back (start the daemon again on what is left)
+// Kill the processes using the mount before `on` (a power loss kills them too). fsync and
+// fdatasync only mark data durable here: the backing directory itself is not synced.
+// O_DIRECT: every file is opened with direct_io, so every read and write reaches kvfaultfs.
+//
+// Usage: kvfaultfs --backing DIR --rules FILE [--power-cut] MOUNTPOINT [-f] [-o opt...]
+//        (fusermount3 -u to stop)
 #define FUSE_USE_VERSION 31
 
 #include <dirent.h>
@@ -35,11 +51,14 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "power_cut.h"
 
 namespace {
 
@@ -81,7 +100,11 @@ struct State {
   struct stat rules_stat{};  // guarded by mu: the rules file as last read (a rewrite is a new inode)
   Pacer read_queue;
   Pacer write_queue;
+  std::unique_ptr<kvfaultfs::PowerCut> power;  // --power-cut
 };
+
+constexpr const char* kControlPath = "/.kvfaultfs-power";
+constexpr uint64_t kControlHandle = ~uint64_t{0};
 
 State& S() {
   static State s;
@@ -166,12 +189,35 @@ int Inject(const char* op, const char* path, size_t bytes = 0, std::optional<Clo
 std::string Rel(const char* path) { return path[1] == '\0' ? std::string(".") : std::string(path + 1); }
 int Fail() { return -errno; }
 
+bool IsControl(const char* path) { return S().power != nullptr && std::strcmp(path, kControlPath) == 0; }
+
+// 0 to go on: -ENOENT for the power-cut graveyard (hidden), -EIO while the power is off.
+int Gate(const char* path) {
+  const kvfaultfs::PowerCut* power = S().power.get();
+  if (power == nullptr) return 0;
+  const std::string graveyard = std::string("/") + kvfaultfs::PowerCut::kGraveyard;
+  if (std::strncmp(path, graveyard.c_str(), graveyard.size()) == 0 &&
+      (path[graveyard.size()] == '\0' || path[graveyard.size()] == '/')) {
+    return -ENOENT;
+  }
+  return power->off() ? -EIO : 0;
+}
+
 int GetAttr(const char* path, struct stat* st, fuse_file_info* fi) {
+  if (IsControl(path)) {
+    *st = {};
+    st->st_mode = S_IFREG | 0600;
+    st->st_nlink = 1;
+    return 0;
+  }
+  if (int e = Gate(path); e != 0) return e;
   if (fi != nullptr) return fstat(static_cast<int>(fi->fh), st) == 0 ? 0 : Fail();
   return fstatat(S().backing, Rel(path).c_str(), st, AT_SYMLINK_NOFOLLOW) == 0 ? 0 : Fail();
 }
 
 int ReadDir(const char* path, void* buf, fuse_fill_dir_t fill, off_t, fuse_file_info*, fuse_readdir_flags) {
+  if (int e = Gate(path); e != 0) return e;
+  const bool root = std::strcmp(path, "/") == 0;
   const int fd = openat(S().backing, Rel(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return Fail();
   DIR* dir = fdopendir(fd);
@@ -179,13 +225,33 @@ int ReadDir(const char* path, void* buf, fuse_fill_dir_t fill, off_t, fuse_file_
     close(fd);
     return Fail();
   }
-  while (dirent* e = readdir(dir)) fill(buf, e->d_name, nullptr, 0, static_cast<fuse_fill_dir_flags>(0));
+  while (dirent* e = readdir(dir)) {
+    if (root && S().power != nullptr && std::strcmp(e->d_name, kvfaultfs::PowerCut::kGraveyard) == 0) continue;
+    fill(buf, e->d_name, nullptr, 0, static_cast<fuse_fill_dir_flags>(0));
+  }
   closedir(dir);
   return 0;
 }
 
 int Open(const char* path, fuse_file_info* fi) {
+  if (IsControl(path)) {
+    fi->fh = kControlHandle;
+    fi->direct_io = 1;
+    return 0;
+  }
+  if (int e = Gate(path); e != 0) return e;
   if (int e = Inject("open", path); e != 0) return e;
+  if (S().power != nullptr && (fi->flags & O_TRUNC) != 0) {  // the truncation is a change a cut undoes
+    const int fd = openat(S().backing, Rel(path).c_str(), (fi->flags & ~(O_DIRECT | O_TRUNC)) | O_CLOEXEC);
+    if (fd < 0) return Fail();
+    if (const int e = S().power->Truncate(fd, 0); e != 0) {
+      close(fd);
+      return e;
+    }
+    fi->fh = static_cast<uint64_t>(fd);
+    fi->direct_io = 1;
+    return 0;
+  }
   // O_DIRECT is the kernel's business between it and this process: the backing file is opened
   // without it, and direct_io makes every read and write reach this file system (no page cache).
   const int fd = openat(S().backing, Rel(path).c_str(), (fi->flags & ~O_DIRECT) | O_CLOEXEC);
@@ -196,7 +262,15 @@ int Open(const char* path, fuse_file_info* fi) {
 }
 
 int Create(const char* path, mode_t mode, fuse_file_info* fi) {
+  if (int e = Gate(path); e != 0) return e;
   if (int e = Inject("create", path); e != 0) return e;
+  if (S().power != nullptr) {
+    const int fd = S().power->Create(Rel(path), fi->flags & ~O_DIRECT, mode);
+    if (fd < 0) return fd;
+    fi->fh = static_cast<uint64_t>(fd);
+    fi->direct_io = 1;
+    return 0;
+  }
   const int fd = openat(S().backing, Rel(path).c_str(), (fi->flags & ~O_DIRECT) | O_CREAT | O_CLOEXEC, mode);
   if (fd < 0) return Fail();
   fi->fh = static_cast<uint64_t>(fd);
@@ -205,6 +279,14 @@ int Create(const char* path, mode_t mode, fuse_file_info* fi) {
 }
 
 int Read(const char* path, char* buf, size_t size, off_t offset, fuse_file_info* fi) {
+  if (fi->fh == kControlHandle) {
+    const std::string status = S().power->Status();
+    if (offset >= static_cast<off_t>(status.size())) return 0;
+    const size_t n = std::min(size, status.size() - static_cast<size_t>(offset));
+    std::memcpy(buf, status.data() + offset, n);
+    return static_cast<int>(n);
+  }
+  if (int e = Gate(path); e != 0) return e;
   std::optional<Clock::time_point> done_at;
   if (int e = Inject("read", path, size, &done_at); e != 0) return e;
   const ssize_t n = pread(static_cast<int>(fi->fh), buf, size, offset);
@@ -214,11 +296,13 @@ int Read(const char* path, char* buf, size_t size, off_t offset, fuse_file_info*
 }
 
 int Write(const char* path, const char* buf, size_t size, off_t offset, fuse_file_info* fi) {
+  if (fi->fh == kControlHandle) return S().power->Command(std::string(buf, size)) ? static_cast<int>(size) : -EINVAL;
+  if (int e = Gate(path); e != 0) return e;
   std::optional<Clock::time_point> done_at;
   if (int e = Inject("write", path, size, &done_at); e != 0) return e;
   const int fd = static_cast<int>(fi->fh);
-  const ssize_t n = pwrite(fd, buf, size, offset);
-  const int result = n < 0 ? Fail() : static_cast<int>(n);
+  const ssize_t n = S().power != nullptr ? S().power->Write(fd, buf, size, offset) : pwrite(fd, buf, size, offset);
+  const int result = n < 0 ? (S().power != nullptr ? static_cast<int>(n) : Fail()) : static_cast<int>(n);
   // Start writing the backing pages out now, so the backing file system's writeback runs with
   // the writes rather than in bursts later, in the middle of other operations (best effort).
   if (n > 0) sync_file_range(fd, offset, n, SYNC_FILE_RANGE_WRITE);
@@ -227,47 +311,82 @@ int Write(const char* path, const char* buf, size_t size, off_t offset, fuse_fil
 }
 
 int Release(const char*, fuse_file_info* fi) {
+  if (fi->fh == kControlHandle) return 0;
   close(static_cast<int>(fi->fh));
   return 0;
 }
 
 int Fsync(const char* path, int datasync, fuse_file_info* fi) {
+  if (fi->fh == kControlHandle) return 0;
+  if (int e = Gate(path); e != 0) return e;
   if (int e = Inject("fsync", path); e != 0) return e;
   const int fd = static_cast<int>(fi->fh);
+  if (S().power != nullptr) return S().power->Fsync(fd, datasync != 0);
   return (datasync ? fdatasync(fd) : fsync(fd)) == 0 ? 0 : Fail();
 }
 
-int Mkdir(const char* path, mode_t mode) { return mkdirat(S().backing, Rel(path).c_str(), mode) == 0 ? 0 : Fail(); }
-int Unlink(const char* path) { return unlinkat(S().backing, Rel(path).c_str(), 0) == 0 ? 0 : Fail(); }
-int Rmdir(const char* path) { return unlinkat(S().backing, Rel(path).c_str(), AT_REMOVEDIR) == 0 ? 0 : Fail(); }
+int Mkdir(const char* path, mode_t mode) {
+  if (int e = Gate(path); e != 0) return e;
+  if (S().power != nullptr) return S().power->Mkdir(Rel(path), mode);
+  return mkdirat(S().backing, Rel(path).c_str(), mode) == 0 ? 0 : Fail();
+}
+int Unlink(const char* path) {
+  if (int e = Gate(path); e != 0) return e;
+  if (S().power != nullptr) return S().power->Unlink(Rel(path));
+  return unlinkat(S().backing, Rel(path).c_str(), 0) == 0 ? 0 : Fail();
+}
+int Rmdir(const char* path) {
+  if (int e = Gate(path); e != 0) return e;
+  if (S().power != nullptr) return S().power->Rmdir(Rel(path));
+  return unlinkat(S().backing, Rel(path).c_str(), AT_REMOVEDIR) == 0 ? 0 : Fail();
+}
 
 int Rename(const char* from, const char* to, unsigned int flags) {
   if (flags != 0) return -EINVAL;
+  if (int e = Gate(from); e != 0) return e;
+  if (int e = Gate(to); e != 0) return e;
+  if (S().power != nullptr) return S().power->Rename(Rel(from), Rel(to));
   return renameat(S().backing, Rel(from).c_str(), S().backing, Rel(to).c_str()) == 0 ? 0 : Fail();
 }
 
+int TruncateFd(int fd, off_t size) {
+  if (S().power != nullptr) return S().power->Truncate(fd, size);
+  return ftruncate(fd, size) == 0 ? 0 : Fail();
+}
+
 int Truncate(const char* path, off_t size, fuse_file_info* fi) {
-  if (fi != nullptr) return ftruncate(static_cast<int>(fi->fh), size) == 0 ? 0 : Fail();
+  if (IsControl(path)) return 0;  // `echo cut >` truncates it first
+  if (int e = Gate(path); e != 0) return e;
+  if (fi != nullptr) return TruncateFd(static_cast<int>(fi->fh), size);
   const int fd = openat(S().backing, Rel(path).c_str(), O_WRONLY | O_CLOEXEC);
   if (fd < 0) return Fail();
-  const int r = ftruncate(fd, size) == 0 ? 0 : Fail();
+  const int r = TruncateFd(fd, size);
   close(fd);
   return r;
 }
 
 int Chmod(const char* path, mode_t mode, fuse_file_info*) {
+  if (int e = Gate(path); e != 0) return e;
   return fchmodat(S().backing, Rel(path).c_str(), mode, 0) == 0 ? 0 : Fail();
 }
 
 int Utimens(const char* path, const timespec tv[2], fuse_file_info*) {
+  if (IsControl(path)) return 0;
+  if (int e = Gate(path); e != 0) return e;
   return utimensat(S().backing, Rel(path).c_str(), tv, AT_SYMLINK_NOFOLLOW) == 0 ? 0 : Fail();
 }
 
 int StatFs(const char*, struct statvfs* st) { return fstatvfs(S().backing, st) == 0 ? 0 : Fail(); }
 
-int Flock(const char*, fuse_file_info* fi, int op) { return flock(static_cast<int>(fi->fh), op) == 0 ? 0 : Fail(); }
+int Flock(const char* path, fuse_file_info* fi, int op) {
+  if (int e = Gate(path); e != 0) return e;
+  return flock(static_cast<int>(fi->fh), op) == 0 ? 0 : Fail();
+}
 
-int FsyncDir(const char*, int, fuse_file_info*) { return 0; }
+int FsyncDir(const char* path, int, fuse_file_info*) {
+  if (int e = Gate(path); e != 0) return e;
+  return S().power != nullptr ? S().power->FsyncDir(Rel(path)) : 0;
+}
 int OpenDir(const char*, fuse_file_info*) { return 0; }
 
 void* Init(fuse_conn_info* conn, fuse_config* cfg) {
@@ -286,10 +405,12 @@ void* Init(fuse_conn_info* conn, fuse_config* cfg) {
 struct Options {
   const char* backing = nullptr;
   const char* rules = nullptr;
+  int power_cut = 0;
 };
 
 const fuse_opt kOptions[] = {{"--backing=%s", offsetof(Options, backing), 0},
                              {"--rules=%s", offsetof(Options, rules), 0},
+                             {"--power-cut", offsetof(Options, power_cut), 1},
                              FUSE_OPT_END};
 
 }  // namespace
@@ -300,10 +421,14 @@ int main(int argc, char** argv) {
   if (fuse_opt_parse(&args, &o, kOptions, nullptr) != 0) return 2;
   if (o.backing == nullptr || o.rules == nullptr) {
     std::fprintf(stderr,
-                 "usage: kvfaultfs --backing=DIR --rules=FILE MOUNTPOINT [-f] [-o opt...]\n"
+                 "usage: kvfaultfs --backing=DIR --rules=FILE [--power-cut] MOUNTPOINT [-f] [-o opt...]\n"
                  "  rules: lines of OP GLOB FAULT [MS]; OP read|write|open|create|fsync|any;\n"
                  "  FAULT eio|enospc|delay MS|hang (until the rule is removed)|rate MBPS (read, write:\n"
-                 "  one queue each, served at MBPS MB/s); first match applies\n");
+                 "  one queue each, served at MBPS MB/s); first match applies\n"
+                 "  --power-cut: remember what is not durable (data not fsynced, names whose directory\n"
+                 "  is not fsynced); write to MOUNTPOINT/.kvfaultfs-power: 'cut' (drop it all, then\n"
+                 "  every operation fails with EIO), 'cut tear SEED' (and tear the last unsynced write\n"
+                 "  at 4 KiB blocks), 'sync' (all durable now), 'on' (power back); read it for counts\n");
     return 2;
   }
   S().backing = open(o.backing, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -311,6 +436,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "kvfaultfs: %s: %s\n", o.backing, std::strerror(errno));
     return 1;
   }
+  if (o.power_cut != 0) S().power = std::make_unique<kvfaultfs::PowerCut>(S().backing);
   // Absolute: in the background the file system runs from "/".
   S().rules_path = std::filesystem::absolute(o.rules).string();
 #if FUSE_MAJOR_VERSION > 3 || (FUSE_MAJOR_VERSION == 3 && FUSE_MINOR_VERSION >= 12)
