@@ -3,6 +3,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -21,16 +23,32 @@ constexpr size_t kVerifyBatch = 16;
 
 uint64_t SizeOf(uint64_t version) { return kSizes[version % 3]; }
 
-// What the writers attempted and what the daemon acknowledged, per key.
+// What the writers attempted and what the daemon acknowledged, per key; `synced`: acknowledged
+// before the last sync point (or served after the last restart).
 struct Ledger {
   std::mutex mu;
-  std::vector<uint64_t> attempted, acked;  // 0: never
-  explicit Ledger(int keys) : attempted(keys, 0), acked(keys, 0) {}
+  std::vector<uint64_t> attempted, acked, synced;  // 0: never
+  explicit Ledger(int keys) : attempted(keys, 0), acked(keys, 0), synced(keys, 0) {}
 };
 
 struct Counts {
-  std::atomic<uint64_t> acked{0}, reads{0}, lost{0}, corrupt{0};
+  std::atomic<uint64_t> acked{0}, reads{0}, lost{0}, corrupt{0}, rolled_back{0}, cuts{0}, syncs{0};
 };
+
+// What a check after a restart holds the daemon to.
+enum class Floor {
+  kNone,    // a check under load: the versions acknowledged so far (absent only while unavailable)
+  kAcked,   // after a restart: every acknowledged version is served
+  kSynced,  // after a power cut under fsync: none: every version acknowledged before the last sync point
+};
+
+// Runs `command` with KVTORTURE_SEED=`seed` in its environment; false unless it exits 0.
+bool RunHook(const std::string& command, uint64_t seed) {
+  setenv("KVTORTURE_SEED", std::to_string(seed).c_str(), 1);
+  const int status = std::system(command.c_str());
+  if (status != 0) std::fprintf(stderr, "kvtorture: '%s' failed (%d)\n", command.c_str(), status);
+  return status == 0;
+}
 
 std::string Key(int k) { return "torture/" + std::to_string(k); }
 
@@ -58,13 +76,15 @@ void Write(const CrashOptions& o, int w, Ledger* ledger, Counts* counts, const s
 }
 
 // Reads batches of keys back; every chunk must be absent (never acked) or an intact version no
-// older than the one acknowledged before the read and no newer than the last attempted after it.
-// Returns false when the daemon went away.
-bool Verify(kvstream::Client& c, const std::vector<int>& keys, Ledger* ledger, Counts* counts, bool require_all) {
+// older than the one acknowledged before the read (under kSynced: before the last sync point) and
+// no newer than the last attempted after it. After a restart (kAcked, kSynced) the version served
+// is what the ledger holds the daemon to from then on. Returns false when the daemon went away.
+bool Verify(kvstream::Client& c, const std::vector<int>& keys, Ledger* ledger, Counts* counts, Floor rule) {
+  const bool require_all = rule != Floor::kNone;
   std::vector<uint64_t> floor(keys.size());
   {
     std::lock_guard lock(ledger->mu);
-    for (size_t i = 0; i < keys.size(); ++i) floor[i] = ledger->acked[keys[i]];
+    for (size_t i = 0; i < keys.size(); ++i) floor[i] = (rule == Floor::kSynced ? ledger->synced : ledger->acked)[keys[i]];
   }
   std::vector<kvstream::ChunkRange> chunks;
   for (size_t i = 0; i < keys.size(); ++i) chunks.push_back({Key(keys[i]), i * kSlot, kSlot});
@@ -89,6 +109,11 @@ bool Verify(kvstream::Client& c, const std::vector<int>& keys, Ledger* ledger, C
       std::fprintf(stderr, "kvtorture: %s: acknowledged version %llu not served: %s\n", Key(k).c_str(),
                    static_cast<unsigned long long>(floor[i]), r.status.ToString().c_str());
     }
+    if (!require_all) continue;
+    const uint64_t served = r.status.ok() ? version : 0;
+    if (served < ledger->acked[k] && served >= floor[i]) ++counts->rolled_back;  // within the bound
+    // On the medium now: what every later check holds the daemon to.
+    ledger->acked[k] = ledger->synced[k] = served;
   }
   return true;
 }
@@ -102,7 +127,24 @@ void Read(const CrashOptions& o, int r, Ledger* ledger, Counts* counts, const st
     for (size_t i = 0; i < kVerifyBatch; ++i) keys.push_back(static_cast<int>(rng() % o.keys));
     std::sort(keys.begin(), keys.end());
     keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
-    if (!Verify(**c, keys, ledger, counts, /*require_all=*/false)) return;
+    if (!Verify(**c, keys, ledger, counts, Floor::kNone)) return;
+  }
+}
+
+// Sync points every o.sync_seconds until `stop`: what was acknowledged before one is durable once
+// it returns.
+void SyncPoints(const CrashOptions& o, Ledger* ledger, Counts* counts, const std::atomic<bool>* stop) {
+  for (uint64_t n = 0; !*stop; ++n) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(o.sync_seconds));
+    std::vector<uint64_t> acked;
+    {
+      std::lock_guard lock(ledger->mu);
+      acked = ledger->acked;
+    }
+    if (*stop || !RunHook(o.sync_command, n)) return;
+    std::lock_guard lock(ledger->mu);
+    for (size_t k = 0; k < acked.size(); ++k) ledger->synced[k] = std::max(ledger->synced[k], acked[k]);
+    ++counts->syncs;
   }
 }
 
@@ -115,6 +157,7 @@ int RunCrash(const CrashOptions& o) {
   std::mt19937_64 rng(o.seed);
   std::uniform_real_distribution<double> load(o.min_seconds, o.max_seconds);
   double slowest_start = 0;
+  bool power_cut = false;  // the restart below follows a power cut
   for (int cycle = 0; cycle <= o.cycles; ++cycle) {
     const double started = daemon.Start(o.log);
     if (started < 0) {
@@ -132,7 +175,7 @@ int RunCrash(const CrashOptions& o) {
       for (int k = 0; k < o.keys; k += kVerifyBatch) {
         std::vector<int> keys;
         for (int i = k; i < std::min(o.keys, k + static_cast<int>(kVerifyBatch)); ++i) keys.push_back(i);
-        if (!Verify(**c, keys, &ledger, &counts, /*require_all=*/true)) return 1;
+        if (!Verify(**c, keys, &ledger, &counts, power_cut && o.synced_floor ? Floor::kSynced : Floor::kAcked)) return 1;
       }
     }
     if (cycle == o.cycles) break;
@@ -140,20 +183,30 @@ int RunCrash(const CrashOptions& o) {
     std::vector<std::thread> threads;
     for (int w = 0; w < o.writers; ++w) threads.emplace_back(Write, std::cref(o), w, &ledger, &counts, &stop);
     for (int r = 0; r < o.readers; ++r) threads.emplace_back(Read, std::cref(o), r, &ledger, &counts, &stop);
+    if (!o.sync_command.empty()) threads.emplace_back(SyncPoints, std::cref(o), &ledger, &counts, &stop);
     std::this_thread::sleep_for(std::chrono::duration<double>(load(rng)));
     daemon.Kill();  // mid-load: persists and reads in flight die with it
     stop = true;
     for (auto& t : threads) t.join();
+    // The power fails with the daemon: nothing it acknowledged after the cut can exist, and the
+    // requests it left in the file system are done once it is reaped.
+    power_cut = !o.cut_command.empty();
+    if (power_cut) {
+      if (!RunHook(o.cut_command, rng() % 1000000007) || !RunHook(o.power_on_command, 0)) return 1;
+      ++counts.cuts;
+    }
     std::printf("cycle %d: killed after load; %llu versions acknowledged so far, restart took %.2f s\n", cycle + 1,
                 static_cast<unsigned long long>(counts.acked.load()), started);
     std::fflush(stdout);
   }
   daemon.Kill();
-  std::printf("crash: %d kill -9 cycles, %llu acknowledged versions, %llu chunk reads checked; lost %llu, corrupt %llu; "
-              "slowest start %.2f s\n",
-              o.cycles, static_cast<unsigned long long>(counts.acked.load()),
+  std::printf("crash: %d kill -9 cycles (%llu power cuts, %llu sync points), %llu acknowledged versions, %llu chunk "
+              "reads checked; lost %llu, corrupt %llu, rolled back to the last sync point %llu; slowest start %.2f s\n",
+              o.cycles, static_cast<unsigned long long>(counts.cuts.load()),
+              static_cast<unsigned long long>(counts.syncs.load()), static_cast<unsigned long long>(counts.acked.load()),
               static_cast<unsigned long long>(counts.reads.load()), static_cast<unsigned long long>(counts.lost.load()),
-              static_cast<unsigned long long>(counts.corrupt.load()), slowest_start);
+              static_cast<unsigned long long>(counts.corrupt.load()),
+              static_cast<unsigned long long>(counts.rolled_back.load()), slowest_start);
   return counts.lost == 0 && counts.corrupt == 0 ? 0 : 1;
 }
 

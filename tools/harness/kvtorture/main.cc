@@ -15,7 +15,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
 
   kvtorture::CrashOptions crash;
-  auto* c = app.add_subcommand("crash", "kill -9 cycles under load with a ledger of acknowledged versions");
+  auto* c = app.add_subcommand("crash", "kill -9 cycles (and power cuts) under load with a ledger of acknowledged versions");
   c->add_option("--daemon", crash.daemon, "the kvstreamd binary")->required();
   c->add_option("--config", crash.config, "its YAML configuration")->required();
   c->add_option("--socket", crash.socket, "the control socket that configuration names")->required();
@@ -27,6 +27,12 @@ int main(int argc, char** argv) {
   c->add_option("--min-seconds", crash.min_seconds, "shortest load before a kill")->capture_default_str();
   c->add_option("--max-seconds", crash.max_seconds, "longest load before a kill")->capture_default_str();
   c->add_option("--seed", crash.seed, "random seed")->capture_default_str();
+  c->add_option("--cut-command", crash.cut_command, "shell command cutting the power after each kill (kvfaultfs)");
+  c->add_option("--power-on-command", crash.power_on_command, "shell command bringing the power back");
+  c->add_option("--sync-command", crash.sync_command, "shell command making everything durable (a sync point)");
+  c->add_option("--sync-seconds", crash.sync_seconds, "seconds between sync points")->capture_default_str();
+  c->add_flag("--synced-floor", crash.synced_floor,
+              "fsync: none: a power cut may take back what was acknowledged since the last sync point");
 
   kvtorture::StallOptions stall;
   std::string chunk_text = "4MiB";
