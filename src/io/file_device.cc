@@ -365,7 +365,15 @@ bool FileDevice::HoldsVersion(FileHandle handle, const ChunkMeta& meta) {
 
 absl::StatusOr<FileHandle> FileDevice::CreateTemp(const std::string& stem) {
   const std::string dir = stem.substr(0, 2);
-  if (mkdirat(own_fd_, dir.c_str(), 0750) != 0 && errno != EEXIST) {
+  if (mkdirat(own_fd_, dir.c_str(), 0750) == 0) {
+    // A new fan-out directory: its name reaches the disk before any chunk renamed into it can be
+    // durable (CommitTemp syncs only the fan-out directory). Undone if not, so a retry syncs it.
+    if (fsync(own_fd_) != 0) {
+      const int err = errno;
+      unlinkat(own_fd_, dir.c_str(), AT_REMOVEDIR);
+      return ErrnoAt("fsync", own_path_, err);
+    }
+  } else if (errno != EEXIST) {
     return ErrnoAt("mkdir", absl::StrCat(own_path_, "/", dir));
   }
   const std::string name = absl::StrCat(stem, kChunkSuffix, kTempMarker, getpid(), ".", ++temp_counter_);
