@@ -290,7 +290,16 @@ absl::StatusOr<int> OpenLockFile(int dir, const char* name, int access, const st
 absl::Status MakeDirectories(const std::string& path) {
   for (size_t at = path.find('/', 1);; at = path.find('/', at + 1)) {
     const std::string prefix = path.substr(0, at);
-    if (!prefix.empty() && mkdir(prefix.c_str(), 0750) != 0 && errno != EEXIST) {
+    if (!prefix.empty() && mkdir(prefix.c_str(), 0750) == 0) {
+      // Made here: its name reaches the disk before anything beneath it can be durable.
+      const size_t slash = prefix.rfind('/');
+      const std::string parent = slash == std::string::npos ? "." : slash == 0 ? "/" : prefix.substr(0, slash);
+      const int fd = open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      const bool synced = fd >= 0 && fsync(fd) == 0;
+      const int err = errno;
+      if (fd >= 0) close(fd);
+      if (!synced) return ErrnoStatus(err, absl::StrCat("cannot sync ", parent, " after creating ", prefix));
+    } else if (!prefix.empty() && errno != EEXIST) {
       return ErrnoStatus(errno, absl::StrCat("cannot create tier directory ", prefix));
     }
     if (at == std::string::npos) return absl::OkStatus();

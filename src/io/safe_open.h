@@ -81,7 +81,8 @@ inline bool SameFile(const struct stat& a, const struct stat& b) { return a.st_d
 // it is not a regular file. `what` heads the message of a failed open.
 absl::StatusOr<int> OpenLockFile(int dir, const char* name, int access, const std::string& path, const char* what);
 
-// Creates the directory `path` and any missing parent, each 0750 (before the umask).
+// Creates the directory `path` and any missing parent, each 0750 (before the umask), syncing the
+// parent of each one it creates (its name survives a power cut).
 absl::Status MakeDirectories(const std::string& path);
 
 // Whether OpenFileBeneath resolves with openat2 (probed once) rather than a component walk.

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Power cuts under load (kvtorture crash with a cut command) against a real kvstreamd whose two
-# tiers are on kvfaultfs --power-cut, once per fsync policy. Each cycle persists and reads under
+# tiers are on kvfaultfs --power-cut (their directories made by the daemon at its first start), once
+# per fsync policy. Each cycle persists and reads under
 # load, SIGKILLs the daemon, cuts the power (every byte not fdatasync'ed and every create, rename
 # and unlink whose directory was not fsynced is dropped from the backing directory; every other
 # cut also tears the last unsynced write at 4 KiB blocks), brings it back and restarts the daemon,
@@ -47,7 +48,7 @@ seed=${KVSTREAM_TORTURE_SEED:-$RANDOM}
 for policy in $policies; do
   unmount
   rm -rf "$work/back" "$work/mnt"
-  mkdir -p "$work/back/t0" "$work/back/t1" "$work/mnt"  # the tier directories are on the medium
+  mkdir -p "$work/back" "$work/mnt"  # the daemon makes its tier directories
   : > "$work/rules"
   "$faultfs" --backing="$work/back" --rules="$work/rules" --power-cut "$work/mnt" -f 2> "$work/faultfs.log" &
   fspid=$!
