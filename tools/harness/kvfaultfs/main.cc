@@ -16,8 +16,8 @@
 // '#' starts a comment. Every operation not matched passes through to the backing directory.
 //
 // Power cuts (--power-cut; power_cut.h): the file system remembers what is not durable yet (data
-// not followed by fsync/fdatasync of its file; creates, mkdirs, unlinks, rmdirs and renames not
-// followed by an fsync of their directory) and a power cut takes it back out of the backing
+// not followed by fsync/fdatasync of its file; creates, mkdirs, links, unlinks, rmdirs and renames
+// not followed by an fsync of their directory) and a power cut takes it back out of the backing
 // directory. It is driven through the control file /.kvfaultfs-power at the mount's root (not
 // listed; reading it tells the power state and counts), one command per write:
 //   cut            the power fails: what is not durable is dropped, every other operation then
@@ -349,6 +349,13 @@ int Rename(const char* from, const char* to, unsigned int flags) {
   return renameat(S().backing, Rel(from).c_str(), S().backing, Rel(to).c_str()) == 0 ? 0 : Fail();
 }
 
+int Link(const char* from, const char* to) {
+  if (int e = Gate(from); e != 0) return e;
+  if (int e = Gate(to); e != 0) return e;
+  if (S().power != nullptr) return S().power->Link(Rel(from), Rel(to));
+  return linkat(S().backing, Rel(from).c_str(), S().backing, Rel(to).c_str(), 0) == 0 ? 0 : Fail();
+}
+
 int TruncateFd(int fd, off_t size) {
   if (S().power != nullptr) return S().power->Truncate(fd, size);
   return ftruncate(fd, size) == 0 ? 0 : Fail();
@@ -395,7 +402,7 @@ void* Init(fuse_conn_info* conn, fuse_config* cfg) {
   // reads queue behind slow writes on no real device.
   conn->max_background = 256;
   conn->congestion_threshold = 192;
-  cfg->use_ino = 0;
+  cfg->use_ino = 1;  // the backing inode numbers: hard links (a shared tier's published chunks) are one file
   cfg->entry_timeout = 0;  // every lookup reaches here: files renamed in the backing dir are seen
   cfg->attr_timeout = 0;
   cfg->negative_timeout = 0;
@@ -459,6 +466,7 @@ int main(int argc, char** argv) {
   ops.unlink = Unlink;
   ops.rmdir = Rmdir;
   ops.rename = Rename;
+  ops.link = Link;
   ops.truncate = Truncate;
   ops.chmod = Chmod;
   ops.utimens = Utimens;

@@ -206,6 +206,14 @@ int PowerCut::Rename(const std::string& from, const std::string& to) {
   return 0;
 }
 
+int PowerCut::Link(const std::string& from, const std::string& to) {
+  std::lock_guard lock(mu_);
+  if (off_) return -EIO;
+  if (linkat(backing_, from.c_str(), backing_, to.c_str(), 0) != 0) return Fail();
+  names_.push_back({NameChange::Kind::kCreated, to, "", "", 0, {Parent(to)}});
+  return 0;
+}
+
 void PowerCut::ForgetLocked(NameChange& change) {
   if (!change.grave.empty() && unlinkat(backing_, change.grave.c_str(), 0) != 0) ++restore_errors_;
   change.grave.clear();

@@ -4,8 +4,8 @@
 //   - file data: a write or truncate not followed by fsync/fdatasync of that file. The first
 //     change after a sync saves the file's size and, block by block (4 KiB), the bytes it is about
 //     to overwrite; a sync forgets them.
-//   - names: a create, mkdir, unlink, rmdir or rename not followed by an fsync of its directory
-//     (both directories for a rename). An unlinked file, or a file a rename replaced, waits in a
+//   - names: a create, mkdir, link, unlink, rmdir or rename not followed by an fsync of its
+//     directory (both directories for a rename). An unlinked file, or a file a rename replaced, waits in a
 //     hidden graveyard directory of the backing directory until its removal is durable.
 // Cut() puts the backing directory back as the medium would hold it after a power loss: each
 // file's data as of its last sync (optionally with the last unsynced write torn: each of its
@@ -50,6 +50,7 @@ class PowerCut {
   int Unlink(const std::string& rel);
   int Rmdir(const std::string& rel);
   int Rename(const std::string& from, const std::string& to);
+  int Link(const std::string& from, const std::string& to);
 
   // The control commands: cut, cut tear SEED, sync, on. False for an unknown command.
   bool Command(const std::string& line);
@@ -66,7 +67,7 @@ class PowerCut {
   struct NameChange {
     enum class Kind { kCreated, kMadeDir, kUnlinked, kRemovedDir, kRenamed };
     Kind kind;
-    std::string path;   // the name created, removed, or renamed to
+    std::string path;   // the name created (a link too), removed, or renamed to
     std::string from;   // kRenamed: the name before
     std::string grave;  // kUnlinked, kRenamed over a file: the graveyard name of the old file
     mode_t mode = 0;    // kRemovedDir
