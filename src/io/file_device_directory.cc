@@ -31,7 +31,10 @@ constexpr char kNodesDir[] = ".nodes";  // shared tiers: each node's own directo
 // saved index outside the tier. mkdirat never follows a symlink at its last component.
 absl::StatusOr<int> MakeOwnDirectory(int parent, const std::string& root, const std::string& rel) {
   const std::string name = rel.substr(rel.rfind('/') + 1);
-  if (mkdirat(parent, name.c_str(), 0750) != 0 && errno != EEXIST) {
+  if (mkdirat(parent, name.c_str(), 0750) == 0) {
+    // Made here: its name reaches the disk before the chunks beneath it can be durable.
+    if (fsync(parent) != 0) return ErrnoAt("fsync", absl::StrCat(root, "/", rel, "/.."));
+  } else if (errno != EEXIST) {
     const int err = errno;
     return ErrnoAt("shared tier directory is not writable: cannot make", absl::StrCat(root, "/", rel), err);
   }
