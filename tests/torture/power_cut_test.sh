@@ -31,7 +31,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ -x "$faultfs" ] || skip "kvfaultfs not built (libfuse3-dev missing)"
-[ -c /dev/fuse ] && command -v fusermount3 > /dev/null || skip "no /dev/fuse or fusermount3"
+if [ ! -c /dev/fuse ] || ! command -v fusermount3 > /dev/null; then skip "no /dev/fuse or fusermount3"; fi
 work=$(mktemp -d /var/tmp/kvstream-powercut-XXXXXX)
 fspid=""
 unmount() {
@@ -51,7 +51,7 @@ seed=${KVSTREAM_TORTURE_SEED:-$RANDOM}
 for layout in $layouts; do
 for policy in $policies; do
   unmount
-  rm -rf "$work/back" "$work/mnt"
+  rm -rf "${work:?}/back" "${work:?}/mnt"
   mkdir -p "$work/back" "$work/mnt"  # the daemon makes its tier directories
   : > "$work/rules"
   "$faultfs" --backing="$work/back" --rules="$work/rules" --power-cut "$work/mnt" -f 2> "$work/faultfs.log" &
