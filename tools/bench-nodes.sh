@@ -29,7 +29,7 @@
 # Needs root and a build (tests/run.sh; BUILD_DIR, default build/). Results (JSON, logs) go to OUT.
 # Tears everything down, also on failure.
 # Usage: sudo tools/bench-nodes.sh [--nodes N] [--nvme MBPS] [--pfs MBPS] [--dir DIR] [--out DIR]
-#          [--seconds S] [--loads L1,L2,...] [--steps N] [--chunk-size SIZE]
+#          [--seconds S] [--loads L1,L2,...] [--steps N] [--chunk-size SIZE] [--glusterfs]
 #   --nodes N        nodes (daemons), 1 to 8 (default 4)
 #   --nvme MBPS      each node's NVMe read cap (default 300)
 #   --pfs MBPS       the one PFS read cap, shared by all nodes (default 300)
@@ -41,12 +41,16 @@
 #   --loads LIST     per-node loads in (0, 1], node1 first (default 1,0.5,0.25,0.1, repeated)
 #   --steps N        distinct steps per node, 16 chunks each (default 4); phase 2 repeats them
 #   --chunk-size S   bytes per chunk (default 8MiB: 128 MiB per step)
+#   --glusterfs      the PFS tier is a GlusterFS volume (tools/lib/bench-nodes-glusterfs.sh): replica
+#                    2, both bricks on the capped PFS loop device, their processes in the cgroup;
+#                    node i's shared tier on its own FUSE mount of it. Adds phase 5: fio (O_DIRECT)
+#                    on the same mounts, against phase 2's aggregate and PFS bandwidth
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 help_plain=1  # --help: the header without its comment marks
 nodes=4 nvme=300 pfs=300 work="${BENCH_DIR:-/var/tmp/kvstream-bench-nodes}" out=/var/tmp/kvstream-bench-nodes-results
-seconds=60 loads="1,0.5,0.25,0.1" steps=4 chunk=8MiB
+seconds=60 loads="1,0.5,0.25,0.1" steps=4 chunk=8MiB glusterfs=""
 parse_options '
   --nodes       nodes
   --nvme        nvme
@@ -57,6 +61,7 @@ parse_options '
   --loads       loads
   --steps       steps
   --chunk-size  chunk
+  --glusterfs   glusterfs=1
 ' "$@"
 [[ $nodes =~ ^[1-8]$ ]] || usage_error "--nodes is 1 to 8"
 for v in "$nvme" "$pfs" "$seconds" "$steps"; do
@@ -68,6 +73,13 @@ python=python3
 need_root "loop devices, mounts, cgroups"
 need_built "$build/daemon/kvstreamd" "$build/tools/kvbench" "$build/tools/kvstreamctl" "$build/tools/kvsim"
 command -v "$python" > /dev/null || die "needs python3 (deploy/install-deps.sh installs it)"
+if [ -n "$glusterfs" ]; then
+  # shellcheck source-path=SCRIPTDIR source=lib/glusterfs.sh
+  source "$root/tools/lib/glusterfs.sh"
+  # shellcheck source-path=SCRIPTDIR source=lib/bench-nodes-glusterfs.sh
+  source "$root/tools/lib/bench-nodes-glusterfs.sh"
+  command -v fio > /dev/null || die "--glusterfs needs fio"
+fi
 ctl() { "$build/tools/kvstreamctl" --socket "$1" --json "${@:2}"; }
 export KVSIM="$build/tools/kvsim"
 
@@ -82,6 +94,9 @@ node_mib=$((steps * step_mib))
 reuse_steps=2 reuse_mib=$((2 * step_mib))
 nvme_img=$((node_mib + reuse_mib + 512))
 pfs_img=$((nodes * node_mib + reuse_mib + 512))
+# On GlusterFS each brick holds a copy, and phase 5 writes a fio file per node (and per NVMe tier).
+[ -z "$glusterfs" ] || pfs_img=$((gnodes_replica * (nodes * (node_mib + gnodes_fio_mib) + 2 * reuse_mib) + 512))
+[ -z "$glusterfs" ] || nvme_img=$((nvme_img + gnodes_fio_mib))
 shape=(--ranks 1 --requests 4 --chunks 4 --hit-ratio 1 --chunk-size "$chunk" --write-policies "")
 
 benches=()
@@ -89,6 +104,7 @@ cleanup() {
   set +e
   for p in "${benches[@]}"; do kill "$p" 2> /dev/null; done
   kvstreamd_stop_all
+  [ -z "$glusterfs" ] || gnodes_down
   "$tierlab" down --dir "$work"
 }
 mkdir -p "$out" "$work"
@@ -99,6 +115,13 @@ tiers=()
 for i in $(seq "$nodes"); do tiers+=(--tier "nvme$i:${nvme_img}M:$nvme"); done
 echo "== tiers: $nodes NVMe (${nvme} MB/s each) and one PFS (${pfs} MB/s, shared) under $work"
 "$tierlab" up --dir "$work" "${tiers[@]}" --tier "pfs:${pfs_img}M:$pfs" > /dev/null
+# pfs_dir I: where node I sees the PFS.
+pfs_dir() { echo "$work/mnt/pfs"; }
+if [ -n "$glusterfs" ]; then
+  echo "== the PFS: GlusterFS volume, replica $gnodes_replica, bricks on its loop device, one FUSE mount per node"
+  gnodes_up
+  pfs_dir() { gnodes_mount "$1"; }
+fi
 
 # start_daemon CONFIG LOG: kvstreamd inside the capped cgroup.
 start_daemon() { kvstreamd_start "$1" "$2" "$tierlab" run --dir "$work" --; }
@@ -113,7 +136,7 @@ staging: {limit: 512MiB, when_full: wait}  # kvbench counts every persist as wri
 logging: {level: warn}
 tiers:
   - {name: nvme, path: $work/mnt/nvme$i/kvstream, capacity: $((nvme_img - 256))MiB}
-  - {name: pfs, path: $work/mnt/pfs/kvstream, capacity: $((node_mib + reuse_mib + 128))MiB, shared: true, miss_ttl: 1s}
+  - {name: pfs, path: $(pfs_dir "$i")/kvstream, capacity: $((node_mib + reuse_mib + 128))MiB, shared: true, miss_ttl: 1s}
 YAML
   start_daemon "$work/node$i.yaml" "$out/kvstreamd-node$i.log"
 done
@@ -160,6 +183,7 @@ PY
 echo
 echo "== 2. all nodes at once ($nodes), completion routing, about ${seconds} s"
 for i in $(seq "$nodes"); do ctl "${sock[i]}" tiers > "$out/tiers-before-node$i.json"; done
+[ -z "$glusterfs" ] || dev0=$(gnodes_device_read)
 t0=$(date +%s%N)
 for i in $(seq "$nodes"); do
   read -r _ gap repeats _ < <(sed -n "${i}p" "$out/plan.txt")
@@ -175,6 +199,7 @@ for i in $(seq "$nodes"); do
 done
 benches=()
 [ "$failed" = 0 ] || exit 1
+[ -z "$glusterfs" ] || echo "$dev0 $(gnodes_device_read) $t0 $(date +%s%N)" > "$out/pfs-device.txt"
 for i in $(seq "$nodes"); do
   ctl "${sock[i]}" steps -n 1024 > "$out/steps-node$i.json"
   ctl "${sock[i]}" tiers > "$out/tiers-node$i.json"
@@ -270,6 +295,8 @@ print(f"\naggregate: {agg / mb:.1f} MB/s read by all nodes (D / measured cycle, 
       f"with the same gaps: {agg_serial / mb:.1f} MB/s ({agg / agg_serial:.3f}x); NVMe-only step batching (fastest): "
       f"{agg_fastest / mb:.1f} MB/s ({agg / agg_fastest:.3f}x); PFS delivered about {pfs_total / (w1 - w0) / mb:.1f} "
       f"MB/s of its {pfs_cap / mb:.0f} MB/s cap")
+pfs_all = sum(tt["bytes"] for nd in nodes for r in nd["recs"] for tt in r["tiers"] if tt["tier"] == "pfs")
+json.dump({"aggregate_bps": agg, "pfs_bps": pfs_total / (w1 - w0), "pfs_all_bytes": pfs_all}, open(f"{out}/aggregate.json", "w"))
 B = sum(r["B"] for r in rows) / len(rows)
 queue_depth = next(t["queue_depth"] for t in json.load(open(f"{out}/tiers-node1.json")) if t["name"] == "pfs")
 json.dump({"pfs_bps": B, "block_bytes": 1048576, "queue_depth": queue_depth, "gaps": "fixed", "takeover": True,
@@ -316,7 +343,7 @@ sessions: {max_arena: 2GiB}
 logging: {level: warn}
 tiers:
   - {name: nvme, path: $work/mnt/nvme2/kvstream-private, capacity: $((reuse_mib + 128))MiB}
-  - {name: pfs, path: $work/mnt/pfs/private-node2, capacity: $((reuse_mib + 128))MiB}
+  - {name: pfs, path: $(pfs_dir 2)/private-node2, capacity: $((reuse_mib + 128))MiB}
 YAML
   start_daemon "$work/node2-private.yaml" "$out/kvstreamd-node2-private.log"
   ctl "$work/node2-private.sock" lookup "${keys[@]}" > "$out/reuse-private-lookup.json"
@@ -354,6 +381,12 @@ PY
 else
   echo
   echo "== 4. cross-node reuse: needs --nodes 2 or more (skipped)"
+fi
+
+if [ -n "$glusterfs" ]; then
+  echo
+  echo "== 5. fio on the same mounts (O_DIRECT, 1 MiB reads, depth 4 per file, 10 s; inside the cgroup)"
+  gnodes_fio
 fi
 
 echo
