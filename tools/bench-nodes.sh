@@ -42,7 +42,7 @@
 #   --steps N        distinct steps per node, 16 chunks each (default 4); phase 2 repeats them
 #   --chunk-size S   bytes per chunk (default 8MiB: 128 MiB per step)
 #   --glusterfs      the PFS tier is a GlusterFS volume (tools/lib/bench-nodes-glusterfs.sh): replica
-#                    2, both bricks on the capped PFS loop device, their processes in the cgroup;
+#                    2, both bricks on the capped PFS loop device, O_DIRECT, in the cgroup;
 #                    node i's shared tier on its own FUSE mount of it. Adds phase 5: fio (O_DIRECT)
 #                    on the same mounts, against phase 2's aggregate and PFS bandwidth
 set -euo pipefail
