@@ -33,6 +33,9 @@ enum class IoStatus : uint8_t {
 };
 std::string_view ToString(IoStatus status);
 IoStatus IoStatusOfErrno(int error);
+// A control operation the tier's file system did not answer in time (DeadlineExceeded): says
+// nothing of the copy; the tier is slow or hung (TierCondition::kNotAnswering once it lasts).
+inline bool NotAnswering(const absl::Status& s) { return absl::IsDeadlineExceeded(s); }
 // The copy a read came from is bad (rather than the read having failed for another reason).
 inline bool IsBadCopy(IoStatus s) {
   return s == IoStatus::kMediaError || s == IoStatus::kEndOfFile || s == IoStatus::kGone;
@@ -116,6 +119,8 @@ struct TierCondition {
     kDetached,  // its path no longer leads to it (unmounted, moved, replaced) or its file system does
                 // not answer (ENOTCONN, EIO): not read nor written; Reopen may find it again
     kReadOnly,  // its file system is read-only: read, not written
+    kNotAnswering,  // its file system has not answered a call for a while (a hung parallel file
+                    // system): neither read nor written, its chunks stay indexed; usable once it answers
   };
   State state = State::kUsable;
   std::string reason;  // "" when usable
@@ -145,6 +150,8 @@ class TierDevice {
   virtual absl::StatusOr<ScannedChunk> ReadChunkHeader(const std::string& stem) = 0;
   virtual absl::StatusOr<uint64_t> ChunkFileSize(const std::string& stem) = 0;
 
+  // Control operations on the loop never wait on a file system that does not answer: Unavailable
+  // when it has not (FileDevice runs them on a thread of their own, io/blocking_call_thread.h).
   // Returns a handle for reading the committed chunk file of `stem` (NotFound if there is none).
   // Handles are cached by the device. REQUIRES: the handle is used by Queue before the next
   // OpenChunk call (which may close idle handles); a queued op keeps it open until it completes.
@@ -168,7 +175,8 @@ class TierDevice {
   // removed; another node's is left alone (OK: it is not this node's to remove).
   virtual absl::Status RemoveChunk(const std::string& stem) = 0;
 
-  // Whether the tier can be read and written now (TierCondition).
+  // Whether the tier can be read and written now (TierCondition). Never waits on a file system
+  // that does not answer (the loop asks it about once a second).
   virtual TierCondition Condition() const = 0;
   // After kDeleted: makes the directory again, empty, where it was (on the same file system),
   // and uses it from now on.

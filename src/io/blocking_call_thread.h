@@ -1,0 +1,91 @@
+// BlockingCallThread: a tier's file-system calls that can block (opens, stat, statvfs, rename,
+// link, unlink, mkdir, fsync of a directory) run on a thread of their own, so that a file system
+// that stops answering (a parallel file system whose servers are frozen) holds that thread, never
+// the I/O loop that serves every other tier.
+//
+// One call at a time, in order. Run hands a call over and waits for it at most `wait`: a call that
+// answers by then returns its result, as if made in place. One that does not goes on, on the
+// thread, and the caller gets DeadlineExceeded (NotAnswering, io/tier_device.h); from then on the thread is hung,
+// and every Run fails at once (no wait) until that call returns: the call is not tried, except
+// one that must happen (RunAlways: a publish, a temporary's removal, which close descriptors the
+// caller gave away), which is queued and runs once the file system answers. A late call's result
+// is nobody's: its `undo` runs on the thread instead (closes what it opened, removes what it
+// made). Calls capture only values and shared state, never the object that made them (it may be
+// gone when they return).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+
+namespace kvstream {
+
+class BlockingCallThread {
+ public:
+  // `name`: what the calls are on, for messages ("tier directory /mnt/pfs/kvstream").
+  BlockingCallThread(std::string name, int64_t wait_ns);
+  // Joins the thread, or leaves it to finish a hung call on its own (it owns what it uses).
+  ~BlockingCallThread();
+  BlockingCallThread(const BlockingCallThread&) = delete;
+  BlockingCallThread& operator=(const BlockingCallThread&) = delete;
+
+  // Runs `call` on the thread, as described above. `what` names it ("opening a chunk file").
+  template <typename T>
+  absl::StatusOr<T> Run(const char* what, std::function<absl::StatusOr<T>()> call,
+                        std::function<void(absl::StatusOr<T>&)> undo = nullptr) {
+    auto result = std::make_shared<std::optional<absl::StatusOr<T>>>();
+    std::function<void()> late;
+    if (undo) late = [result, undo = std::move(undo)] { undo(**result); };
+    if (absl::Status s =
+            RunErased(what, [result, call = std::move(call)] { result->emplace(call()); }, std::move(late), false);
+        !s.ok()) {
+      return s;
+    }
+    return std::move(**result);
+  }
+  absl::Status Run(const char* what, std::function<absl::Status()> call);
+  // Run, but a call the thread cannot start now (a hung call before it) is queued, not dropped.
+  absl::Status RunAlways(const char* what, std::function<absl::Status()> call);
+
+  // How long the call running now has run, when it has run past the wait (0: none has).
+  int64_t HungNs() const;
+  // What that call is ("" when none is hung).
+  std::string HungCall() const;
+
+ private:
+  struct Job {
+    const char* what = "";
+    std::function<void()> run, undo;
+    bool done = false;
+    bool abandoned = false;  // the caller stopped waiting: undo runs once it is done
+  };
+  struct State {
+    mutable absl::Mutex mu;
+    absl::CondVar cv;
+    std::deque<std::shared_ptr<Job>> queue ABSL_GUARDED_BY(mu);
+    std::shared_ptr<Job> running ABSL_GUARDED_BY(mu);  // null when none runs
+    int64_t started_ns ABSL_GUARDED_BY(mu) = 0;        // when `running` started
+    bool stop ABSL_GUARDED_BY(mu) = false;
+    // The call running now has run past `wait_ns`.
+    bool Hung(int64_t wait_ns) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  };
+  absl::Status RunErased(const char* what, std::function<void()> run, std::function<void()> undo, bool always);
+  static void Serve(const std::shared_ptr<State>& state);
+
+  const std::string name_;
+  const int64_t wait_ns_;
+  std::shared_ptr<State> state_;
+  std::thread thread_;
+};
+
+}  // namespace kvstream
