@@ -27,7 +27,7 @@ HealthReport ComputeHealth(const Store& store, const std::string& version) {
     if (t.read_errors + t.write_errors + t.checksum_failures > 0) h.degraded_tiers.push_back(t.name);
     if (t.stalled) {
       h.stalled_tiers.push_back(t.name);
-      h.problems.push_back(absl::StrCat(Named(t), " is stalled: a read is past its deadline"));
+      h.problems.push_back(absl::StrCat(Named(t), " is stalled: a read is past its deadline, or its file system does not answer"));
     }
     if (!t.readable || !t.writable) {
       h.unusable_tiers.push_back(absl::StrCat(t.name, ": ", t.condition));

@@ -464,8 +464,17 @@ void Engine::CheckTiers() {
       absl::MutexLock lock(&tier.condition_mu);
       if (condition.reason == tier.condition) continue;  // nothing new
     }
+    const bool was_not_answering = tier.not_answering;
+    tier.not_answering = condition.state == State::kNotAnswering;
     if (condition.state == State::kUsable) {
-      spdlog::warn("tier {}: usable again (its chunks return to the index at the next start)", tier.name);
+      if (was_not_answering) {
+        spdlog::warn("tier {}: its file system answers again: usable again", tier.name);
+      } else {
+        spdlog::warn("tier {}: usable again (its chunks return to the index at the next start)", tier.name);
+      }
+    } else if (condition.state == State::kNotAnswering) {
+      // Its chunks stay indexed: the tier is stalled, read and written again once it answers.
+      spdlog::error("tier {}: {}: stalled, neither read nor written until it answers", tier.name, condition.reason);
     } else if (!condition.readable()) {
       uint64_t dropped;
       {

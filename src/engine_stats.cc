@@ -69,7 +69,7 @@ StoreStats Engine::Stats() const {
     ts.resubmits = tier.device->resubmits();
     ts.fixed_ops = tier.device->fixed_ops();
     ts.reference_bandwidth_bps = tier.reference_bps;
-    ts.stalled = tier.stalled;
+    ts.stalled = tier.stalled || tier.not_answering;
     ts.shared = p.shared;
     ts.foreign_chunks = index.foreign_replicas(static_cast<int>(t));
     ts.discovered = shared_lookup_.discovered(static_cast<int>(t));

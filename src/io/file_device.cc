@@ -77,6 +77,7 @@ absl::Status FileDevice::Init() {
   if (!fs::is_directory(root, ec)) return absl::InvalidArgumentError(absl::StrCat(root, " is not a directory"));
 
   props_.shared = shared();
+  calls_ = std::make_unique<BlockingCallThread>(root, static_cast<int64_t>(options_.call_wait_seconds * 1e9));
   if (absl::Status s = OpenDirectory(); !s.ok()) return s;
   if (absl::Status s = ProbeDirectIo(); !s.ok()) return s;
   if (absl::Status s = StartQueues(); !s.ok()) return s;
@@ -326,35 +327,54 @@ absl::Status FileDevice::SaveIndex(const std::vector<ChunkMeta>& chunks) {
 
 absl::StatusOr<FileHandle> FileDevice::OpenChunk(const std::string& stem) {
   const int64_t now = shared() ? MonotonicNs() : 0;
-  if (ReadHandleCache::Handle* h = handles_.Find(stem); h != nullptr) {
-    if (!shared() || now - h->checked_ns <= static_cast<int64_t>(options_.revalidate_seconds * 1e9)) return h->fd;
+  ReadHandleCache::Handle* h = handles_.Find(stem);
+  if (h != nullptr && (!shared() || now - h->checked_ns <= static_cast<int64_t>(options_.revalidate_seconds * 1e9))) {
+    return h->fd;
+  }
+  const std::string rel = RelativeChunkPath(stem);
+  const std::shared_ptr<const Directories> dirs = directories();
+  if (h != nullptr) {
     // Another node may have removed or replaced its file: the handle must still be the name's.
-    absl::StatusOr<struct stat> named = StatBeneath(dir_fd_, RelativeChunkPath(stem));
-    struct stat held;
-    if (named.ok() && S_ISREG(named->st_mode) && fstat(h->fd, &held) == 0 && SameFile(*named, held)) {
+    absl::StatusOr<bool> same =
+        calls_->Run<bool>("checking a chunk file's name", [dirs, rel, fd = h->fd]() -> absl::StatusOr<bool> {
+          absl::StatusOr<struct stat> named = StatBeneath(dirs->root, rel);
+          struct stat held;
+          return named.ok() && S_ISREG(named->st_mode) && fstat(fd, &held) == 0 && SameFile(*named, held);
+        });
+    if (!same.ok()) return same.status();  // NotAnswering
+    if (*same) {
       h->checked_ns = now;
       return h->fd;
     }
     handles_.Drop(stem);
   }
-  // One openat2 where the kernel has it: never a FIFO's blocking open, never through a symlink.
-  absl::StatusOr<int> opened =
-      OpenFileBeneath(dir_fd_, RelativeChunkPath(stem), O_RDONLY | (props_.direct_io ? O_DIRECT : 0), options_.owner);
+  const int flags = O_RDONLY | (props_.direct_io ? O_DIRECT : 0);
+  absl::StatusOr<ReadHandleCache::Handle> opened = calls_->Run<ReadHandleCache::Handle>(
+      "opening a chunk file",
+      [dirs, rel, flags, owner = options_.owner, shared = shared(), now]() -> absl::StatusOr<ReadHandleCache::Handle> {
+        // One openat2 where the kernel has it: never a FIFO's blocking open, never through a symlink.
+        absl::StatusOr<int> fd = OpenFileBeneath(dirs->root, rel, flags, owner);
+        if (!fd.ok()) return fd.status();
+        ReadHandleCache::Handle handle{*fd, now, {}};
+        if (shared) {  // the version this name holds now, for HoldsVersion
+          AlignedBuffer page = AllocateAligned(kFileAlignment);
+          const ssize_t n = page ? pread(handle.fd, page.get(), kFileAlignment, 0) : -1;
+          absl::StatusOr<ChunkVersion> v = n > 0 ? PeekChunkVersion(page.get(), static_cast<size_t>(n))
+                                                 : absl::DataLossError("unreadable header");
+          if (v.ok()) handle.version = *v;  // else no version matches: the chunk is read elsewhere or missed
+        }
+        return handle;
+      },
+      [](absl::StatusOr<ReadHandleCache::Handle>& late) {
+        if (late.ok()) close(late->fd);
+      });
   if (IsRefused(opened.status())) {  // not a chunk this tier may serve: the replica is not there
     LogRefusedChunk(options_.path, stem, opened.status());
     return absl::NotFoundError(opened.status().message());
   }
-  if (!opened.ok()) return InTier(options_.path, opened.status());
-  ReadHandleCache::Handle handle{*opened, now, {}};
-  if (shared()) {  // the version this name holds now, for HoldsVersion
-    if (!header_page_) header_page_ = AllocateAligned(kFileAlignment);
-    const ssize_t n = pread(handle.fd, header_page_.get(), kFileAlignment, 0);
-    absl::StatusOr<ChunkVersion> v = n > 0 ? PeekChunkVersion(header_page_.get(), static_cast<size_t>(n))
-                                           : absl::DataLossError("unreadable header");
-    if (v.ok()) handle.version = *v;  // else no version matches: the chunk is read elsewhere or missed
-  }
-  handles_.Insert(stem, handle);
-  return handle.fd;
+  if (!opened.ok()) return NotAnswering(opened.status()) ? opened.status() : InTier(options_.path, opened.status());
+  handles_.Insert(stem, *opened);
+  return opened->fd;
 }
 
 bool FileDevice::HoldsVersion(FileHandle handle, const ChunkMeta& meta) {
@@ -365,78 +385,103 @@ bool FileDevice::HoldsVersion(FileHandle handle, const ChunkMeta& meta) {
 
 absl::StatusOr<FileHandle> FileDevice::CreateTemp(const std::string& stem) {
   const std::string dir = stem.substr(0, 2);
-  if (mkdirat(own_fd_, dir.c_str(), 0750) == 0) {
-    // A new fan-out directory: its name reaches the disk before any chunk renamed into it can be
-    // durable (CommitTemp syncs only the fan-out directory). Undone if not, so a retry syncs it.
-    if (fsync(own_fd_) != 0) {
-      const int err = errno;
-      unlinkat(own_fd_, dir.c_str(), AT_REMOVEDIR);
-      return ErrnoAt("fsync", own_path_, err);
-    }
-  } else if (errno != EEXIST) {
-    return ErrnoAt("mkdir", absl::StrCat(own_path_, "/", dir));
-  }
   const std::string name = absl::StrCat(stem, kChunkSuffix, kTempMarker, getpid(), ".", ++temp_counter_);
   const std::string path = absl::StrCat(dir, "/", name);
-  absl::StatusOr<int> parent = OpenDirectoryBeneath(own_fd_, dir);  // not a symlink put in its place
-  if (!parent.ok()) return InTier(own_path_, parent.status());
-  const int fd =
-      openat(*parent, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | (props_.direct_io ? O_DIRECT : 0), 0640);
-  const int err = errno;
-  close(*parent);
-  if (fd < 0) return ErrnoAt("create", absl::StrCat(own_path_, "/", path), err);
-  temps_[fd] = path;
-  return fd;
+  const int flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | (props_.direct_io ? O_DIRECT : 0);
+  absl::StatusOr<int> fd = calls_->Run<int>(
+      "creating a temporary",
+      [dirs = directories(), own_path = own_path_, dir, name, flags]() -> absl::StatusOr<int> {
+        if (mkdirat(dirs->own, dir.c_str(), 0750) == 0) {
+          // A new fan-out directory: its name reaches the disk before any chunk renamed into it can
+          // be durable (CommitTemp syncs only the fan-out directory). Undone if not, so a retry syncs it.
+          if (fsync(dirs->own) != 0) {
+            const int err = errno;
+            unlinkat(dirs->own, dir.c_str(), AT_REMOVEDIR);
+            return ErrnoAt("fsync", own_path, err);
+          }
+        } else if (errno != EEXIST) {
+          return ErrnoAt("mkdir", absl::StrCat(own_path, "/", dir));
+        }
+        absl::StatusOr<int> parent = OpenDirectoryBeneath(dirs->own, dir);  // not a symlink put in its place
+        if (!parent.ok()) return InTier(own_path, parent.status());
+        const int fd = openat(*parent, name.c_str(), flags, 0640);
+        const int err = errno;
+        close(*parent);
+        if (fd < 0) return ErrnoAt("create", absl::StrCat(own_path, "/", dir, "/", name), err);
+        return fd;
+      },
+      [dirs = directories(), path](absl::StatusOr<int>& late) {
+        if (!late.ok()) return;
+        close(*late);
+        RemoveRegularFileBeneath(dirs->own, path).IgnoreError();
+      });
+  if (!fd.ok()) return fd.status();
+  temps_[*fd] = path;
+  return *fd;
 }
 
 absl::Status FileDevice::CommitTemp(FileHandle temp, const std::string& stem, bool sync_directory) {
   auto it = temps_.find(temp);
   if (it == temps_.end()) return absl::InternalError("unknown temporary handle");
-  const std::string rel = RelativeChunkPath(stem);
-  absl::Status status;
-  // Shared: the node's older version of the key is unpublished before the new one is renamed
-  // over its link (a crash in between leaves the node's link unpublished, which its next start
-  // publishes; never a published file without its owner's link).
-  if (shared()) status = UnpublishChunk(Shared(dir_fd_, own_fd_), stem);
-  // Renamed within its directory, opened again as the temporary was created (no symlink).
-  absl::StatusOr<int> parent = OpenDirectoryBeneath(own_fd_, stem.substr(0, 2));
-  if (status.ok() && !parent.ok()) status = InTier(own_path_, parent.status());
-  const std::string temp_name = it->second.substr(3);  // "<2 hex>/" off
-  if (!status.ok()) {
-    RemoveRegularFileBeneath(own_fd_, it->second).IgnoreError();
-  } else if (renameat(*parent, temp_name.c_str(), *parent, rel.substr(3).c_str()) != 0) {
-    status = ErrnoAt("rename", absl::StrCat(own_path_, "/", it->second));
-    unlinkat(*parent, temp_name.c_str(), 0);
-  }
-  if (parent.ok()) close(*parent);
-  close(temp);
+  const std::string temp_path = it->second;
   temps_.erase(it);
   handles_.Drop(stem);
-  if (status.ok() && shared()) status = PublishChunk(Shared(dir_fd_, own_fd_), stem, /*remove_on_error=*/true);
-  if (status.ok() && sync_directory) {  // the rename (and the published link) survive power loss
-    const std::string dir = stem.substr(0, 2);
-    status = SyncDirectory(own_fd_, own_path_, dir);
-    if (status.ok() && shared()) status = SyncDirectory(dir_fd_, options_.path, dir);
-  }
-  return status;
+  // Off the loop, to the end: a call that does not answer in time still publishes (or removes
+  // the temporary) once the file system answers; the loop counts the replica failed.
+  return calls_->RunAlways(
+      "publishing a chunk", [dirs = directories(), root = options_.path, own_path = own_path_, shared = shared(), temp,
+                             temp_path, stem, sync_directory]() -> absl::Status {
+        const SharedDirectories names{dirs->root, dirs->own, root, own_path};
+        const std::string rel = RelativeChunkPath(stem);
+        absl::Status status;
+        // Shared: the node's older version of the key is unpublished before the new one is renamed
+        // over its link (a crash in between leaves the node's link unpublished, which its next start
+        // publishes; never a published file without its owner's link).
+        if (shared) status = UnpublishChunk(names, stem);
+        // Renamed within its directory, opened again as the temporary was created (no symlink).
+        absl::StatusOr<int> parent = OpenDirectoryBeneath(dirs->own, stem.substr(0, 2));
+        if (status.ok() && !parent.ok()) status = InTier(own_path, parent.status());
+        const std::string temp_name = temp_path.substr(3);  // "<2 hex>/" off
+        if (!status.ok()) {
+          RemoveRegularFileBeneath(dirs->own, temp_path).IgnoreError();
+        } else if (renameat(*parent, temp_name.c_str(), *parent, rel.substr(3).c_str()) != 0) {
+          status = ErrnoAt("rename", absl::StrCat(own_path, "/", temp_path));
+          unlinkat(*parent, temp_name.c_str(), 0);
+        }
+        if (parent.ok()) close(*parent);
+        close(temp);
+        if (status.ok() && shared) status = PublishChunk(names, stem, /*remove_on_error=*/true);
+        if (status.ok() && sync_directory) {  // the rename (and the published link) survive power loss
+          const std::string dir = stem.substr(0, 2);
+          status = SyncDirectory(dirs->own, own_path, dir);
+          if (status.ok() && shared) status = SyncDirectory(dirs->root, root, dir);
+        }
+        return status;
+      });
 }
 
 void FileDevice::AbortTemp(FileHandle temp) {
   auto it = temps_.find(temp);
   if (it == temps_.end()) return;
-  close(temp);
-  RemoveRegularFileBeneath(own_fd_, it->second).IgnoreError();
+  calls_
+      ->RunAlways("removing a temporary", [dirs = directories(), temp, path = it->second] {
+        close(temp);
+        return RemoveRegularFileBeneath(dirs->own, path);
+      })
+      .IgnoreError();  // a temporary left behind is removed at the next start
   temps_.erase(it);
 }
 
 absl::Status FileDevice::RemoveChunk(const std::string& stem) {
   handles_.Drop(stem);
   // Also called off the loop (the reconcile pass): Recreate may replace the directories.
-  const std::shared_ptr<const Directories> dirs = directories();
-  // Shared: only the node's own file (readers that opened it keep their file).
-  if (shared()) return RemoveOwnChunk(Shared(dirs->root, dirs->own), stem);
-  // Only a regular file the daemon could have written, never through a symlink.
-  return InTier(options_.path, RemoveRegularFileBeneath(dirs->root, RelativeChunkPath(stem)));
+  return calls_->Run("removing a chunk file", [dirs = directories(), root = options_.path, own_path = own_path_,
+                                               shared = shared(), stem]() -> absl::Status {
+    // Shared: only the node's own file (readers that opened it keep their file).
+    if (shared) return RemoveOwnChunk({dirs->root, dirs->own, root, own_path}, stem);
+    // Only a regular file the daemon could have written, never through a symlink.
+    return InTier(root, RemoveRegularFileBeneath(dirs->root, RelativeChunkPath(stem)));
+  });
 }
 
 bool FileDevice::Queue(IoRequest* request) {

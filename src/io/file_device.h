@@ -2,7 +2,9 @@
 // for writes (so neither waits behind the other), O_DIRECT where the filesystem supports it and
 // buffered I/O where it does not (tmpfs). The directory is opened once and every read, write,
 // rename and removal resolves relative to that descriptor, so reads and writes always mean the
-// same directory; Condition says when its path no longer leads there.
+// same directory; Condition says when its path no longer leads there. The calls of the loop that
+// can block on the file system run on a thread of their own (io/blocking_call_thread.h), so a
+// file system that stops answering stalls this tier only.
 //
 // A shared directory (FileDeviceOptions::node set) is used by several nodes at once, one daemon
 // each, under the publish protocol of io/shared_publish.h: Scan, ListChunks and the saved index
@@ -31,6 +33,7 @@
 #include "format/chunk_format.h"
 #include "format/chunk_mac.h"
 #include "io/aligned_buffer.h"
+#include "io/blocking_call_thread.h"
 #include "io/buffer_slots.h"
 #include "io/read_handle_cache.h"
 #include "io/safe_open.h"
@@ -69,6 +72,11 @@ struct FileDeviceOptions {
   // read in flight, instead of being copied on the loop's thread inside the submission. Pays
   // where cores are to spare (CopyThreadsPay); on 2 cores the handoffs cost more than they give.
   bool copy_threads = false;
+  // The file-system calls of the loop (opens, the directory check, publish, removal) run on a
+  // thread of the tier's (io/blocking_call_thread.h); the loop waits this long for one, then goes
+  // on without it. After `not_answering_seconds` of one call the tier is kNotAnswering.
+  double call_wait_seconds = 0.1;
+  double not_answering_seconds = 1.0;
 };
 
 // Whether copy threads pay on this node: at least 8 cores this process may run on. With fewer,
@@ -158,7 +166,9 @@ class FileDevice final : public TierDevice {
   std::atomic<uint64_t> fixed_ops_{0};  // read by Stats from other threads
   BufferSlots slots_;  // the rings' registered buffers
   uint64_t temp_counter_ = 0;
-  AlignedBuffer header_page_;  // shared: OpenChunk reads a file's first page here
+  // The calls that may block on the tier's file system, off the loop; the last check's answer.
+  std::unique_ptr<BlockingCallThread> calls_;
+  mutable TierCondition last_condition_;
   ReadHandleCache handles_;  // open chunk files for reads
   absl::flat_hash_map<int, std::string> temps_;          // temp fd -> its path below the directory
 };

@@ -49,6 +49,35 @@ absl::StatusOr<int> MakeOwnDirectory(int parent, const std::string& root, const 
   return opened;
 }
 
+// The condition of the tier directory `dir` opened at `root` (its device and inode then: `dev`,
+// `ino`). Blocks while its file system does not answer: run off the loop.
+TierCondition CheckDirectory(int dir, const std::string& root, dev_t dev, ino_t ino) {
+  using State = TierCondition::State;
+  struct stat opened, at_path;
+  const bool answered = fstat(dir, &opened) == 0;
+  const int err = answered ? 0 : errno;
+  if (!answered && err != ENOENT && err != ESTALE) {  // ENOTCONN (its FUSE client is gone, its servers down), EIO
+    return {State::kDetached,
+            absl::StrCat("the file system of ", root, " cannot be reached (", std::strerror(err), ")")};
+  }
+  if (!answered || opened.st_nlink == 0) {
+    return {State::kDeleted, absl::StrCat("the tier directory ", root, " was deleted")};
+  }
+  if (stat(root.c_str(), &at_path) != 0) {  // still linked, but not there: its file system went away
+    return {State::kDetached,
+            absl::StrCat("the tier directory is no longer at ", root, " (its file system was unmounted, or it moved)")};
+  }
+  if (at_path.st_dev != dev || at_path.st_ino != ino) {
+    return {State::kDetached,
+            absl::StrCat("another directory is now at ", root, " (its file system was unmounted or it was replaced)")};
+  }
+  struct statvfs vfs;
+  if (fstatvfs(dir, &vfs) == 0 && (vfs.f_flag & ST_RDONLY)) {
+    return {State::kReadOnly, absl::StrCat("the file system of ", root, " is read-only")};
+  }
+  return {};
+}
+
 }  // namespace
 
 absl::Status FileDevice::OpenDirectory() {
@@ -139,31 +168,17 @@ absl::Status FileDevice::OpenDirectory() {
 }
 
 TierCondition FileDevice::Condition() const {
-  using State = TierCondition::State;
-  const std::string& root = options_.path;
-  struct stat opened, at_path;
-  const bool answered = fstat(dir_fd_, &opened) == 0;
-  const int err = answered ? 0 : errno;
-  if (!answered && err != ENOENT && err != ESTALE) {  // ENOTCONN (its FUSE client is gone, its servers down), EIO
-    return {State::kDetached,
-            absl::StrCat("the file system of ", root, " cannot be reached (", std::strerror(err), ")")};
+  absl::StatusOr<TierCondition> checked = calls_->Run<TierCondition>(
+      "checking the tier directory", [dirs = directories(), root = options_.path, dev = dir_dev_, ino = dir_ino_] {
+        return absl::StatusOr<TierCondition>(CheckDirectory(dirs->root, root, dev, ino));
+      });
+  if (checked.ok()) return last_condition_ = *std::move(checked);
+  if (calls_->HungNs() >= static_cast<int64_t>(options_.not_answering_seconds * 1e9)) {
+    return {TierCondition::State::kNotAnswering,
+            absl::StrCat("the file system of ", options_.path, " does not answer (", calls_->HungCall(),
+                         " has waited over ", options_.not_answering_seconds, " s)")};
   }
-  if (!answered || opened.st_nlink == 0) {
-    return {State::kDeleted, absl::StrCat("the tier directory ", root, " was deleted")};
-  }
-  if (stat(root.c_str(), &at_path) != 0) {  // still linked, but not there: its file system went away
-    return {State::kDetached,
-            absl::StrCat("the tier directory is no longer at ", root, " (its file system was unmounted, or it moved)")};
-  }
-  if (at_path.st_dev != dir_dev_ || at_path.st_ino != dir_ino_) {
-    return {State::kDetached,
-            absl::StrCat("another directory is now at ", root, " (its file system was unmounted or it was replaced)")};
-  }
-  struct statvfs vfs;
-  if (fstatvfs(dir_fd_, &vfs) == 0 && (vfs.f_flag & ST_RDONLY)) {
-    return {State::kReadOnly, absl::StrCat("the file system of ", root, " is read-only")};
-  }
-  return {};
+  return last_condition_;  // answering slowly: as it was
 }
 
 absl::Status FileDevice::Reopen() {

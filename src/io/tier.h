@@ -86,6 +86,8 @@ struct Tier {
   // nothing; one that cannot be written gets no replicas; `condition` says why ("" when usable).
   std::atomic<bool> readable{true};
   std::atomic<bool> writable{true};
+  // Its file system does not answer (TierCondition::kNotAnswering): stalled, its chunks indexed.
+  std::atomic<bool> not_answering{false};
   mutable absl::Mutex condition_mu;
   std::string condition ABSL_GUARDED_BY(condition_mu);
 };

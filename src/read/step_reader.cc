@@ -69,7 +69,7 @@ int64_t StepReader::Schedule(int t) {
       ts.depth.SetBacklogged(false, reactor_->NowNs());
       return kNoDeadline;
     }
-    Issue(t, ref);
+    if (!Issue(t, ref)) break;
   }
   // Out of room with blocks still unclaimed: what it reads now is what its depth allows.
   const bool room = HasRoom(t);
@@ -77,7 +77,9 @@ int64_t StepReader::Schedule(int t) {
   if (!room) return kNoDeadline;
   int64_t recheck = kNoDeadline;
   while (HasRoom(t) && HedgeTail(t, &recheck)) {
-    while (HasRoom(t) && pool_->Claim(t, &ref)) Issue(t, ref);
+    while (HasRoom(t) && pool_->Claim(t, &ref)) {
+      if (!Issue(t, ref)) return recheck;
+    }
   }
   return recheck;
 }
@@ -106,22 +108,28 @@ bool StepReader::reads_pending() const {
   return false;
 }
 
-void StepReader::Issue(int t, BlockRef ref) {
+bool StepReader::Issue(int t, BlockRef ref) {
   Tier& tier = *tiers_[t];
   auto* step = static_cast<ReadStep*>(ref.step);
   const StepBlock& blk = step->blocks[ref.block];
   const ReadChunk& c = step->reads[blk.chunk];
   const ChunkMeta& meta = *c.meta;
   absl::StatusOr<FileHandle> file = tier.device->OpenChunk(c.stem);
+  if (NotAnswering(file.status())) {
+    // Its file system did not answer the open in time: the block is left to another holder (or
+    // to a later turn), the tier claims nothing more this turn; past not_answering it is stalled.
+    pool_->Unclaim(ref, t);
+    return false;
+  }
   if (!file.ok()) {
     // A missing file is a lost replica; other errors (EMFILE, ENOMEM...) only fail over.
     ReadFailed(t, step, ref, std::string(file.status().message()), IoStatusOf(file.status()),
                absl::IsNotFound(file.status()) ? ReadFault::kAbsent : ReadFault::kError);
-    return;
+    return true;
   }
   if (!tier.device->HoldsVersion(*file, meta)) {  // another node replaced the file under its name
     ReadFailed(t, step, ref, "the file holds another version now", IoStatus::kGone, ReadFault::kAbsent);
-    return;
+    return true;
   }
   TierReads& ts = reads_[t];
   const uint32_t index = ts.free.back();
@@ -158,6 +166,7 @@ void StepReader::Issue(int t, BlockRef ref) {
   slot.held = false;
   slot.issued_ns = now;
   tier.device->Queue(&slot);
+  return true;
 }
 
 void StepReader::Complete(int t, const IoCompletion& c) {

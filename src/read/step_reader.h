@@ -196,7 +196,8 @@ class StepReader {
   // Copies the staged chunk's payload into the chunk's destination (guarded for client memory
   // that may shrink): its result, OK or why the destination is gone.
   absl::Status CopyStaged(ReadStep* step, uint32_t chunk, const StagedChunk& staged);
-  void Issue(int tier, BlockRef ref);
+  // False when the tier's file system did not answer the open: the block is given back unread.
+  bool Issue(int tier, BlockRef ref);
   // A read of `bytes` landed on `tier`: its depth measured, perhaps changed (and logged).
   void TuneDepth(int tier, uint32_t bytes, int64_t now);
   void FreeSlot(int tier, uint32_t slot) { reads_[tier].free.push_back(slot); }

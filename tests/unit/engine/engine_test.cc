@@ -147,6 +147,42 @@ TEST_CASE("a read-only tier gets no replicas but is read, a tier out of reach is
   CHECK(rig.engine->Stats().tiers[1].writable);
 }
 
+TEST_CASE("a tier whose file system does not answer is stalled, neither read nor written, its chunks kept") {
+  SimRig rig({300 * MBps, 100 * MBps});
+  auto data = rig.Populate("k", 4, kBlock);
+  rig.devices[1]->SetCondition({TierCondition::State::kNotAnswering,
+                                "the file system of /sim/t1 does not answer (checking the tier directory has waited "
+                                "over 1 s)"});
+  PassTierCheck(rig);
+  TierStats t1 = rig.engine->Stats().tiers[1];
+  CHECK(t1.stalled);  // health names it stalled
+  CHECK_FALSE(t1.readable);
+  CHECK_FALSE(t1.writable);
+  CHECK(t1.condition.find("does not answer") != std::string::npos);
+  CHECK(rig.engine->Lookup({"k0"})[0].tier_mask == 3u);  // kept: it comes back when it answers
+  auto batch = SimRig::MakeBatch("k", 4, kBlock);
+  std::vector<ChunkResult> results;
+  StepRecord rec = rig.engine->Retrieve(batch.reads, &results);
+  RequireIntact(batch, data, results);
+  CHECK(rec.tiers[1].blocks == 0);  // served by t0
+  auto fresh = Payload(kBlock, 11);
+  PersistResult result;
+  REQUIRE(rig.engine->Persist("new", fresh.data(), fresh.size(), [&](const std::string&, const PersistResult& r) {
+    result = r;
+  }).ok());
+  rig.engine->Flush();
+  CHECK(result.tier_mask == 1u);
+  CHECK(result.lost_mask == 2u);
+
+  rig.devices[1]->SetCondition({});
+  PassTierCheck(rig);
+  t1 = rig.engine->Stats().tiers[1];
+  CHECK_FALSE(t1.stalled);
+  CHECK(t1.readable);
+  CHECK(t1.writable);
+  CHECK(rig.engine->Lookup({"k0"})[0].tier_mask == 3u);
+}
+
 TEST_CASE("a replica for a tier out of reach fails outside the tier's condition lock, which Stats takes under the index's") {
   StoreConfig config;
   config.replication = ReplicationPolicy::kAdaptive;  // t1's replica starts once t0's is durable: the job then ends
