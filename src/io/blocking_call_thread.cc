@@ -70,9 +70,10 @@ void BlockingCallThread::Serve(const std::shared_ptr<State>& state) {
 }
 
 absl::Status BlockingCallThread::RunErased(const char* what, std::function<void()> run, std::function<void()> undo,
-                                           bool always) {
+                                           bool always, int64_t wait_ns) {
   State& s = *state_;
-  const int64_t until = MonotonicNs() + wait_ns_;
+  if (wait_ns <= 0) wait_ns = wait_ns_;
+  const int64_t until = MonotonicNs() + wait_ns;
   auto job = std::make_shared<Job>();
   job->what = what;
   job->run = std::move(run);
@@ -94,7 +95,7 @@ absl::Status BlockingCallThread::RunErased(const char* what, std::function<void(
     if (MonotonicNs() >= until) {
       job->abandoned = true;
       return absl::DeadlineExceededError(absl::StrCat("the file system of ", name_, " does not answer: ", what,
-                                                      " has waited ", wait_ns_ / 1'000'000,
+                                                      " has waited ", wait_ns / 1'000'000,
                                                       " ms (it goes on, off the loop)"));
     }
     s.cv.WaitWithTimeout(&s.mu, absl::Nanoseconds(until - MonotonicNs()));
@@ -102,16 +103,21 @@ absl::Status BlockingCallThread::RunErased(const char* what, std::function<void(
   return absl::OkStatus();
 }
 
-absl::Status BlockingCallThread::Run(const char* what, std::function<absl::Status()> call) {
-  return Run<bool>(what, [call = std::move(call)]() -> absl::StatusOr<bool> {
-           if (absl::Status s = call(); !s.ok()) return s;
-           return true;
-         }).status();
+absl::Status BlockingCallThread::Run(const char* what, std::function<absl::Status()> call, int64_t wait_ns) {
+  return Run<bool>(
+             what,
+             [call = std::move(call)]() -> absl::StatusOr<bool> {
+               if (absl::Status s = call(); !s.ok()) return s;
+               return true;
+             },
+             nullptr, wait_ns)
+      .status();
 }
 
-absl::Status BlockingCallThread::RunAlways(const char* what, std::function<absl::Status()> call) {
+absl::Status BlockingCallThread::RunAlways(const char* what, std::function<absl::Status()> call, int64_t wait_ns) {
   auto result = std::make_shared<absl::Status>();
-  if (absl::Status s = RunErased(what, [result, call = std::move(call)] { *result = call(); }, nullptr, true); !s.ok()) {
+  if (absl::Status s = RunErased(what, [result, call = std::move(call)] { *result = call(); }, nullptr, true, wait_ns);
+      !s.ok()) {
     return s;
   }
   return *result;

@@ -39,23 +39,24 @@ class BlockingCallThread {
   BlockingCallThread(const BlockingCallThread&) = delete;
   BlockingCallThread& operator=(const BlockingCallThread&) = delete;
 
-  // Runs `call` on the thread, as described above. `what` names it ("opening a chunk file").
+  // Runs `call` on the thread, as described above. `what` names it ("opening a chunk file");
+  // `wait_ns` > 0 waits that long instead (a call whose failure costs more, such as a publish).
   template <typename T>
   absl::StatusOr<T> Run(const char* what, std::function<absl::StatusOr<T>()> call,
-                        std::function<void(absl::StatusOr<T>&)> undo = nullptr) {
+                        std::function<void(absl::StatusOr<T>&)> undo = nullptr, int64_t wait_ns = 0) {
     auto result = std::make_shared<std::optional<absl::StatusOr<T>>>();
     std::function<void()> late;
     if (undo) late = [result, undo = std::move(undo)] { undo(**result); };
     if (absl::Status s =
-            RunErased(what, [result, call = std::move(call)] { result->emplace(call()); }, std::move(late), false);
+            RunErased(what, [result, call = std::move(call)] { result->emplace(call()); }, std::move(late), false, wait_ns);
         !s.ok()) {
       return s;
     }
     return std::move(**result);
   }
-  absl::Status Run(const char* what, std::function<absl::Status()> call);
+  absl::Status Run(const char* what, std::function<absl::Status()> call, int64_t wait_ns = 0);
   // Run, but a call the thread cannot start now (a hung call before it) is queued, not dropped.
-  absl::Status RunAlways(const char* what, std::function<absl::Status()> call);
+  absl::Status RunAlways(const char* what, std::function<absl::Status()> call, int64_t wait_ns = 0);
 
   // How long the call running now has run, when it has run past the wait (0: none has).
   int64_t HungNs() const;
@@ -79,7 +80,8 @@ class BlockingCallThread {
     // The call running now has run past `wait_ns`.
     bool Hung(int64_t wait_ns) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   };
-  absl::Status RunErased(const char* what, std::function<void()> run, std::function<void()> undo, bool always);
+  absl::Status RunErased(const char* what, std::function<void()> run, std::function<void()> undo, bool always,
+                         int64_t wait_ns);
   static void Serve(const std::shared_ptr<State>& state);
 
   const std::string name_;

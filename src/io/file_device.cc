@@ -414,7 +414,8 @@ absl::StatusOr<FileHandle> FileDevice::CreateTemp(const std::string& stem) {
         if (!late.ok()) return;
         close(*late);
         RemoveRegularFileBeneath(dirs->own, path).IgnoreError();
-      });
+      },
+      WriteWaitNs());
   if (!fd.ok()) return fd.status();
   temps_[*fd] = path;
   return *fd;
@@ -457,7 +458,8 @@ absl::Status FileDevice::CommitTemp(FileHandle temp, const std::string& stem, bo
           if (status.ok() && shared) status = SyncDirectory(dirs->root, root, dir);
         }
         return status;
-      });
+      },
+      WriteWaitNs());
 }
 
 void FileDevice::AbortTemp(FileHandle temp) {
@@ -467,7 +469,7 @@ void FileDevice::AbortTemp(FileHandle temp) {
       ->RunAlways("removing a temporary", [dirs = directories(), temp, path = it->second] {
         close(temp);
         return RemoveRegularFileBeneath(dirs->own, path);
-      })
+      }, WriteWaitNs())
       .IgnoreError();  // a temporary left behind is removed at the next start
   temps_.erase(it);
 }
@@ -481,7 +483,7 @@ absl::Status FileDevice::RemoveChunk(const std::string& stem) {
     if (shared) return RemoveOwnChunk({dirs->root, dirs->own, root, own_path}, stem);
     // Only a regular file the daemon could have written, never through a symlink.
     return InTier(root, RemoveRegularFileBeneath(dirs->root, RelativeChunkPath(stem)));
-  });
+  }, WriteWaitNs());
 }
 
 bool FileDevice::Queue(IoRequest* request) {

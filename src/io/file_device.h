@@ -74,8 +74,12 @@ struct FileDeviceOptions {
   bool copy_threads = false;
   // The file-system calls of the loop (opens, the directory check, publish, removal) run on a
   // thread of the tier's (io/blocking_call_thread.h); the loop waits this long for one, then goes
-  // on without it. After `not_answering_seconds` of one call the tier is kNotAnswering.
+  // on without it: `call_wait_seconds` for checks and opens (a late open only hands its block to
+  // another holder), `write_wait_seconds` for what loses a replica when late (creating a
+  // temporary, publish, removal: a parallel file system's publish takes 100s of ms). After
+  // `not_answering_seconds` of one call the tier is kNotAnswering.
   double call_wait_seconds = 0.1;
+  double write_wait_seconds = 1.0;
   double not_answering_seconds = 1.0;
 };
 
@@ -144,6 +148,7 @@ class FileDevice final : public TierDevice {
   std::shared_ptr<const Directories> directories() const ABSL_LOCKS_EXCLUDED(dirs_mu_);
   std::string ChunkPath(const std::string& stem) const;
   bool shared() const { return !options_.node.empty(); }
+  int64_t WriteWaitNs() const { return static_cast<int64_t>(options_.write_wait_seconds * 1e9); }
   // Shared: the directories in use (`root`, `own`: those of a Directories) with their paths.
   SharedDirectories Shared(int root, int own) const { return {root, own, options_.path, own_path_}; }
 
