@@ -29,17 +29,19 @@ BlockingCallThread::BlockingCallThread(std::string name, int64_t wait_ns)
 }
 
 BlockingCallThread::~BlockingCallThread() {
-  bool hung;
+  bool busy;
   {
     absl::MutexLock lock(&state_->mu);
     state_->stop = true;
-    hung = state_->Hung(wait_ns_);
+    // A call running or queued may never return (not only one past the wait: one its caller
+    // stopped waiting for sooner, or one the thread has not started yet).
+    busy = state_->running != nullptr || !state_->queue.empty();
     state_->cv.SignalAll();
   }
-  if (hung) {
+  if (busy) {
     thread_.detach();  // it owns its state and its calls'; it ends once they have returned
   } else {
-    thread_.join();
+    thread_.join();  // idle: it ends at once
   }
 }
 

@@ -34,7 +34,8 @@ class BlockingCallThread {
  public:
   // `name`: what the calls are on, for messages ("tier directory /mnt/pfs/kvstream").
   BlockingCallThread(std::string name, int64_t wait_ns);
-  // Joins the thread, or leaves it to finish a hung call on its own (it owns what it uses).
+  // Joins the thread when it has nothing to do; else leaves it to finish its calls on its own (it
+  // owns what it uses), as they may never return.
   ~BlockingCallThread();
   BlockingCallThread(const BlockingCallThread&) = delete;
   BlockingCallThread& operator=(const BlockingCallThread&) = delete;

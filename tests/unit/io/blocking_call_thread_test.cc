@@ -89,5 +89,27 @@ TEST_CASE("destroyed while a call hangs: the thread finishes it on its own") {
   CHECK(*returned);
 }
 
+TEST_CASE("destroyed right after its caller stopped waiting: the thread finishes the call on its own") {
+  // The call was waited for 1 ms, far less than the thread's own wait: it is not hung by that
+  // measure, and may not even have started when the thread is destroyed.
+  auto frozen_until = std::make_shared<absl::Notification>();
+  auto returned = std::make_shared<std::atomic<bool>>(false);
+  {
+    BlockingCallThread calls("/sim/pfs", int64_t{10'000'000'000});
+    CHECK(NotAnswering(calls.Run(
+        "checking the tier directory",
+        [frozen_until, returned] {
+          frozen_until->WaitForNotification();
+          *returned = true;
+          return absl::OkStatus();
+        },
+        /*wait_ns=*/1'000'000)));
+  }  // does not wait for the call
+  frozen_until->Notify();
+  for (int i = 0; i < 200 && !*returned; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  CHECK(*returned);
+}
+
+
 }  // namespace
 }  // namespace kvstream::testing
