@@ -16,8 +16,13 @@ int64_t MonotonicNs() {
 
 }  // namespace
 
+const BlockingCallThread::Job* BlockingCallThread::State::Oldest() const {
+  return running != nullptr ? running.get() : queue.empty() ? nullptr : queue.front().get();
+}
+
 bool BlockingCallThread::State::Hung(int64_t wait_ns) const {
-  return running != nullptr && MonotonicNs() - started_ns > wait_ns;
+  const Job* oldest = Oldest();
+  return oldest != nullptr && MonotonicNs() - oldest->queued_ns >= wait_ns;
 }
 
 BlockingCallThread::BlockingCallThread(std::string name, int64_t wait_ns)
@@ -56,7 +61,6 @@ void BlockingCallThread::Serve(const std::shared_ptr<State>& state) {
       job = std::move(state->queue.front());
       state->queue.pop_front();
       state->running = job;
-      state->started_ns = MonotonicNs();
     }
     job->run();
     bool abandoned;
@@ -75,15 +79,16 @@ absl::Status BlockingCallThread::RunErased(const char* what, std::function<void(
                                            bool always, int64_t wait_ns) {
   State& s = *state_;
   if (wait_ns <= 0) wait_ns = wait_ns_;
-  const int64_t until = MonotonicNs() + wait_ns;
   auto job = std::make_shared<Job>();
+  job->queued_ns = MonotonicNs();
+  const int64_t until = job->queued_ns + wait_ns;
   job->what = what;
   job->run = std::move(run);
   job->undo = std::move(undo);
   absl::MutexLock lock(&s.mu);
   if (s.Hung(wait_ns_)) {  // no wait at all
-    const std::string why = absl::StrCat("the file system of ", name_, " does not answer (", s.running->what,
-                                         " has waited ", (MonotonicNs() - s.started_ns) / 1'000'000, " ms): ", what,
+    const std::string why = absl::StrCat("the file system of ", name_, " does not answer (", s.Oldest()->what,
+                                         " has waited ", (MonotonicNs() - s.Oldest()->queued_ns) / 1'000'000, " ms): ", what,
                                          always ? " waits behind it" : " is not tried");
     if (always) {
       job->abandoned = true;
@@ -127,12 +132,12 @@ absl::Status BlockingCallThread::RunAlways(const char* what, std::function<absl:
 
 int64_t BlockingCallThread::HungNs() const {
   absl::MutexLock lock(&state_->mu);
-  return state_->Hung(wait_ns_) ? MonotonicNs() - state_->started_ns : 0;
+  return state_->Hung(wait_ns_) ? MonotonicNs() - state_->Oldest()->queued_ns : 0;
 }
 
 std::string BlockingCallThread::HungCall() const {
   absl::MutexLock lock(&state_->mu);
-  return state_->Hung(wait_ns_) ? state_->running->what : "";
+  return state_->Hung(wait_ns_) ? state_->Oldest()->what : "";
 }
 
 }  // namespace kvstream

@@ -59,7 +59,7 @@ class BlockingCallThread {
   // Run, but a call the thread cannot start now (a hung call before it) is queued, not dropped.
   absl::Status RunAlways(const char* what, std::function<absl::Status()> call, int64_t wait_ns = 0);
 
-  // How long the call running now has run, when it has run past the wait (0: none has).
+  // How long the oldest call not done has waited, when that is past the wait (0: none has).
   int64_t HungNs() const;
   // What that call is ("" when none is hung).
   std::string HungCall() const;
@@ -67,6 +67,7 @@ class BlockingCallThread {
  private:
   struct Job {
     const char* what = "";
+    int64_t queued_ns = 0;  // when its caller handed it over: its wait counts from then
     std::function<void()> run, undo;
     bool done = false;
     bool abandoned = false;  // the caller stopped waiting: undo runs once it is done
@@ -76,9 +77,11 @@ class BlockingCallThread {
     absl::CondVar cv;
     std::deque<std::shared_ptr<Job>> queue ABSL_GUARDED_BY(mu);
     std::shared_ptr<Job> running ABSL_GUARDED_BY(mu);  // null when none runs
-    int64_t started_ns ABSL_GUARDED_BY(mu) = 0;        // when `running` started
     bool stop ABSL_GUARDED_BY(mu) = false;
-    // The call running now has run past `wait_ns`.
+    // The call not done for the longest: the one running, else the first queued (null: none).
+    const Job* Oldest() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+    // The oldest call has waited `wait_ns` since it was handed over (running or not yet started,
+    // as its caller counts: a thread slow to start it is as hung as a call that does not return).
     bool Hung(int64_t wait_ns) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   };
   absl::Status RunErased(const char* what, std::function<void()> run, std::function<void()> undo, bool always,
