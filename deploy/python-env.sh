@@ -7,18 +7,22 @@
 #             (tests/sglang/requirements-nodeps.txt), in $KVSTREAM_SGLANG_VENV or
 #             /var/tmp/kvstream-venv-sglang (about 3 minutes and 6 GiB);
 #   --sglang-gpu  the full sglang with its GPU kernels (tests/sglang/requirements-gpu.txt), for
-#             tools/gpu-check.sh, in /var/tmp/kvstream-venv-sglang-gpu.
+#             tools/gpu-check.sh, in /var/tmp/kvstream-venv-sglang-gpu;
+#   --s3      tests/s3/requirements.txt (moto's S3 server moto_server, boto3, pytest) for the S3
+#             tier's tests and tools/lib/s3.sh, in $KVSTREAM_S3_VENV or /var/tmp/kvstream-venv-s3
+#             (about 25 seconds and 350 MB; no kvstream package: nothing there imports it).
 # The requirements install once per environment (a stamp records what was installed); the kvstream
-# package from client/python is built (without network) and reinstalled on every call.
-# Usage: deploy/python-env.sh [--sglang | --sglang-gpu] [VENV]
+# package from client/python is built (without network) and reinstalled on every call (not --s3).
+# Usage: deploy/python-env.sh [--sglang | --sglang-gpu | --s3] [VENV]
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 case "${1:-}" in
-  -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
-  --sglang|--sglang-gpu|"") ;;
-  -*) echo "python-env: unknown option '$1' (usage: deploy/python-env.sh [--sglang | --sglang-gpu] [VENV])" >&2; exit 2 ;;
+  -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+  --sglang|--sglang-gpu|--s3|"") ;;
+  -*) echo "python-env: unknown option '$1' (usage: deploy/python-env.sh [--sglang | --sglang-gpu | --s3] [VENV])" >&2; exit 2 ;;
 esac
 case "${2:-}" in -*) echo "python-env: VENV must be a path, got '$2'" >&2; exit 2 ;; esac
+client=1  # the kvstream package goes into the environment (not into --s3's)
 if [ "${1:-}" = --sglang ]; then
   shift
   venv="${1:-${KVSTREAM_SGLANG_VENV:-/var/tmp/kvstream-venv-sglang}}"
@@ -29,6 +33,12 @@ elif [ "${1:-}" = --sglang-gpu ]; then
   venv="${1:-/var/tmp/kvstream-venv-sglang-gpu}"
   requirements="$root/tests/sglang/requirements-gpu.txt"
   nodeps=""
+elif [ "${1:-}" = --s3 ]; then
+  shift
+  venv="${1:-${KVSTREAM_S3_VENV:-/var/tmp/kvstream-venv-s3}}"
+  requirements="$root/tests/s3/requirements.txt"
+  nodeps=""
+  client=""
 else
   venv="${1:-${KVSTREAM_VENV:-/var/tmp/kvstream-venv}}"
   requirements="$root/tests/python/requirements.txt"
@@ -46,6 +56,7 @@ if [ ! -x "$venv/bin/python" ] || [ "$(cat "$venv/.kvstream-stamp" 2>/dev/null)"
   [ -z "$nodeps" ] || "${pip[@]}" --no-deps -r "$nodeps" >&2
   echo "$want" > "$venv/.kvstream-stamp"
 fi
+[ -n "$client" ] || { echo "$venv/bin/python"; exit 0; }
 # Built here, offline, by the environment's setuptools (>= 70.1 builds wheels without `wheel`) and
 # Debian's protoc (client/python/setup.py).
 "$venv/bin/python" -c 'import setuptools, sys; sys.exit(tuple(map(int, setuptools.__version__.split(".")[:2])) < (70, 1))' ||

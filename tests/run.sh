@@ -6,11 +6,19 @@
 # Python client, LMCache plugin and step-batching tests (pytest, against the built kvstreamd, with
 # real LMCache from PyPI in the virtual environment of deploy/python-env.sh), and the SGLang HiCache
 # backend tests (real SGLang host pools on CPU, in the environment of deploy/python-env.sh --sglang).
-# Usage: tests/run.sh   (build dirs: build/ and build-clang/, override with BUILD_DIR=...; venv: KVSTREAM_VENV)
+# Before ctest it makes the S3 environment (deploy/python-env.sh --s3: moto's S3 server, boto3) and
+# hands it to ctest's S3 tests as KVSTREAM_MOTO_SERVER (moto_server) and KVSTREAM_S3_PYTHON (its
+# python); they skip without them.
+# Usage: tests/run.sh   (build dirs: build/ and build-clang/, override with BUILD_DIR=...; venvs:
+#        KVSTREAM_VENV, KVSTREAM_SGLANG_VENV, KVSTREAM_S3_VENV)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${BUILD_DIR:-$root/build}"
 "$root/deploy/install-deps.sh"
+# The S3 tests' server and client (tools/lib/s3.sh, tests/s3/), for ctest below.
+s3_python="$("$root/deploy/python-env.sh" --s3)"
+export KVSTREAM_S3_PYTHON="$s3_python" KVSTREAM_MOTO_SERVER="${s3_python%/python}/moto_server"
+"$s3_python" -c "import boto3, moto.server" && [ -x "$KVSTREAM_MOTO_SERVER" ]   # so they run, not skip
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVSTREAM_WERROR=ON
 cmake --build "$build" -j "$(nproc)"
 (cd "$build" && ctest --output-on-failure --timeout 600 -j 2)
