@@ -62,6 +62,11 @@ check "  its port refuses" refuses "$endpoint"
 check "  S3_ENDPOINT unset" eq "${S3_ENDPOINT:-unset}" unset
 check "  a second stop does nothing" s3_server_stop
 
+# The scripts that source it run under set -euo pipefail: nothing in it may trip that.
+out=$(bash -c 'set -euo pipefail; source "$1/tools/lib/common.sh"; source "$1/tools/lib/s3.sh"
+  s3_server_start "$2"; s3_fault_start "$2"; s3_make_bucket strict; s3_put strict k /dev/null
+  s3_list strict; s3_fault stats > /dev/null; s3_fault_stop; s3_server_stop; echo done' _ "$root" "$work/strict" 2>&1)
+check "start, helpers and stop under set -euo pipefail" eq "$out" "$(printf '0 k\ndone')"
 err=$( (KVSTREAM_MOTO_SERVER=/bin/false S3_START_SECONDS=5 s3_server_start "$work/bad") 2>&1); rc=$?
 check "a moto_server that exits at start: s3_server_start dies" eq "$rc" 1
 check "  with its status" has "$err" "moto_server exited with status 1 before it answered"

@@ -96,7 +96,7 @@ s3_server_start() {
       tail -n 20 "$log" | sed 's/^/    /' >&2
       die "moto_server exited with status $status before it answered (log: $log)"
     fi
-    [ -n "$s3_port" ] || s3_port=$(grep -o 'Running on http://127\.0\.0\.1:[0-9]*' "$log" | head -1 | sed 's/.*://')
+    [ -n "$s3_port" ] || s3_port=$(grep -o 'Running on http://127\.0\.0\.1:[0-9]*' "$log" | head -1 | sed 's/.*://' || true)
     if [ -n "$s3_port" ] && s3cli --endpoint "http://127.0.0.1:$s3_port" ping 2> /dev/null; then
       break
     fi
