@@ -154,6 +154,7 @@ class Faults:
 class Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 128  # socketserver's 5 drops SYNs under 32 connecting clients (1 s retries)
 
     def __init__(self, addr, proxy, data):
         self.proxy, self.data = proxy, data
