@@ -2,9 +2,9 @@
 # A real S3 server on 127.0.0.1 for tests and benches: moto's standalone server (moto_server, from
 # the environment of deploy/python-env.sh --s3), helpers that drive it through boto3
 # (tools/harness/s3cli.py), and the fault-injecting proxy tools/harness/s3fault.py in front of it.
-# Source it after tools/lib/common.sh. No root. moto_server is $KVSTREAM_MOTO_SERVER, else
-# moto_server on PATH; the python with boto3 is $KVSTREAM_S3_PYTHON, else the python beside
-# moto_server (its venv's), else python3.
+# Source it after tools/lib/common.sh. No root. moto_server is $KVSTREAM_MOTO_SERVER, else the one
+# beside $KVSTREAM_S3_PYTHON (its venv's), else moto_server on PATH; the python with boto3 is
+# $KVSTREAM_S3_PYTHON, else the python beside moto_server (its venv's), else python3.
 #   s3_missing                 prints why the server cannot run here ("" when it can)
 #   s3_server_start [--auth] DIR   moto_server on a free port, its pid (DIR/moto.pid), port
 #                              (DIR/moto.port) and log (DIR/moto.log) in DIR; returns once it answers
@@ -45,6 +45,8 @@ s3_dir="" s3_pid="" s3_port="" s3_fault_pid="" s3_fault_control=""
 s3_moto_server() {
   if [ -n "${KVSTREAM_MOTO_SERVER:-}" ]; then
     echo "$KVSTREAM_MOTO_SERVER"
+  elif [ -n "${KVSTREAM_S3_PYTHON:-}" ] && [ -x "$(dirname "$KVSTREAM_S3_PYTHON")/moto_server" ]; then
+    echo "$(dirname "$KVSTREAM_S3_PYTHON")/moto_server"
   else
     command -v moto_server || true
   fi
