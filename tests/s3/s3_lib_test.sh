@@ -64,6 +64,7 @@ check "  a second stop does nothing" s3_server_stop
 
 # The scripts that source it run under set -euo pipefail: nothing in it may trip that.
 out=$(bash -c 'set -euo pipefail; source "$1/tools/lib/common.sh"; source "$1/tools/lib/s3.sh"
+  trap "s3_fault_stop; s3_server_stop" EXIT  # (when it fails half-way too)
   s3_server_start "$2"; s3_fault_start "$2"; s3_make_bucket strict; s3_put strict k /dev/null
   s3_list strict; s3_fault stats > /dev/null; s3_fault_stop; s3_server_stop; echo done' _ "$root" "$work/strict" 2>&1)
 check "start, helpers and stop under set -euo pipefail" eq "$out" "$(printf '0 k\ndone')"
