@@ -8,7 +8,7 @@ set -uo pipefail
 src=${1:?usage: check_include_layers.sh SRC_DIR}
 layers=(
   "util model"
-  "format"
+  "format s3"
   "index"
   "io"
   "memory sim"
