@@ -5,7 +5,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake pkg-config clang
   liburing-dev libabsl-dev libspdlog-dev libfmt-dev libxxhash-dev libsodium-dev libssl-dev
-  libexpat1-dev
+  libcurl4-openssl-dev libexpat1-dev
   catch2 libyaml-cpp-dev libcli11-dev nlohmann-json3-dev gnuplot-nox
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler prometheus
   fio e2fsprogs util-linux libfuse3-dev fuse3 glusterfs-server glusterfs-client strace
