@@ -22,6 +22,8 @@ const ConfigCondition kIsolationUid{"sessions.isolation uid", "sessions.isolatio
                                     }};
 const ConfigCondition kSharedTier{"shared tiers", "tiers[].shared", "true",
                                   [](const DaemonConfig&, const TierConfig* t) { return t->shared; }};
+const ConfigCondition kS3Tier{"s3 tiers", "tiers[].type", "s3",
+                              [](const DaemonConfig&, const TierConfig* t) { return t->type == TierType::kS3; }};
 const ConfigCondition kQueueDepthAuto{"queue_depth auto", "tiers[].queue_depth", "auto",
                                       [](const DaemonConfig&, const TierConfig* t) { return t->queue_depth == 0; }};
 
@@ -218,6 +220,47 @@ std::vector<ConfigKey> Table() {
       {.name = "tiers[].name", .type = "name", .absent = "required", .required = true, .store_field = "name",
        .read = [](Value v, Config, Tier t) { t->name = v.Str(); },
        .doc = "1-32 of [A-Za-z0-9_-]; a tier over drives is <name>.0, <name>.1, ... in stats"},
+      {.name = "tiers[].type", .type = "directory | s3", .default_value = "directory", .store_field = "type",
+       .read =
+           [](Value v, Config, Tier t) {
+             const std::string type = v.Str();
+             if (type != "directory" && type != "s3") v.Fail(" must be directory or s3");
+             t->type = type == "s3" ? TierType::kS3 : TierType::kDirectory;
+           },
+       .doc = "a directory of chunk files, or objects in an S3-compatible bucket"},
+      {.name = "tiers[].endpoint", .type = "URL", .absent = "required", .when = &kS3Tier,
+       .store_field = "s3.endpoint", .read = [](Value v, Config, Tier t) { t->s3.endpoint = v.Str(); },
+       .doc = "http://host[:port] or https://host[:port] of the object store"},
+      {.name = "tiers[].bucket", .type = "name", .absent = "required", .when = &kS3Tier,
+       .store_field = "s3.bucket", .read = [](Value v, Config, Tier t) { t->s3.bucket = v.Str(); },
+       .doc = "the bucket (it must exist)"},
+      {.name = "tiers[].prefix", .type = "key prefix", .absent = "none (the bucket's top)", .when = &kS3Tier,
+       .store_field = "s3.prefix", .read = [](Value v, Config, Tier t) { t->s3.prefix = v.Str(); },
+       .doc = "where in the bucket the tier's objects are (empty or ending in /)"},
+      {.name = "tiers[].region", .type = "name", .default_value = "us-east-1", .when = &kS3Tier,
+       .store_field = "s3.region", .read = [](Value v, Config, Tier t) { t->s3.region = v.Str(); },
+       .doc = "the region requests are signed for"},
+      {.name = "tiers[].credentials_file", .type = "absolute path", .absent = "the AWS_* environment variables",
+       .when = &kS3Tier, .store_field = "s3.credentials_file",
+       .read = [](Value v, Config, Tier t) { t->s3.credentials_file = v.Str(); },
+       .doc = "an AWS shared-credentials file, mode 0600"},
+      {.name = "tiers[].credentials_profile", .type = "name", .default_value = "default", .when = &kS3Tier,
+       .store_field = "s3.credentials_profile",
+       .read = [](Value v, Config, Tier t) { t->s3.credentials_profile = v.Str(); },
+       .doc = "the profile of credentials_file"},
+      {.name = "tiers[].virtual_hosted", .type = "bool", .default_value = "false", .when = &kS3Tier,
+       .store_field = "s3.virtual_hosted", .read = [](Value v, Config, Tier t) { t->s3.virtual_hosted = v.Bool(); },
+       .doc = "address bucket.host/key instead of host/bucket/key"},
+      {.name = "tiers[].tls_verify", .type = "bool", .default_value = "true", .when = &kS3Tier,
+       .store_field = "s3.verify_tls", .read = [](Value v, Config, Tier t) { t->s3.verify_tls = v.Bool(); },
+       .doc = "https: check the server's certificate and host name"},
+      {.name = "tiers[].ca_file", .type = "path", .absent = "the system's CA certificates", .when = &kS3Tier,
+       .store_field = "s3.ca_file", .read = [](Value v, Config, Tier t) { t->s3.ca_file = v.Str(); },
+       .doc = "https: the CA certificates to trust"},
+      {.name = "tiers[].request_timeout", .type = "duration", .default_value = "30s", .when = &kS3Tier,
+       .store_field = "s3.request_timeout_seconds",
+       .read = [](Value v, Config, Tier t) { t->s3.request_timeout_seconds = v.Seconds(); },
+       .doc = "one attempt of one request (failed ones are retried with backoff)"},
       {.name = "tiers[].path", .type = "path", .absent = "drives instead", .store_field = "path",
        .read = [](Value v, Config, Tier t) { t->path = v.Str(); },
        .doc = "the tier's directory (or drives)"},

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <set>
+#include <string_view>
 #include <utility>
 
 #include <unistd.h>
@@ -88,6 +89,9 @@ absl::StatusOr<std::vector<ExpandedTier>> ExpandDrives(std::vector<TierConfig> t
       return refuse("drives", given, absl::StrCat("tier '", t.name, "' has both a path and drives: it needs either "
                                                   "'path' (one directory) or 'drives' (one directory per drive)"));
     }
+    if (t.type == TierType::kS3) {
+      return refuse("drives", given, absl::StrCat("s3 tier '", t.name, "' takes a bucket, not drives"));
+    }
     if (t.shared) {
       return refuse("drives", given, absl::StrCat("shared tier '", t.name, "' takes one path, not drives "
                                                   "(its file system spreads the files over its servers)"));
@@ -110,8 +114,60 @@ absl::StatusOr<std::vector<ExpandedTier>> ExpandDrives(std::vector<TierConfig> t
   return out;
 }
 
+bool AllOf(std::string_view s, std::string_view allowed) {
+  return s.find_first_not_of(allowed) == std::string_view::npos;
+}
+
+// The checks of an s3 tier; names it s3://bucket/prefix in `path` (for people and for the check
+// that no two tiers share one place).
+absl::Status ValidateS3Tier(TierConfig& t, int given, const Refusal& refuse) {
+  const S3TierConfig& s3 = t.s3;
+  const auto bad = [&](const char* field, const std::string& why) {
+    return refuse(field, given, absl::StrCat("s3 tier '", t.name, "' ", why));
+  };
+  const std::string named = absl::StrCat("s3://", s3.bucket, "/", s3.prefix);  // what an earlier validation set
+  if ((!t.path.empty() && t.path != named) || !t.drives.empty()) {
+    return bad("path", "takes endpoint and bucket, not a path");
+  }
+  const std::string_view endpoint = s3.endpoint;
+  const size_t host = endpoint.starts_with("https://") ? 8 : endpoint.starts_with("http://") ? 7 : 0;
+  if (host == 0 || endpoint.size() == host || endpoint.size() > 256 ||
+      !AllOf(endpoint.substr(host), "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-:[]")) {
+    return bad("s3.endpoint", "needs an endpoint http://host[:port] or https://host[:port] (no path)");
+  }
+  // S3's bucket names: 3-63 of lower-case letters, digits, dots and hyphens.
+  if (s3.bucket.size() < 3 || s3.bucket.size() > 63 || !AllOf(s3.bucket, "abcdefghijklmnopqrstuvwxyz0123456789.-")) {
+    return bad("s3.bucket", "needs a bucket name of 3-63 lower-case letters, digits, dots and hyphens");
+  }
+  if (s3.prefix.size() > 256 || s3.prefix.starts_with('/') || (!s3.prefix.empty() && !s3.prefix.ends_with('/')) ||
+      s3.prefix.find("//") != std::string::npos || s3.prefix.find("..") != std::string::npos ||
+      !AllOf(s3.prefix, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/_.-")) {
+    return bad("s3.prefix", "prefix must be empty or up to 256 of [A-Za-z0-9/_.-] ending in '/', without '//' or '..'");
+  }
+  if (s3.region.empty() || s3.region.size() > 32 || !AllOf(s3.region, "abcdefghijklmnopqrstuvwxyz0123456789-")) {
+    return bad("s3.region", "region must be 1-32 of [a-z0-9-]");
+  }
+  if (!s3.credentials_file.empty() && s3.credentials_file[0] != '/') {
+    return bad("s3.credentials_file", "credentials_file must be an absolute path");
+  }
+  if (!(s3.request_timeout_seconds > 0 && s3.request_timeout_seconds <= 600)) {
+    return bad("s3.request_timeout_seconds", "request_timeout must be above 0 and at most 600 seconds");
+  }
+  if (t.owner_uid != -1 || t.owner_gid != -1) return bad("owner_uid", "has no file owners: owner_uid/owner_gid do not apply");
+  t.path = named;
+  // Objects answer in tens of milliseconds and read fast only with many requests in flight.
+  if (t.queue_depth == 0) {
+    if (t.queue_depth_max == 0) t.queue_depth_max = kS3AutoMaxQueueDepth;
+    t.queue_depth = std::min(kS3DefaultQueueDepth, t.queue_depth_max);
+  }
+  return absl::OkStatus();
+}
+
 // The checks of one tier (of the expanded tiers); fills its queue depths.
 absl::Status ValidateTier(TierConfig& t, int given, uint32_t block_size, const Refusal& refuse) {
+  if (t.type == TierType::kS3) {
+    if (absl::Status s = ValidateS3Tier(t, given, refuse); !s.ok()) return s;
+  }
   if (t.path.empty()) {
     return refuse("path", given, absl::StrCat("tier '", t.name, "' has no path: it needs either 'path' (one "
                                               "directory) or 'drives' (one directory per drive)"));

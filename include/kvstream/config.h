@@ -11,9 +11,31 @@
 
 namespace kvstream {
 
+// An object-store tier (TierConfig::type kS3): chunks as objects `<prefix><stem>` in a bucket of an
+// S3-compatible store, read with ranged GETs, written with PUTs (docs/operations.md, "Object-store
+// tiers").
+struct S3TierConfig {
+  std::string endpoint;  // scheme://host[:port]: http://127.0.0.1:9000, https://s3.eu-west-1.amazonaws.com
+  std::string bucket;
+  std::string prefix;    // key prefix of this tier's objects ("" or ending in '/'), e.g. "kvstream/"
+  std::string region = "us-east-1";
+  // An AWS shared-credentials file (mode 0600 or stricter) and its profile; "" = the environment's
+  // AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN.
+  std::string credentials_file;
+  std::string credentials_profile = "default";
+  bool virtual_hosted = false;  // bucket.host/key instead of host/bucket/key
+  bool verify_tls = true;       // https: check the server's certificate and name
+  std::string ca_file;          // "" = the system's CA bundle
+  double request_timeout_seconds = 30;  // one attempt of one request
+};
+
+enum class TierType : uint8_t { kDirectory, kS3 };
+
 struct TierConfig {
   std::string name;                 // unique, [A-Za-z0-9_-]{1,32}
-  std::string path;                 // directory; created if missing (or `drives`, below)
+  std::string path;                 // directory; created if missing (or `drives`, below). An s3
+                                    // tier (`type`, below): set by ValidateConfig to
+                                    // s3://bucket/prefix, for people
   uint64_t capacity_bytes = 0;      // on-disk bytes (headers + padded payloads); > 0
   uint32_t queue_depth = 0;         // reads in flight; 0 = auto: from DefaultQueueDepth, grown
                                     // while that raises the tier's bandwidth (queue_depth_max)
@@ -46,6 +68,9 @@ struct TierConfig {
   // grows while the tier reads faster for it, up to this (0: ValidateConfig sets
   // AutoMaxQueueDepth); with a queue_depth given, a 0 here becomes queue_depth (fixed).
   uint32_t queue_depth_max = 0;
+  // A directory of chunk files, or objects in an S3-compatible bucket (then `s3` says which).
+  TierType type = TierType::kDirectory;
+  S3TierConfig s3{};
 };
 
 struct StoreConfig {
@@ -116,6 +141,10 @@ uint32_t DefaultQueueDepth(uint32_t block_size);
 // The most reads in flight per tier under queue_depth auto: about 32 MiB (a 25 GB/s file system
 // at about 1 ms per read), at least DefaultQueueDepth and at most 128.
 uint32_t AutoMaxQueueDepth(uint32_t block_size);
+// An s3 tier under queue_depth auto: an object store answers in tens of milliseconds and gives
+// its bandwidth only to many requests at once, so its depth starts at 16 and grows up to 256.
+inline constexpr uint32_t kS3DefaultQueueDepth = 16;
+inline constexpr uint32_t kS3AutoMaxQueueDepth = 256;
 
 // What ValidateConfig refused: the field at fault as StoreConfig or TierConfig names it
 // ("tenant_tier_share", "capacity_bytes"; empty where no one field is), and for a tier's field

@@ -60,7 +60,7 @@ TEST_CASE("the documented default config parses into the documented values") {
 
 // The commented example between "# --- Example: a GPU node" and "# --- end of example" in the
 // default config, uncommented, in place of its tiers.
-TEST_CASE("the GPU node example of the default config parses: one tier over four drives and a PFS") {
+TEST_CASE("the GPU node example of the default config parses: four drives, a PFS, an object store") {
   std::ifstream in(KVSTREAM_SOURCE_DIR "/deploy/kvstreamd.yaml");
   std::string line, yaml;
   bool inside = false;
@@ -74,7 +74,7 @@ TEST_CASE("the GPU node example of the default config parses: one tier over four
   auto c = ParseDaemonConfig(yaml, "gpu-node example");
   INFO(yaml << c.status().ToString());
   REQUIRE(c.ok());
-  REQUIRE(c->store.tiers.size() == 5);
+  REQUIRE(c->store.tiers.size() == 6);
   uint64_t nvme = 0;
   for (int d = 0; d < 4; ++d) {
     CHECK(c->store.tiers[d].name == "nvme." + std::to_string(d));
@@ -86,6 +86,40 @@ TEST_CASE("the GPU node example of the default config parses: one tier over four
   CHECK(c->store.tiers[4].name == "pfs");
   CHECK(c->store.tiers[4].shared);
   CHECK(c->store.tiers[4].queue_depth_max == 64);
+  const TierConfig& objects = c->store.tiers[5];
+  CHECK(objects.name == "objects");
+  CHECK(objects.type == TierType::kS3);
+  CHECK(objects.s3.endpoint == "https://s3.us-east-1.amazonaws.com");
+  CHECK(objects.s3.bucket == "kvcache-prod");
+  CHECK(objects.path == "s3://kvcache-prod/kvstream/");
+  CHECK(objects.s3.request_timeout_seconds == 30);
+  CHECK(objects.queue_depth == kS3DefaultQueueDepth);
+  CHECK(objects.queue_depth_max == kS3AutoMaxQueueDepth);
+}
+
+TEST_CASE("an s3 tier needs an endpoint and a bucket, and refuses a path or a bad prefix") {
+  const auto refused = [](const std::string& tier) {
+    auto c = ParseDaemonConfig("tiers:\n  - {name: a, path: /a, capacity: 1GiB}\n  - {name: o, type: s3, capacity: 1GiB, " +
+                                   tier + "}\n",
+                               "test.yaml");
+    return c.ok() ? std::string() : std::string(c.status().message());
+  };
+  CHECK(refused("endpoint: http://127.0.0.1:9000, bucket: kvs").empty());
+  CHECK(refused("endpoint: http://127.0.0.1:9000, bucket: kvs, prefix: a/b/").empty());
+  CHECK(refused("bucket: kvs").find("needs an endpoint") != std::string::npos);
+  CHECK(refused("endpoint: ftp://host, bucket: kvs").find("needs an endpoint") != std::string::npos);
+  CHECK(refused("endpoint: http://host/path, bucket: kvs").find("needs an endpoint") != std::string::npos);
+  CHECK(refused("endpoint: http://host").find("bucket name") != std::string::npos);
+  CHECK(refused("endpoint: http://host, bucket: Upper_Case").find("bucket name") != std::string::npos);
+  CHECK(refused("endpoint: http://host, bucket: kvs, prefix: a").find("prefix") != std::string::npos);
+  CHECK(refused("endpoint: http://host, bucket: kvs, prefix: ../x/").find("prefix") != std::string::npos);
+  CHECK(refused("endpoint: http://host, bucket: kvs, prefix: /x/").find("prefix") != std::string::npos);
+  CHECK(refused("endpoint: http://host, bucket: kvs, path: /x").find("not a path") != std::string::npos);
+  CHECK(refused("endpoint: http://host, bucket: kvs, credentials_file: rel").find("absolute") != std::string::npos);
+  CHECK(refused("endpoint: http://host, bucket: kvs, owner_uid: 5").find("owner") != std::string::npos);
+  const auto tape = ParseDaemonConfig("tiers:\n  - {name: t, type: tape, path: /t, capacity: 1GiB}\n", "test.yaml");
+  REQUIRE_FALSE(tape.ok());
+  CHECK(tape.status().message().find("directory or s3") != std::string::npos);
 }
 
 TEST_CASE("queue_depth: a number, or auto with an optional ceiling") {
