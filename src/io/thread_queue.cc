@@ -102,6 +102,7 @@ int ThreadQueue::Transfer(const IoRequest& r) {
     case IoKind::kRead: n = pread(r.file, buf, remaining, offset); break;
     case IoKind::kWrite: n = pwrite(r.file, buf, remaining, offset); break;
     case IoKind::kSync: n = fdatasync(r.file); break;
+    case IoKind::kCommit: return -EINVAL;  // never queued: files commit with CommitTemp
   }
   return n < 0 ? -errno : static_cast<int>(n);
 }

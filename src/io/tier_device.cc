@@ -15,6 +15,7 @@ std::string_view ToString(IoStatus status) {
     case IoStatus::kGone: return "gone";
     case IoStatus::kNoSpace: return "no_space";
     case IoStatus::kFailed: return "failed";
+    case IoStatus::kExists: return "exists";
   }
   return "?";
 }

@@ -16,7 +16,10 @@
 
 namespace kvstream {
 
-enum class IoKind : uint8_t { kRead, kWrite, kSync };
+// kCommit (devices with DeviceProperties::async_commit only): publishes a temporary whose writes
+// have completed, as CommitTemp does, but queued: its completion says how it went (kExists: another
+// node published the name first, as CommitTemp's AlreadyExists).
+enum class IoKind : uint8_t { kRead, kWrite, kSync, kCommit };
 
 // A handle to an open chunk file of a device (a file descriptor for FileDevice).
 using FileHandle = int32_t;
@@ -30,6 +33,7 @@ enum class IoStatus : uint8_t {
   kGone,        // ENOENT, ESTALE, ENOTCONN...: the file or its file system went away
   kNoSpace,     // ENOSPC, EDQUOT
   kFailed,      // anything else (ENOMEM, ECANCELED, EINVAL...): says nothing about the copy
+  kExists,      // a kCommit on a shared device: another node published the name first
 };
 std::string_view ToString(IoStatus status);
 IoStatus IoStatusOfErrno(int error);
@@ -87,6 +91,15 @@ struct DeviceProperties {
   // How reads and writes reach the kernel, for stats and the log: "io_uring", "threads", or
   // "io_uring, reads on threads" (CPU-copy reads).
   const char* io_engine = "io_uring";
+  // A temporary is published by a queued IoKind::kCommit, not by CommitTemp (an object store, whose
+  // upload takes as long as a read: the loop never waits for it).
+  bool async_commit = false;
+  // A committed replica survives a power cut without a sync (an object store's acknowledged PUT):
+  // counted as synced under any fsync policy.
+  bool durable_commit = false;
+  // Abandon returns only once the device writes nothing more into the request's buffer (it stops
+  // the transfer), so a hedge may read the block into the same memory at once.
+  bool abandon_is_final = false;
 };
 
 struct ScannedChunk {

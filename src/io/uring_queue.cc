@@ -76,6 +76,7 @@ void UringQueue::Prepare(IoRequest* r) {
       }
       break;
     case IoKind::kSync: io_uring_prep_fsync(sqe, r->file, IORING_FSYNC_DATASYNC); break;
+    case IoKind::kCommit: io_uring_prep_nop(sqe); break;  // never queued: files commit with CommitTemp
   }
   if (never_inline_) io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
   io_uring_sqe_set_data(sqe, r);

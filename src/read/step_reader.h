@@ -214,6 +214,10 @@ class StepReader {
   std::span<const TierPace> Pace();
   void ReadLate(int tier, ReadSlot* slot, int64_t now);
   void ReadLanded(int tier, ReadSlot* slot, int64_t now);
+  // Whether the slot's read may be abandoned now without its bytes being seen: it lands in a bounce
+  // buffer, or its device writes nothing more once Abandon returns (abandon_is_final), or the
+  // pages it reads into are taken back from it.
+  bool MayAbandon(int tier, ReadSlot* slot);
   // Abandons the slot's read and gives its block to another holder; false when that is unsafe
   // (a read straight into memory that cannot be taken back) or nobody else holds the chunk.
   bool Hedge(int tier, ReadSlot* slot);

@@ -61,8 +61,7 @@ void StepReader::GiveUp(int t, ReadSlot* slot) {
     Hedge(t, slot);
     return;
   }
-  const bool safe = slot->buffer != slot->dst ||
-                    regions_->TakeBack(t, slot->region, static_cast<uint8_t*>(slot->buffer), slot->length);
+  const bool safe = MayAbandon(t, slot);
   if (!safe) {
     spdlog::warn("tier {}: the late read of '{}' cannot be given up (it reads straight into memory the store cannot "
                  "take back); its step waits for it",
@@ -188,15 +187,18 @@ void StepReader::ReadLanded(int t, ReadSlot* slot, int64_t now) {
   }
 }
 
+bool StepReader::MayAbandon(int t, ReadSlot* slot) {
+  return slot->buffer != slot->dst || tiers_[t]->device->properties().abandon_is_final ||
+         regions_->TakeBack(t, slot->region, static_cast<uint8_t*>(slot->buffer), slot->length);
+}
+
 bool StepReader::Hedge(int t, ReadSlot* slot) {
   auto* step = static_cast<ReadStep*>(slot->ref.step);
   const StepChunk& chunk = step->chunks[step->blocks[slot->ref.block].chunk];
   if ((chunk.holders & ~(1u << t)) == 0) return false;
   // The abandoned read must not be seen: it lands in the slot's bounce buffer (taken until then),
   // or in registered memory the store takes back from it.
-  const bool safe = slot->buffer != slot->dst ||
-                    regions_->TakeBack(t, slot->region, static_cast<uint8_t*>(slot->buffer), slot->length);
-  if (!safe) return false;
+  if (!MayAbandon(t, slot)) return false;
   tiers_[t]->device->Abandon(slot);
   pool_->Reissue(slot->ref, t);
   ++tiers_[t]->counters.hedged_reads;

@@ -104,8 +104,8 @@ uint32_t StepReader::HoldOrTakeBack(ReadStep* step, uint32_t chunk) {
       if (slot.state == ReadState::kFree || slot.held || slot.ref.step != step || slot.buffer != slot.dst) continue;
       const StepBlock& blk = step->blocks[slot.ref.block];
       if (blk.chunk != chunk || blk.state != BlockState::kInFlight) continue;
-      if (regions_->TakeBack(static_cast<int>(t), slot.region, static_cast<uint8_t*>(slot.buffer), slot.length)) {
-        tiers_[t]->device->Abandon(&slot);  // lands in pages nobody maps any more
+      if (MayAbandon(static_cast<int>(t), &slot)) {
+        tiers_[t]->device->Abandon(&slot);  // lands in pages nobody maps any more, or nowhere
         continue;
       }
       slot.held = true;

@@ -15,6 +15,7 @@ SimOp SimOpOf(IoKind kind) {
     case IoKind::kRead: return SimOp::kRead;
     case IoKind::kWrite: return SimOp::kWrite;
     case IoKind::kSync: return SimOp::kSync;
+    case IoKind::kCommit: break;  // never queued: SimDevice commits with CommitTemp
   }
   return SimOp::kRead;
 }

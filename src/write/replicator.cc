@@ -203,6 +203,17 @@ void Replicator::Complete(int t, const IoCompletion& c) {
     tier.counters.write_seconds.Observe(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - slot.issued).count());
   }
+  if (slot.kind == IoKind::kCommit) {  // the device's answer to Commit's queued publish
+    if (c.status == IoStatus::kExists) {
+      PublishedElsewhere(job, t);
+    } else if (c.status != IoStatus::kOk) {
+      tier.device->AbortTemp(r.temp);
+      Committed(job, t, ErrnoStatus(c.error, absl::StrCat("publishing on tier ", tier.name, " failed")));
+    } else {
+      Committed(job, t, absl::OkStatus());
+    }
+    return;
+  }
   if (c.status != IoStatus::kOk && r.error.ok()) {
     r.error = ErrnoStatus(c.error, absl::StrCat("write to tier ", tier.name, " failed"));
     WriteFailed(t, r.error);
@@ -250,12 +261,30 @@ void Replicator::Commit(Job* job, int t) {
     FinishReplica(job, t, absl::OkStatus());  // done, not written: a newer write holds the key
     return;
   }
-  const bool sync = config_.fsync == FsyncPolicy::kChunk;
-  absl::Status committed = tier.device->CommitTemp(r.temp, chunk.stem, sync);
+  if (tier.device->properties().async_commit) {  // answered in Complete
+    TierSlots& ts = slots_[t];
+    WriteSlot& slot = ts.slots[ts.free.back()];
+    ts.free.pop_back();
+    slot.job = job;
+    slot.Set(IoKind::kCommit, r.temp, 0, 0, nullptr);
+    slot.issued = std::chrono::steady_clock::now();
+    tier.device->Queue(&slot);
+    r.state = State::kCommitting;
+    ++r.in_flight;
+    return;
+  }
+  absl::Status committed = tier.device->CommitTemp(r.temp, chunk.stem, config_.fsync == FsyncPolicy::kChunk);
   if (absl::IsAlreadyExists(committed)) {
     PublishedElsewhere(job, t);
     return;
   }
+  Committed(job, t, committed);
+}
+
+void Replicator::Committed(Job* job, int t, const absl::Status& committed) {
+  Tier& tier = *tiers_[t];
+  const StagedChunk& chunk = *job->chunk;
+  const bool sync = config_.fsync == FsyncPolicy::kChunk || tier.device->properties().durable_commit;
   std::vector<Victim> stale;
   {
     absl::MutexLock lock(&index_->mu());

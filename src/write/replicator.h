@@ -48,7 +48,7 @@ class Replicator {
   bool idle() const { return jobs_.empty(); }
 
  private:
-  enum class State { kPending, kWriting, kSyncing, kDone, kFailed };
+  enum class State { kPending, kWriting, kSyncing, kCommitting, kDone, kFailed };
   struct Replica {
     State state = State::kDone;  // tiers not targeted count as done-and-absent
     bool secondary = false;      // adaptive: a copy beyond the primary, written when idle
@@ -82,7 +82,10 @@ class Replicator {
   int ChooseDrive(int first);
   bool StartReplica(Job* job, int tier);
   void IssueWrites(Job* job, int tier, bool during_reads);
+  // Publishes a written (and synced) replica: CommitTemp, or a queued IoKind::kCommit on a device
+  // with async_commit (Committed runs when it completes).
   void Commit(Job* job, int tier);
+  void Committed(Job* job, int tier, const absl::Status& committed);
   // A shared tier's commit found the key published by another node first: its file stands, and
   // holds the chunk for this node too when it has the same bytes.
   void PublishedElsewhere(Job* job, int tier);
