@@ -255,7 +255,7 @@ void S3Loop::StartAttempt(S3Exchange& ex) {
   ex.upload_offset = 0;
   ResetAnswer(ex);
 
-  SigV4Request request{ex.method, ex.path, ex.query, ex.headers, ex.payload_sha256};
+  SigV4Request request{ex.method, ex.path, ex.query, ex.headers, ex.payload_sha256, /*query_slash_as_is=*/true};
   request.headers.emplace_back("host", host_);
   const SigV4Signed s = SignV4(request, key_, static_cast<int64_t>(std::time(nullptr)));
   curl_slist* list = nullptr;

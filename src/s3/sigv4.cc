@@ -103,10 +103,10 @@ std::string UriEncode(std::string_view text, bool keep_slash) {
   return out;
 }
 
-std::string CanonicalQueryString(std::vector<std::pair<std::string, std::string>> params) {
+std::string CanonicalQueryString(std::vector<std::pair<std::string, std::string>> params, bool keep_slash_in_values) {
   for (auto& [name, value] : params) {
     name = UriEncode(name, false);
-    value = UriEncode(value, false);
+    value = UriEncode(value, keep_slash_in_values);
   }
   std::sort(params.begin(), params.end());
   std::string out;
@@ -151,7 +151,7 @@ SigV4Signed SignV4(const SigV4Request& request, const SigV4Key& key, int64_t uni
   }
 
   signed_request.encoded_path = UriEncode(request.path.empty() ? "/" : request.path, true);
-  signed_request.canonical_query = CanonicalQueryString(request.query);
+  signed_request.canonical_query = CanonicalQueryString(request.query, request.query_slash_as_is);
   std::string& creq = signed_request.canonical_request;
   creq = request.method + '\n' + signed_request.encoded_path + '\n' + signed_request.canonical_query + '\n' +
          canonical_headers + '\n' + signed_headers + '\n' + request.payload_sha256;

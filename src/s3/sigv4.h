@@ -31,7 +31,8 @@ std::string UriEncode(std::string_view text, bool keep_slash);
 
 // The canonical query string of `params` (names and values not yet encoded): each encoded, sorted
 // by encoded name then value, joined as name=value&... (a name without a value is "name=").
-std::string CanonicalQueryString(std::vector<std::pair<std::string, std::string>> params);
+std::string CanonicalQueryString(std::vector<std::pair<std::string, std::string>> params,
+                                 bool keep_slash_in_values = false);
 
 struct SigV4Request {
   std::string method;  // GET, PUT, ...
@@ -40,6 +41,10 @@ struct SigV4Request {
   std::vector<std::pair<std::string, std::string>> headers;  // to sign, host among them; any case;
                                                              // a repeated name is joined with ','
   std::string payload_sha256;  // hex, kEmptyPayloadSha256 or kUnsignedPayload
+  // '/' in query values kept as it is (sent and signed so), as AWS's Python SDK (botocore) does:
+  // S3 takes either form, and some S3-compatible servers (moto) verify a signature only over the
+  // query as they received it, which they decode and re-encode with '/' kept.
+  bool query_slash_as_is = false;
 };
 
 struct SigV4Key {
