@@ -9,9 +9,40 @@
 #include "io/cluster_key_file.h"
 #include "io/event_reactor.h"
 #include "io/file_device.h"
+#include "io/s3_device.h"
+#include "s3/s3_client.h"
 #include "spdlog/spdlog.h"
 
 namespace kvstream {
+
+namespace {
+
+// An s3 tier's device, from its configuration and the options a file tier would have.
+absl::StatusOr<std::unique_ptr<S3Device>> OpenS3Tier(const TierConfig& t, const StoreConfig& config,
+                                                     const FileDeviceOptions& like) {
+  absl::StatusOr<S3Credentials> credentials = LoadS3Credentials(t.s3.credentials_file, t.s3.credentials_profile);
+  if (!credentials.ok()) return credentials.status();
+  S3DeviceOptions options;
+  options.client.endpoint = t.s3.endpoint;
+  options.client.bucket = t.s3.bucket;
+  options.client.region = t.s3.region;
+  options.client.virtual_hosted = t.s3.virtual_hosted;
+  options.client.credentials = *std::move(credentials);
+  options.client.verify_tls = t.s3.verify_tls;
+  options.client.ca_file = t.s3.ca_file;
+  options.client.request_timeout_seconds = t.s3.request_timeout_seconds;
+  options.prefix = t.s3.prefix;
+  options.path = t.path;
+  options.read_depth = like.read_depth;
+  options.write_depth = like.write_depth;
+  options.event_fd = like.event_fd;
+  options.mac_key = like.mac_key;
+  options.require_mac = like.require_mac;
+  if (t.shared) options.node = config.node;
+  return S3Device::Open(std::move(options));
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StoreConfig& raw) {
   absl::StatusOr<StoreConfig> config = ValidateConfig(raw);
@@ -52,10 +83,21 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StoreConfig& raw) {
     }
   }
   uint32_t io_workers = 0;  // one per request the loop can have in flight on any device
-  for (const FileDeviceOptions& options : tier_options) io_workers += options.read_depth + options.write_depth;
+  for (size_t i = 0; i < tier_options.size(); ++i) {
+    if (config->tiers[i].type == TierType::kDirectory) io_workers += tier_options[i].read_depth + tier_options[i].write_depth;
+  }
   std::vector<std::unique_ptr<TierDevice>> devices;
   for (size_t i = 0; i < tier_options.size(); ++i) {
     const TierConfig& t = config->tiers[i];
+    if (t.type == TierType::kS3) {
+      absl::StatusOr<std::unique_ptr<S3Device>> device = OpenS3Tier(t, *config, tier_options[i]);
+      if (!device.ok()) {
+        return absl::Status(device.status().code(), absl::StrCat("tier '", t.name, "': ", device.status().message()));
+      }
+      spdlog::info("tier {} ({} at {}): objects", t.name, t.path, t.s3.endpoint);
+      devices.push_back(*std::move(device));
+      continue;
+    }
     tier_options[i].io_workers = io_workers;
     absl::StatusOr<std::unique_ptr<FileDevice>> device = FileDevice::Open(tier_options[i]);
     if (!device.ok()) {

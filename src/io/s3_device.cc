@@ -1,0 +1,622 @@
+#include "io/s3_device.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "format/chunk_format.h"
+#include "format/index_checkpoint.h"
+#include "io/chunk_files.h"
+#include "spdlog/spdlog.h"
+
+namespace kvstream {
+namespace {
+
+int64_t MonotonicNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+constexpr char kIndexName[] = ".kvstream.index";
+constexpr char kNodesDir[] = ".nodes/";
+constexpr size_t kStemLength = 32;
+// The largest object a replica may grow to: the largest header and payload the format holds.
+constexpr uint64_t kMaxObjectBytes = kMaxHeaderBytes + kMaxPayloadBytes + kFileAlignment;
+// Header reads of a cold scan in flight at once.
+constexpr size_t kScanReadsInFlight = 64;
+
+// What an S3 outcome means for a data operation, as a file's errno would (tier_device.h).
+IoCompletion CompletionOf(IoRequest* request, const S3Result& result) {
+  IoCompletion c{request, IoStatus::kOk, 0};
+  switch (result.outcome) {
+    case S3Outcome::kOk: break;
+    case S3Outcome::kNotFound: c = {request, IoStatus::kGone, ENOENT}; break;
+    case S3Outcome::kPreconditionFailed: c = {request, IoStatus::kExists, EEXIST}; break;
+    case S3Outcome::kDenied: c = {request, IoStatus::kFailed, EACCES}; break;
+    case S3Outcome::kTimedOut: c = {request, IoStatus::kFailed, ETIMEDOUT}; break;
+    case S3Outcome::kUnreachable: c = {request, IoStatus::kFailed, ECONNREFUSED}; break;
+    case S3Outcome::kThrottled:
+    case S3Outcome::kServerError: c = {request, IoStatus::kFailed, EAGAIN}; break;
+    case S3Outcome::kBadResponse: c = {request, IoStatus::kFailed, EPROTO}; break;
+    case S3Outcome::kCancelled: c = {request, IoStatus::kFailed, ECANCELED}; break;
+    case S3Outcome::kFailed: c = {request, IoStatus::kFailed, EIO}; break;
+  }
+  if (c.status == IoStatus::kOk && request->kind == IoKind::kRead) {
+    request->transferred = static_cast<uint32_t>(std::min<uint64_t>(result.bytes, request->length));
+    if (request->transferred < request->length) c = {request, IoStatus::kEndOfFile, ENODATA};  // a short object
+  }
+  return c;
+}
+
+// Counts asynchronous requests in flight (Scan's header reads) and waits for them.
+class Pending {
+ public:
+  void Add() {
+    absl::MutexLock lock(&mu_);
+    ++count_;
+  }
+  void Done() {
+    absl::MutexLock lock(&mu_);
+    --count_;
+    changed_.SignalAll();
+  }
+  void WaitBelow(size_t n) {
+    absl::MutexLock lock(&mu_);
+    while (count_ >= n) changed_.Wait(&mu_);
+  }
+
+ private:
+  absl::Mutex mu_;
+  absl::CondVar changed_;
+  size_t count_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<S3Device>> S3Device::Open(S3DeviceOptions options) {
+  options.client.max_in_flight = options.read_depth + options.write_depth + 2;  // + probe, removals
+  options.client.max_connections = options.client.max_in_flight;
+  // Bodies go unsigned (UNSIGNED-PAYLOAD): hashing them would cost the loop about 1 ms per MiB at
+  // every publish, and a chunk's bytes are checked end to end anyway (its checksums, and with a
+  // cluster key its MAC and segment tags, verified at every read).
+  options.client.sign_payload = false;
+  std::unique_ptr<S3Device> device(new S3Device(std::move(options)));
+  absl::StatusOr<std::unique_ptr<S3Client>> client = S3Client::Create(device->options_.client);
+  if (!client.ok()) return client.status();
+  device->client_ = *std::move(client);
+  if (absl::Status s = device->client_->CheckBucket(); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat(device->options_.path, ": ", s.message()));
+  }
+  DeviceProperties& p = device->props_;
+  p.direct_io = true;  // nothing is cached on this node
+  p.shared = device->shared();
+  p.io_engine = "s3";
+  p.async_commit = true;
+  p.durable_commit = true;
+  p.abandon_is_final = true;
+  return device;
+}
+
+S3Device::~S3Device() {
+  client_.reset();  // every callback has run (cancelled) before the members they touch go
+}
+
+std::string S3Device::ObjectKey(const std::string& stem) const {
+  return absl::StrCat(options_.prefix, stem, kChunkSuffix);
+}
+std::string S3Device::MarkerKey(const std::string& stem) const {
+  return absl::StrCat(options_.prefix, kNodesDir, options_.node, "/", stem);
+}
+std::string S3Device::IndexKey() const {
+  return shared() ? absl::StrCat(options_.prefix, kNodesDir, options_.node, "/", kIndexName)
+                  : absl::StrCat(options_.prefix, kIndexName);
+}
+
+uint64_t S3Device::resubmits() const { return client_->retries(); }
+
+// --- Catalog: listing, headers, the saved index ------------------------------------------------
+
+absl::StatusOr<S3Device::Listing> S3Device::List() {
+  absl::StatusOr<std::vector<S3ListedObject>> objects = client_->List(options_.prefix, options_.max_listed_objects);
+  if (!objects.ok()) {
+    return absl::Status(objects.status().code(), absl::StrCat(options_.path, ": listing: ", objects.status().message()));
+  }
+  Listing out;
+  const std::string markers = shared() ? absl::StrCat(options_.prefix, kNodesDir, options_.node, "/") : "";
+  for (const S3ListedObject& o : *objects) {
+    std::string_view name = o.key;
+    if (!name.starts_with(options_.prefix)) continue;  // a store that lists outside the prefix
+    name.remove_prefix(options_.prefix.size());
+    if (name.size() == kStemLength + kChunkSuffixLength && name.ends_with(kChunkSuffix) &&
+        IsHexStem(name.substr(0, kStemLength), kStemLength)) {
+      out.objects[std::string(name.substr(0, kStemLength))] = o.size;
+    } else if (shared() && std::string_view(o.key).starts_with(markers)) {
+      const std::string_view stem = std::string_view(o.key).substr(markers.size());
+      if (IsHexStem(stem, kStemLength) && stem.size() == kStemLength) out.own_markers.emplace_back(stem);
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<ScannedChunk> S3Device::DecodeObjectHeader(const std::string& stem, const std::string& bytes,
+                                                          uint64_t object_size) const {
+  absl::StatusOr<ChunkMeta> meta = DecodeChunkHeader(bytes.data(), bytes.size());
+  if (!meta.ok()) return meta.status();
+  if (absl::Status s = VerifyChunkMac(*meta, options_.mac_key.get(), options_.require_mac); !s.ok()) return s;
+  if (FileStem(meta->key) != stem) return absl::DataLossError("object name does not match its key");
+  if (object_size != 0 && object_size != meta->file_size()) {
+    return absl::DataLossError(absl::StrCat("object is ", object_size, " bytes, header says ", meta->file_size()));
+  }
+  return ScannedChunk{*std::move(meta), object_size != 0 ? object_size : 0};
+}
+
+absl::StatusOr<ScannedChunk> S3Device::FetchHeader(const std::string& stem, uint64_t object_size) {
+  std::string bytes(kFileAlignment, '\0');
+  for (int pass = 0; pass < 2; ++pass) {
+    absl::Notification done;
+    S3Result result;
+    client_->Get(ObjectKey(stem), 0, static_cast<uint32_t>(bytes.size()), bytes.data(), [&](const S3Result& r) {
+      result = r;
+      done.Notify();
+    });
+    done.WaitForNotification();
+    Answered(result);
+    if (!result.ok()) return ToStatus(result, absl::StrCat(options_.path, ": header of ", stem));
+    if (object_size == 0) object_size = result.object_size;
+    bytes.resize(result.bytes);
+    absl::StatusOr<ScannedChunk> chunk = DecodeObjectHeader(stem, bytes, object_size);
+    if (!absl::IsOutOfRange(chunk.status()) || pass == 1) {
+      if (absl::IsOutOfRange(chunk.status())) return absl::DataLossError("header truncated");
+      if (chunk.ok()) chunk->file_size = object_size;
+      return chunk;
+    }
+    absl::StatusOr<uint32_t> size = ChunkHeaderSize(bytes.data(), bytes.size());  // a long key or many segments
+    if (!size.ok()) return size.status();
+    bytes.assign(*size, '\0');
+  }
+  return absl::DataLossError("header truncated");
+}
+
+absl::StatusOr<ScanReport> S3Device::Scan() {
+  ScanReport report;
+  // The index saved at the last clean shutdown, taken once.
+  absl::StatusOr<std::string> saved = client_->GetObject(IndexKey(), kMaxCheckpointBytes);
+  if (saved.ok()) {
+    absl::StatusOr<std::vector<ChunkMeta>> chunks = DecodeCheckpoint(*saved);
+    if (absl::Status s = client_->DeleteObject(IndexKey()); !s.ok()) {
+      // Left in place, a later start would trust it after this run changed the tier.
+      return absl::Status(s.code(), absl::StrCat(options_.path, ": cannot take its saved index: ", s.message()));
+    }
+    if (chunks.ok()) {
+      report.from_checkpoint = true;
+      for (ChunkMeta& m : *chunks) {
+        if (absl::Status s = VerifyChunkMac(m, options_.mac_key.get(), options_.require_mac); !s.ok()) {
+          LogRefusedChunk(options_.path, FileStem(m.key), s);
+          continue;
+        }
+        const uint64_t size = m.file_size();
+        report.chunks.push_back({std::move(m), size});
+      }
+      return report;
+    }
+    spdlog::warn("tier {}: ignoring its saved index: {}; reading every chunk header", options_.path,
+                 std::string(chunks.status().message()));
+  } else if (!absl::IsNotFound(saved.status())) {
+    spdlog::warn("tier {}: ignoring its saved index: {}; reading every chunk header", options_.path,
+                 std::string(saved.status().message()));
+  }
+  absl::StatusOr<Listing> listing = List();
+  if (!listing.ok()) return listing.status();
+  std::vector<std::pair<std::string, uint64_t>> own;  // stem, object size
+  if (shared()) {
+    for (const std::string& stem : listing->own_markers) {
+      auto it = listing->objects.find(stem);
+      if (it != listing->objects.end()) {
+        own.emplace_back(stem, it->second);
+      } else if (client_->DeleteObject(MarkerKey(stem)).ok()) {  // a publish cut short before a crash
+        ++report.removed_temporaries;
+      }
+    }
+  } else {
+    own.assign(listing->objects.begin(), listing->objects.end());
+  }
+  // Every header, many reads in flight.
+  struct Read {
+    std::string bytes = std::string(kFileAlignment, '\0');
+    S3Result result;
+  };
+  std::vector<Read> reads(own.size());
+  Pending pending;
+  for (size_t i = 0; i < own.size(); ++i) {
+    pending.WaitBelow(kScanReadsInFlight);
+    pending.Add();
+    Read& r = reads[i];
+    client_->Get(ObjectKey(own[i].first), 0, kFileAlignment, r.bytes.data(), [&r, &pending](const S3Result& result) {
+      r.result = result;
+      pending.Done();
+    });
+  }
+  pending.WaitBelow(1);
+  for (size_t i = 0; i < own.size(); ++i) {
+    const auto& [stem, size] = own[i];
+    Read& r = reads[i];
+    absl::StatusOr<ScannedChunk> chunk = absl::UnknownError("unread");
+    if (r.result.ok()) {
+      r.bytes.resize(r.result.bytes);
+      chunk = DecodeObjectHeader(stem, r.bytes, size);
+      if (absl::IsOutOfRange(chunk.status())) chunk = FetchHeader(stem, size);  // a header over 4 KiB
+    } else {
+      chunk = ToStatus(r.result, absl::StrCat("header of ", stem));
+    }
+    if (chunk.ok()) {
+      chunk->file_size = size;
+      report.chunks.push_back(*std::move(chunk));
+      continue;
+    }
+    if (absl::IsNotFound(chunk.status())) continue;  // removed since it was listed
+    if (!absl::IsDataLoss(chunk.status()) && !absl::IsPermissionDenied(chunk.status())) {
+      return absl::Status(chunk.status().code(), absl::StrCat(options_.path, ": ", chunk.status().message()));
+    }
+    spdlog::warn("tier {}: removing invalid chunk object {}: {}", options_.path, ObjectKey(stem),
+                 std::string(chunk.status().message()));
+    absl::Status removed = client_->DeleteObject(ObjectKey(stem));
+    if (removed.ok() && shared()) removed = client_->DeleteObject(MarkerKey(stem));
+    if (!removed.ok()) spdlog::warn("tier {}: {}", options_.path, std::string(removed.message()));
+    ++report.removed_invalid;
+  }
+  return report;
+}
+
+absl::Status S3Device::SaveIndex(const std::vector<ChunkMeta>& chunks) {
+  absl::Status s = client_->PutObject(IndexKey(), EncodeCheckpoint(chunks));
+  return s.ok() ? s : absl::Status(s.code(), absl::StrCat(options_.path, ": saving its index: ", s.message()));
+}
+
+absl::StatusOr<std::vector<ListedChunk>> S3Device::ListChunks() {
+  absl::StatusOr<Listing> listing = List();
+  if (!listing.ok()) return listing.status();
+  std::vector<ListedChunk> out;
+  if (shared()) {
+    for (const std::string& stem : listing->own_markers) {
+      auto it = listing->objects.find(stem);
+      if (it != listing->objects.end()) out.push_back({stem, it->second});
+    }
+  } else {
+    for (const auto& [stem, size] : listing->objects) out.push_back({stem, size});
+  }
+  return out;
+}
+
+absl::StatusOr<ScannedChunk> S3Device::ReadChunkHeader(const std::string& stem) {
+  absl::StatusOr<ScannedChunk> chunk = FetchHeader(stem, 0);
+  if (absl::IsPermissionDenied(chunk.status())) {  // refused by the cluster key: no chunk here
+    LogRefusedChunk(options_.path, stem, chunk.status());
+    return absl::NotFoundError(chunk.status().message());
+  }
+  if (chunk.ok() && shared()) {
+    absl::StatusOr<S3Result> marker = client_->Head(MarkerKey(stem));
+    chunk->owned = marker.ok();
+  }
+  return chunk;
+}
+
+absl::StatusOr<uint64_t> S3Device::ChunkFileSize(const std::string& stem) {
+  absl::StatusOr<S3Result> head = client_->Head(ObjectKey(stem));
+  if (!head.ok()) return head.status();
+  return head->object_size;
+}
+
+// --- Data path ------------------------------------------------------------------------------------
+
+absl::StatusOr<FileHandle> S3Device::OpenChunk(const std::string& stem) {
+  std::string key = ObjectKey(stem);
+  if (auto it = handle_of_.find(key); it != handle_of_.end()) return it->second;
+  // Handles cost a string each: forget them all now and then (none is in use between calls but
+  // by queued reads, which carry their key with them).
+  if (handle_of_.size() >= 65536) {
+    handle_of_.clear();
+    read_keys_.clear();
+  }
+  const FileHandle h = next_handle_++;
+  if (next_handle_ < 0) next_handle_ = 1;
+  handle_of_[key] = h;
+  read_keys_[h] = std::move(key);
+  return h;
+}
+
+absl::StatusOr<FileHandle> S3Device::CreateTemp(const std::string& stem) {
+  const FileHandle h = next_handle_++;
+  if (next_handle_ < 0) next_handle_ = 1;
+  temps_[h] = Temp{stem, {}};
+  return h;
+}
+
+void S3Device::AbortTemp(FileHandle temp) { temps_.erase(temp); }
+
+absl::Status S3Device::CommitTemp(FileHandle temp, const std::string& stem, bool) {
+  // Not the loop's way (async_commit): kept for callers off the loop.
+  auto it = temps_.find(temp);
+  if (it == temps_.end()) return absl::InvalidArgumentError("not a temporary of this tier");
+  Temp t = std::move(it->second);
+  temps_.erase(it);
+  S3PutOptions put;
+  if (shared()) {
+    if (absl::Status s = client_->PutObject(MarkerKey(stem), ""); !s.ok()) return s;
+    put.if_none_match = true;
+  }
+  absl::Status s = client_->PutObject(ObjectKey(stem), t.bytes, put);
+  if (absl::IsFailedPrecondition(s)) {
+    client_->DeleteObject(MarkerKey(stem)).IgnoreError();
+    return absl::AlreadyExistsError(absl::StrCat(ObjectKey(stem), ": published by another node first"));
+  }
+  return s;
+}
+
+void S3Device::Post(const IoCompletion& completion) {
+  {
+    absl::MutexLock lock(&mu_);
+    ready_.push_back(completion);
+  }
+  Wake();
+}
+
+void S3Device::Wake() {
+  if (options_.event_fd >= 0) {
+    const uint64_t one = 1;
+    [[maybe_unused]] const ssize_t n = write(options_.event_fd, &one, sizeof(one));
+  }
+}
+
+void S3Device::Finish(IoRequest* request, const S3Result& result) {
+  Answered(result);
+  {
+    absl::MutexLock lock(&mu_);
+    running_.erase(request);
+    ready_.push_back(CompletionOf(request, result));
+    landed_.SignalAll();
+  }
+  Wake();
+}
+
+void S3Device::Answered(const S3Result& result) {
+  absl::MutexLock lock(&condition_mu_);
+  if (result.http_status != 0) {
+    unanswered_since_ns_ = 0;
+  } else if (result.outcome == S3Outcome::kUnreachable || result.outcome == S3Outcome::kTimedOut) {
+    if (unanswered_since_ns_ == 0) unanswered_since_ns_ = MonotonicNs();
+    unanswered_reason_ = result.message;
+  }
+}
+
+void S3Device::Mutate(const std::string& key, Mutation start) {
+  bool first;
+  {
+    absl::MutexLock lock(&mu_);
+    auto& queue = mutations_[key];
+    queue.push_back(std::move(start));
+    first = queue.size() == 1;
+  }
+  if (first) StartMutation(key);
+}
+
+void S3Device::StartMutation(const std::string& key) {
+  Mutation m;
+  {
+    absl::MutexLock lock(&mu_);
+    m = mutations_[key].front();  // a copy: the queue keeps its head until it ends
+  }
+  m([this, key] { EndMutation(key); });
+}
+
+void S3Device::EndMutation(const std::string& key) {
+  bool more;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = mutations_.find(key);
+    it->second.pop_front();
+    more = !it->second.empty();
+    if (!more) mutations_.erase(it);
+  }
+  if (more) StartMutation(key);
+}
+
+bool S3Device::Queue(IoRequest* request) {
+  request->transferred = 0;
+  switch (request->kind) {
+    case IoKind::kRead: {
+      auto it = read_keys_.find(request->file);
+      if (it == read_keys_.end()) {
+        Post({request, IoStatus::kFailed, EBADF});
+        return true;
+      }
+      {
+        absl::MutexLock lock(&mu_);
+        running_.insert(request);
+      }
+      in_flight_[request] = client_->Get(it->second, request->offset, request->length, request->buffer,
+                                         [this, request](const S3Result& r) { Finish(request, r); });
+      return true;
+    }
+    case IoKind::kWrite: {
+      auto it = temps_.find(request->file);
+      if (it == temps_.end() || request->offset > kMaxObjectBytes || request->length > kMaxObjectBytes - request->offset) {
+        Post({request, IoStatus::kFailed, it == temps_.end() ? EBADF : EFBIG});
+        return true;
+      }
+      std::string& bytes = it->second.bytes;
+      const uint64_t end = request->offset + request->length;
+      if (bytes.size() < end) bytes.resize(end);
+      std::memcpy(bytes.data() + request->offset, request->buffer, request->length);
+      request->transferred = request->length;
+      Post({request, IoStatus::kOk, 0});
+      return true;
+    }
+    case IoKind::kSync:  // an acknowledged PUT is durable: nothing to sync before it
+      Post({request, IoStatus::kOk, 0});
+      return true;
+    case IoKind::kCommit:
+      PublishTemp(request->file, request);
+      return true;
+  }
+  return false;
+}
+
+void S3Device::PublishTemp(FileHandle temp, IoRequest* request) {
+  auto it = temps_.find(temp);
+  if (it == temps_.end()) {
+    Post({request, IoStatus::kFailed, EBADF});
+    return;
+  }
+  // The bytes live in a shared buffer until the PUT is answered; the temporary is gone from the
+  // loop's table at once (AbortTemp after a failed commit finds nothing).
+  auto bytes = std::make_shared<std::string>(std::move(it->second.bytes));
+  const std::string stem = std::move(it->second.stem);
+  temps_.erase(it);
+  const std::string key = ObjectKey(stem);
+  Mutate(key, [this, key, stem, bytes, request](std::function<void()> next) {
+    auto put = [this, key, bytes, request, next](S3PutOptions options) {
+      Tracked(
+          [&](S3Client::Done done) {
+            return client_->Put(key, bytes->data(), bytes->size(), std::move(options), std::move(done));
+          },
+          [this, bytes, request, next, key](const S3Result& r) {
+            if (shared() && r.outcome == S3Outcome::kPreconditionFailed) {
+              // Another node's object stands: this node's marker goes.
+              const std::string stem = key.substr(options_.prefix.size(), kStemLength);
+              client_->Delete(MarkerKey(stem), [this](const S3Result& d) { Answered(d); });
+            }
+            Finish(request, r);
+            next();
+          });
+    };
+    if (!shared()) {
+      put({});
+      return;
+    }
+    S3PutOptions options;
+    options.if_none_match = true;
+    options.metadata = {{"kvstream-node", options_.node}};
+    Tracked([&](S3Client::Done done) { return client_->Put(MarkerKey(stem), "", 0, {}, std::move(done)); },
+            [this, request, next, put, options](const S3Result& r) {
+              if (!r.ok()) {  // without its marker the object would be nobody's
+                Finish(request, r);
+                next();
+                return;
+              }
+              put(options);
+            });
+  });
+}
+
+void S3Device::Tracked(const std::function<S3Client::RequestId(S3Client::Done)>& issue, S3Client::Done done) {
+  auto id = std::make_shared<S3Client::RequestId>(0);
+  absl::MutexLock lock(&writes_mu_);  // held while issuing: `done` cannot erase the id before it is in
+  *id = issue([this, id, done = std::move(done)](const S3Result& r) mutable {
+    {
+      absl::MutexLock lock(&writes_mu_);
+      writes_.erase(*id);
+    }
+    done(r);
+  });
+  writes_.insert(*id);
+}
+
+void S3Device::CancelWrites() const {
+  std::vector<S3Client::RequestId> ids;
+  {
+    absl::MutexLock lock(&writes_mu_);
+    ids.assign(writes_.begin(), writes_.end());
+  }
+  for (S3Client::RequestId id : ids) client_->Cancel(id);
+}
+
+absl::Status S3Device::RemoveChunk(const std::string& stem) {
+  // Queued, not waited for: the loop goes on, and a publish of the key queued later waits for it.
+  const std::string key = ObjectKey(stem);
+  Mutate(key, [this, key, stem](std::function<void()> next) {
+    Tracked([&](S3Client::Done done) { return client_->Delete(key, std::move(done)); },
+            [this, stem, next](const S3Result& r) {
+              Answered(r);
+              if (!r.ok() && r.outcome != S3Outcome::kNotFound) {
+                spdlog::warn("tier {}: removing {}: {}", options_.path, stem, r.message);
+              } else if (shared()) {
+                client_->Delete(MarkerKey(stem), [this](const S3Result& d) { Answered(d); });
+              }
+              next();
+            });
+  });
+  return absl::OkStatus();
+}
+
+void S3Device::Abandon(IoRequest* request) {
+  request->abandoned = true;
+  auto it = in_flight_.find(request);
+  if (it == in_flight_.end()) return;
+  client_->Cancel(it->second);
+  // abandon_is_final: back only once its completion is posted, after which the client writes
+  // nothing more into its buffer (a cancelled transfer is taken off curl on the client's thread
+  // before `done` runs). The client's thread never waits for the loop, so this is short.
+  absl::MutexLock lock(&mu_);
+  while (running_.contains(request)) landed_.Wait(&mu_);
+}
+
+void S3Device::Reap(std::vector<IoCompletion>* out) {
+  std::vector<IoCompletion> ready;
+  {
+    absl::MutexLock lock(&mu_);
+    ready.swap(ready_);
+  }
+  for (const IoCompletion& c : ready) {
+    in_flight_.erase(c.request);
+    out->push_back(c);
+  }
+}
+
+// --- Condition ------------------------------------------------------------------------------------
+
+TierCondition S3Device::Condition() const {
+  const int64_t now = MonotonicNs();
+  const auto seconds = [](int64_t ns) { return static_cast<double>(ns) / 1e9; };
+  bool probe = false;
+  TierCondition condition;
+  {
+    absl::MutexLock lock(&condition_mu_);
+    if (probe_in_flight_ && seconds(now - last_probe_ns_) >= options_.not_answering_seconds) {
+      condition = {TierCondition::State::kNotAnswering,
+                   absl::StrCat("the object store has not answered for ", static_cast<int>(seconds(now - last_probe_ns_)),
+                                " s")};
+    } else if (unanswered_since_ns_ != 0 && seconds(now - unanswered_since_ns_) >= options_.not_answering_seconds) {
+      condition = {TierCondition::State::kNotAnswering,
+                   absl::StrCat("the object store does not answer: ", unanswered_reason_)};
+    }
+    if (!probe_in_flight_ && seconds(now - last_probe_ns_) >= options_.probe_seconds) {
+      probe_in_flight_ = true;
+      last_probe_ns_ = now;
+      probe = true;
+    }
+  }
+  // Not answering: what it was writing fails now (its replicas are lost, counted and reported),
+  // rather than when its requests time out after every attempt; no persist waits on it.
+  if (condition.state == TierCondition::State::kNotAnswering) CancelWrites();
+  if (probe) {
+    auto* self = const_cast<S3Device*>(this);  // the probe's answer updates the condition
+    self->client_->Get(absl::StrCat(options_.prefix, ".kvstream-probe"), 0, 1, &probe_byte_,
+                       [self](const S3Result& r) {
+                         self->Answered(r);
+                         absl::MutexLock lock(&self->condition_mu_);
+                         self->probe_in_flight_ = false;
+                       });
+  }
+  return condition;
+}
+
+absl::Status S3Device::Recreate() { return absl::UnimplementedError("an s3 tier is never deleted"); }
+absl::Status S3Device::Reopen() { return absl::UnimplementedError("an s3 tier is never detached"); }
+
+}  // namespace kvstream
