@@ -54,45 +54,8 @@ if [ -z "${KVSTREAM_MOTO_SERVER:-}" ] && ! command -v moto_server > /dev/null; t
     die "no moto_server: set KVSTREAM_MOTO_SERVER=<venv>/bin/moto_server (a venv with moto[server])"
   export KVSTREAM_MOTO_SERVER="${s3_python%/*}/moto_server"
 fi
-if [ -f "$root/tools/lib/s3.sh" ]; then
-  # shellcheck source=lib/s3.sh disable=SC1091  # (SC1091: until lib/s3.sh is in the tree)
-  source "$root/tools/lib/s3.sh"
-else
-  # The part of tools/lib/s3.sh this script uses, until it is there: moto_server on a free port,
-  # authentication off (any keys), a bucket made by an unsigned PUT.
-  s3_pid=""
-  s3_server_start() {
-    local _
-    mkdir -p "$1"
-    s3_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-    "${KVSTREAM_MOTO_SERVER:-moto_server}" -H 127.0.0.1 -p "$s3_port" > "$1/moto.log" 2>&1 &
-    s3_pid=$!
-    export S3_ENDPOINT="http://127.0.0.1:$s3_port" S3_REGION=us-east-1
-    export S3_ACCESS_KEY_ID=kvstream-test S3_SECRET_ACCESS_KEY=kvstream-test-secret
-    for _ in $(seq 300); do
-      kill -0 "$s3_pid" 2> /dev/null || die "moto_server exited (log: $1/moto.log)"
-      python3 -c 'import sys, urllib.request as u
-try: u.urlopen(sys.argv[1] + "/", timeout=1)
-except u.HTTPError: pass' "$S3_ENDPOINT" 2> /dev/null && return 0
-      sleep 0.1
-    done
-    die "moto_server did not answer in 30 s (log: $1/moto.log)"
-  }
-  s3_server_stop() {
-    [ -n "$s3_pid" ] || return 0
-    kill -TERM "$s3_pid" 2> /dev/null || true
-    wait "$s3_pid" 2> /dev/null || true
-    s3_pid=""
-  }
-  s3_credentials_file() {
-    (umask 077 && printf '[default]\naws_access_key_id = %s\naws_secret_access_key = %s\n' \
-      "$S3_ACCESS_KEY_ID" "$S3_SECRET_ACCESS_KEY" > "$1")
-  }
-  s3_make_bucket() {
-    python3 -c 'import sys, urllib.request as u
-u.urlopen(u.Request(sys.argv[1] + "/" + sys.argv[2], method="PUT"), timeout=10)' "$S3_ENDPOINT" "$1"
-  }
-fi
+# shellcheck source-path=SCRIPTDIR source=lib/s3.sh
+source "$root/tools/lib/s3.sh"
 
 python=${PYTHON:-$("$root/deploy/python-env.sh")}
 mkdir -p "$out"
