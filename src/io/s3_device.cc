@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -28,6 +29,9 @@ constexpr char kNodesDir[] = ".nodes/";
 constexpr size_t kStemLength = 32;
 // The largest object a replica may grow to: the largest header and payload the format holds.
 constexpr uint64_t kMaxObjectBytes = kMaxHeaderBytes + kMaxPayloadBytes + kFileAlignment;
+// The largest ranged GET adjacent block reads of one object are merged into (fewer requests: an
+// object store's cost and much of its time are per request).
+constexpr uint64_t kMaxMergedReadBytes = 16u << 20;
 // Header reads of a cold scan in flight at once.
 constexpr size_t kScanReadsInFlight = 64;
 
@@ -435,12 +439,7 @@ bool S3Device::Queue(IoRequest* request) {
         Post({request, IoStatus::kFailed, EBADF});
         return true;
       }
-      {
-        absl::MutexLock lock(&mu_);
-        running_.insert(request);
-      }
-      in_flight_[request] = client_->Get(it->second, request->offset, request->length, request->buffer,
-                                         [this, request](const S3Result& r) { Finish(request, r); });
+      pending_reads_.push_back({request, it->second});  // issued by Submit, merged where adjacent
       return true;
     }
     case IoKind::kWrite: {
@@ -556,14 +555,105 @@ absl::Status S3Device::RemoveChunk(const std::string& stem) {
 
 void S3Device::Abandon(IoRequest* request) {
   request->abandoned = true;
+  for (auto p = pending_reads_.begin(); p != pending_reads_.end(); ++p) {
+    if (p->request == request) {  // not issued yet
+      pending_reads_.erase(p);
+      Post({request, IoStatus::kFailed, ECANCELED});
+      return;
+    }
+  }
   auto it = in_flight_.find(request);
   if (it == in_flight_.end()) return;
+  {
+    // A part of a merged read: its bytes are copied out under mu_ only if it is not abandoned,
+    // so marking it is final; the GET itself is cancelled once no part wants it.
+    absl::MutexLock lock(&mu_);
+    if (auto m = merged_of_.find(request); m != merged_of_.end()) {
+      MergedRead& merged = *m->second;
+      merged.abandoned.insert(request);
+      if (merged.abandoned.size() == merged.parts.size()) client_->Cancel(it->second);
+      return;
+    }
+  }
   client_->Cancel(it->second);
   // abandon_is_final: back only once its completion is posted, after which the client writes
   // nothing more into its buffer (a cancelled transfer is taken off curl on the client's thread
   // before `done` runs). The client's thread never waits for the loop, so this is short.
   absl::MutexLock lock(&mu_);
   while (running_.contains(request)) landed_.Wait(&mu_);
+}
+
+void S3Device::Submit() {
+  if (pending_reads_.empty()) return;
+  std::sort(pending_reads_.begin(), pending_reads_.end(), [](const PendingRead& a, const PendingRead& b) {
+    return a.key != b.key ? a.key < b.key : a.request->offset < b.request->offset;
+  });
+  for (size_t first = 0; first < pending_reads_.size();) {
+    // The run of reads of one object that follow each other, up to kMaxMergedReadBytes.
+    size_t end = first + 1;
+    uint64_t bytes = pending_reads_[first].request->length;
+    while (end < pending_reads_.size() && pending_reads_[end].key == pending_reads_[first].key &&
+           pending_reads_[end].request->offset == pending_reads_[end - 1].request->offset + pending_reads_[end - 1].request->length &&
+           bytes + pending_reads_[end].request->length <= kMaxMergedReadBytes) {
+      bytes += pending_reads_[end].request->length;
+      ++end;
+    }
+    if (end - first == 1) {
+      IssueRead(pending_reads_[first]);
+    } else {
+      IssueMergedRead(pending_reads_.begin() + first, pending_reads_.begin() + end, bytes);
+    }
+    first = end;
+  }
+  pending_reads_.clear();
+}
+
+void S3Device::IssueRead(const PendingRead& read) {
+  IoRequest* request = read.request;
+  {
+    absl::MutexLock lock(&mu_);
+    running_.insert(request);
+  }
+  in_flight_[request] = client_->Get(read.key, request->offset, request->length, request->buffer,
+                                     [this, request](const S3Result& r) { Finish(request, r); });
+}
+
+void S3Device::IssueMergedRead(std::vector<PendingRead>::iterator first, std::vector<PendingRead>::iterator end,
+                               uint64_t bytes) {
+  auto merged = std::make_shared<MergedRead>();
+  merged->buffer.resize(bytes);
+  for (auto it = first; it != end; ++it) merged->parts.push_back(it->request);
+  {
+    absl::MutexLock lock(&mu_);
+    for (IoRequest* part : merged->parts) merged_of_[part] = merged;
+  }
+  ++merged_reads_;
+  const S3Client::RequestId id =
+      client_->Get(first->key, first->request->offset, static_cast<uint32_t>(bytes), merged->buffer.data(),
+                   [this, merged](const S3Result& r) { FinishMerged(*merged, r); });
+  for (IoRequest* part : merged->parts) in_flight_[part] = id;
+}
+
+void S3Device::FinishMerged(MergedRead& merged, const S3Result& result) {
+  Answered(result);
+  {
+    absl::MutexLock lock(&mu_);
+    uint64_t at = 0;  // the part's place in the merged range
+    for (IoRequest* part : merged.parts) {
+      S3Result own = result;  // each part gets the bytes of its own range
+      own.bytes = result.bytes > at ? std::min<uint64_t>(result.bytes - at, part->length) : 0;
+      IoCompletion c = CompletionOf(part, own);
+      if (merged.abandoned.contains(part)) {
+        c = {part, IoStatus::kFailed, ECANCELED};  // its buffer is not written: Abandon was final
+      } else if (c.status == IoStatus::kOk || c.status == IoStatus::kEndOfFile) {
+        std::memcpy(part->buffer, merged.buffer.data() + at, part->transferred);
+      }
+      merged_of_.erase(part);
+      ready_.push_back(c);
+      at += part->length;
+    }
+  }
+  Wake();
 }
 
 void S3Device::Reap(std::vector<IoCompletion>* out) {

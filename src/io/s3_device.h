@@ -76,7 +76,7 @@ class S3Device final : public TierDevice {
   absl::Status Reopen() override;
   bool Queue(IoRequest* request) override;
   void Abandon(IoRequest* request) override;
-  void Submit() override {}
+  void Submit() override;
   void Reap(std::vector<IoCompletion>* out) override;
   absl::StatusOr<int> RegisterRegion(void*, size_t) override {
     return absl::UnimplementedError("an object store has no registered buffers");
@@ -118,6 +118,21 @@ class S3Device final : public TierDevice {
   void StartMutation(const std::string& key);
   void EndMutation(const std::string& key);
   void PublishTemp(FileHandle temp, IoRequest* request);
+  // Reads queued since the last Submit, with their object's key.
+  struct PendingRead {
+    IoRequest* request;
+    std::string key;
+  };
+  // Reads of adjacent blocks of one object queued together go out as one ranged GET into a buffer
+  // of its own, copied into each part's buffer when it lands (a part abandoned meanwhile is not).
+  struct MergedRead {
+    std::vector<IoRequest*> parts;  // in offset order
+    std::vector<uint8_t> buffer;
+    absl::flat_hash_set<IoRequest*> abandoned;  // guarded by mu_
+  };
+  void IssueRead(const PendingRead& read);
+  void IssueMergedRead(std::vector<PendingRead>::iterator first, std::vector<PendingRead>::iterator end, uint64_t bytes);
+  void FinishMerged(MergedRead& merged, const S3Result& result);
   // Issues a PUT or DELETE (`issue` calls the client with the `done` it is given) and remembers it
   // until answered, so that CancelWrites can cancel it: a tier that stops answering fails what it
   // was writing at once instead of after every attempt's timeout.
@@ -137,6 +152,8 @@ class S3Device final : public TierDevice {
   absl::flat_hash_map<FileHandle, std::string> read_keys_;  // open handle -> object key
   absl::flat_hash_map<std::string, FileHandle> handle_of_;  // object key -> open handle
   absl::flat_hash_map<IoRequest*, S3Client::RequestId> in_flight_;
+  std::vector<PendingRead> pending_reads_;
+  uint64_t merged_reads_ = 0;
   FileHandle next_handle_ = 1;
 
   // Between the client's thread and the loop.
@@ -144,6 +161,7 @@ class S3Device final : public TierDevice {
   std::vector<IoCompletion> ready_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<IoRequest*> running_ ABSL_GUARDED_BY(mu_);  // reads whose completion is not posted yet
   absl::CondVar landed_;  // a read's completion was posted
+  absl::flat_hash_map<IoRequest*, std::shared_ptr<MergedRead>> merged_of_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::deque<Mutation>> mutations_
       ABSL_GUARDED_BY(mu_);
 

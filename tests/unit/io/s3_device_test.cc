@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -91,10 +92,12 @@ IoStatus WriteReplica(S3Device& device, const Chunk& c) {
     pieces.emplace_back().Set(IoKind::kWrite, *temp, off, len, const_cast<uint8_t*>(c.image.data()) + off);
   }
   for (IoRequest& p : pieces) REQUIRE(device.Queue(&p));
+  device.Submit();
   for (const IoCompletion& done : ReapN(device, pieces.size())) CHECK(done.status == IoStatus::kOk);
   IoRequest commit;
   commit.Set(IoKind::kCommit, *temp, 0, 0, nullptr);
   REQUIRE(device.Queue(&commit));
+  device.Submit();
   return ReapN(device, 1)[0].status;
 }
 
@@ -106,6 +109,7 @@ std::vector<uint8_t> ReadRange(S3Device& device, const std::string& stem, uint64
   IoRequest r;
   r.Set(IoKind::kRead, *h, offset, length, buf.data());
   REQUIRE(device.Queue(&r));
+  device.Submit();
   *status = ReapN(device, 1)[0].status;
   for (size_t i = length; i < buf.size(); ++i) REQUIRE(buf[i] == 0xEE);  // nothing past the request
   buf.resize(length);
@@ -137,6 +141,45 @@ TEST_CASE("an s3 replica is written in pieces, published by a queued commit and 
   REQUIRE(header.ok());
   CHECK(header->meta.key == c.meta.key);
   CHECK(header->meta.segment_checksums == c.meta.segment_checksums);
+}
+
+TEST_CASE("adjacent block reads of one object go out as one GET, and an abandoned part is never written") {
+  auto server = StartServer();
+  auto device = OpenDevice(*server);
+  const Chunk c = MakeChunk("merged", 3'000'000, 9);
+  REQUIRE(WriteReplica(*device, c) == IoStatus::kOk);
+  constexpr uint32_t kBlock = 256 << 10;
+  const uint32_t blocks = static_cast<uint32_t>(c.image.size() / kBlock);  // whole blocks only
+  REQUIRE(blocks >= 8);
+  absl::StatusOr<FileHandle> h = device->OpenChunk(c.stem);
+  REQUIRE(h.ok());
+  std::vector<std::vector<uint8_t>> bufs(blocks, std::vector<uint8_t>(kBlock, 0xEE));
+  std::vector<IoRequest> reads(blocks);
+  // Blocks 0..blocks-1 except block 3, queued out of order: two runs, [0, 3) and [4, blocks).
+  for (uint32_t b = blocks; b-- > 0;) {
+    if (b == 3) continue;
+    reads[b].Set(IoKind::kRead, *h, uint64_t{b} * kBlock, kBlock, bufs[b].data());
+    REQUIRE(device->Queue(&reads[b]));
+  }
+  const uint64_t requests_before = device->client().requests();
+  server->Pause();  // the GETs stay in flight until the abandon is done
+  device->Submit();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  device->Abandon(&reads[5]);  // part of the second run
+  server->Resume();
+  const std::vector<IoCompletion> done = ReapN(*device, blocks - 1);
+  CHECK(device->client().requests() - requests_before == 2);  // one GET per run
+  for (const IoCompletion& d : done) {
+    const auto b = static_cast<uint32_t>(d.request - reads.data());
+    INFO("block " << b);
+    if (b == 5) {
+      CHECK(d.status == IoStatus::kFailed);
+      CHECK(std::all_of(bufs[5].begin(), bufs[5].end(), [](uint8_t x) { return x == 0xEE; }));  // never written
+      continue;
+    }
+    CHECK(d.status == IoStatus::kOk);
+    CHECK(std::memcmp(bufs[b].data(), c.image.data() + uint64_t{b} * kBlock, kBlock) == 0);
+  }
 }
 
 TEST_CASE("an s3 tier's scan reads every header, removes invalid objects, and takes a saved index once") {
