@@ -9,6 +9,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -107,6 +108,7 @@ class MotoServer {
     pid_ = fork();
     if (pid_ == 0) {
       setpgid(0, 0);
+      prctl(PR_SET_PDEATHSIG, SIGKILL);  // gone with the test, even one killed by a timeout
       dup2(log_fd, 1);
       dup2(log_fd, 2);
       for (const std::string& e : env) putenv(const_cast<char*>(e.c_str()));
