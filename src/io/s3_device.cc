@@ -621,7 +621,7 @@ void S3Device::IssueRead(const PendingRead& read) {
 void S3Device::IssueMergedRead(std::vector<PendingRead>::iterator first, std::vector<PendingRead>::iterator end,
                                uint64_t bytes) {
   auto merged = std::make_shared<MergedRead>();
-  merged->buffer.resize(bytes);
+  merged->buffer.reset(new uint8_t[bytes]);
   for (auto it = first; it != end; ++it) merged->parts.push_back(it->request);
   {
     absl::MutexLock lock(&mu_);
@@ -629,7 +629,7 @@ void S3Device::IssueMergedRead(std::vector<PendingRead>::iterator first, std::ve
   }
   ++merged_reads_;
   const S3Client::RequestId id =
-      client_->Get(first->key, first->request->offset, static_cast<uint32_t>(bytes), merged->buffer.data(),
+      client_->Get(first->key, first->request->offset, static_cast<uint32_t>(bytes), merged->buffer.get(),
                    [this, merged](const S3Result& r) { FinishMerged(*merged, r); });
   for (IoRequest* part : merged->parts) in_flight_[part] = id;
 }
@@ -646,7 +646,7 @@ void S3Device::FinishMerged(MergedRead& merged, const S3Result& result) {
       if (merged.abandoned.contains(part)) {
         c = {part, IoStatus::kFailed, ECANCELED};  // its buffer is not written: Abandon was final
       } else if (c.status == IoStatus::kOk || c.status == IoStatus::kEndOfFile) {
-        std::memcpy(part->buffer, merged.buffer.data() + at, part->transferred);
+        std::memcpy(part->buffer, merged.buffer.get() + at, part->transferred);
       }
       merged_of_.erase(part);
       ready_.push_back(c);

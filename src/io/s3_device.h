@@ -127,7 +127,7 @@ class S3Device final : public TierDevice {
   // of its own, copied into each part's buffer when it lands (a part abandoned meanwhile is not).
   struct MergedRead {
     std::vector<IoRequest*> parts;  // in offset order
-    std::vector<uint8_t> buffer;
+    std::unique_ptr<uint8_t[]> buffer;  // not zeroed: the GET fills what is copied out
     absl::flat_hash_set<IoRequest*> abandoned;  // guarded by mu_
   };
   void IssueRead(const PendingRead& read);
