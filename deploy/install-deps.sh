@@ -8,7 +8,7 @@ PACKAGES=(
   libcurl4-openssl-dev libexpat1-dev
   catch2 libyaml-cpp-dev libcli11-dev nlohmann-json3-dev gnuplot-nox
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler prometheus
-  fio e2fsprogs util-linux libfuse3-dev fuse3 glusterfs-server glusterfs-client strace
+  fio e2fsprogs util-linux iproute2 libfuse3-dev fuse3 glusterfs-server glusterfs-client strace
   podman runc mmdebstrap
   python3 python3-venv python3-wheel python3-grpcio python3-protobuf
 )
