@@ -97,6 +97,11 @@ absl::StatusOr<std::unique_ptr<S3Device>> S3Device::Open(S3DeviceOptions options
   if (absl::Status s = device->client_->CheckBucket(); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat(device->options_.path, ": ", s.message()));
   }
+  {
+    absl::MutexLock lock(&device->condition_mu_);
+    device->last_answer_ns_ = MonotonicNs();  // the bucket check just answered
+    device->answers_seen_ = device->client_->answers();
+  }
   DeviceProperties& p = device->props_;
   p.direct_io = true;  // nothing is cached on this node
   p.shared = device->shared();
@@ -157,7 +162,7 @@ absl::StatusOr<ScannedChunk> S3Device::DecodeObjectHeader(const std::string& ste
   if (object_size != 0 && object_size != meta->file_size()) {
     return absl::DataLossError(absl::StrCat("object is ", object_size, " bytes, header says ", meta->file_size()));
   }
-  return ScannedChunk{*std::move(meta), object_size != 0 ? object_size : 0};
+  return ScannedChunk{*std::move(meta), object_size};
 }
 
 absl::StatusOr<ScannedChunk> S3Device::FetchHeader(const std::string& stem, uint64_t object_size) {
@@ -673,13 +678,21 @@ void S3Device::Reap(std::vector<IoCompletion>* out) {
 TierCondition S3Device::Condition() const {
   const int64_t now = MonotonicNs();
   const auto seconds = [](int64_t ns) { return static_cast<double>(ns) / 1e9; };
+  const uint64_t answers = client_->answers();
   bool probe = false;
   TierCondition condition;
   {
     absl::MutexLock lock(&condition_mu_);
-    if (probe_in_flight_ && seconds(now - last_probe_ns_) >= options_.not_answering_seconds) {
+    if (answers != answers_seen_) {  // the store answered something (any status) since the last look
+      answers_seen_ = answers;
+      last_answer_ns_ = now;
+      unanswered_since_ns_ = 0;
+    }
+    // Busy is not hung: a store that answers anything, even 503 SlowDown, is answering.
+    const bool waiting = probe_in_flight_ || client_->in_flight() > 0;
+    if (waiting && seconds(now - last_answer_ns_) >= options_.not_answering_seconds) {
       condition = {TierCondition::State::kNotAnswering,
-                   absl::StrCat("the object store has not answered for ", static_cast<int>(seconds(now - last_probe_ns_)),
+                   absl::StrCat("the object store has not answered for ", static_cast<int>(seconds(now - last_answer_ns_)),
                                 " s")};
     } else if (unanswered_since_ns_ != 0 && seconds(now - unanswered_since_ns_) >= options_.not_answering_seconds) {
       condition = {TierCondition::State::kNotAnswering,

@@ -15,9 +15,10 @@
 // the object's size and (with a cluster key) its MAC, object names that are not chunk names are
 // ignored, and every block read is verified by the engine as from any tier.
 //
-// The condition: a probe request about once a second (a GET of a key that need not exist: any
-// HTTP answer is an answer); no answer for `not_answering_seconds` is kNotAnswering, and the tier
-// is usable again at the next answer. Never blocks the loop.
+// The condition: a probe request about once a second (a GET of a key that need not exist); when
+// requests are in flight and no HTTP answer of any status (503 SlowDown too: busy is not hung) came
+// for `not_answering_seconds`, or the last requests failed without one for that long (refused,
+// timed out), the tier is kNotAnswering, usable again at the next answer. Never blocks the loop.
 #pragma once
 
 #include <atomic>
@@ -172,7 +173,9 @@ class S3Device final : public TierDevice {
   mutable absl::Mutex condition_mu_;
   mutable int64_t last_probe_ns_ ABSL_GUARDED_BY(condition_mu_) = 0;
   mutable bool probe_in_flight_ ABSL_GUARDED_BY(condition_mu_) = false;
-  int64_t unanswered_since_ns_ ABSL_GUARDED_BY(condition_mu_) = 0;  // 0: the last request was answered
+  mutable int64_t unanswered_since_ns_ ABSL_GUARDED_BY(condition_mu_) = 0;  // 0: the last request was answered
+  mutable uint64_t answers_seen_ ABSL_GUARDED_BY(condition_mu_) = 0;  // S3Client::answers() at the last look
+  mutable int64_t last_answer_ns_ ABSL_GUARDED_BY(condition_mu_) = 0;  // when it last moved
   std::string unanswered_reason_ ABSL_GUARDED_BY(condition_mu_);
   mutable char probe_byte_ = 0;
   std::atomic<uint64_t> retries_seen_{0};

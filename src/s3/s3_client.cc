@@ -362,6 +362,7 @@ absl::Status S3Client::CreateBucket() {
 uint64_t S3Client::requests() const { return impl_->loop->requests(); }
 uint64_t S3Client::retries() const { return impl_->loop->retries(); }
 uint64_t S3Client::in_flight() const { return impl_->loop->in_flight(); }
+uint64_t S3Client::answers() const { return impl_->loop->answers(); }
 uint64_t S3Client::connects() const { return impl_->loop->connects(); }
 
 }  // namespace kvstream

@@ -156,6 +156,7 @@ class S3Client {
   uint64_t requests() const;   // HTTP attempts made
   uint64_t retries() const;    // attempts after the first
   uint64_t in_flight() const;  // HTTP requests in flight now
+  uint64_t answers() const;    // attempts that got an HTTP answer, of any status (the store answers)
   uint64_t connects() const;   // connections opened (the rest of the requests reused one)
 
  private:

@@ -346,6 +346,7 @@ void S3Loop::FinishAttempt(S3Exchange& ex, CURLcode code) {
   connects_.fetch_add(static_cast<uint64_t>(connects), std::memory_order_relaxed);
   Release(ex);
   ex.result.http_status = static_cast<int>(http);
+  if (http != 0) answers_.fetch_add(1, std::memory_order_relaxed);
   bool retry = false;
   JudgeAnswer(ex, code, &retry);
   if (retry && ex.result.attempts < options_.max_attempts && !stopping_) {

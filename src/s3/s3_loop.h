@@ -60,6 +60,7 @@ class S3Loop {
   uint64_t retries() const { return retries_.load(std::memory_order_relaxed); }
   uint64_t connects() const { return connects_.load(std::memory_order_relaxed); }
   uint64_t in_flight() const { return in_flight_.load(std::memory_order_relaxed); }
+  uint64_t answers() const { return answers_.load(std::memory_order_relaxed); }
 
  private:
   S3Loop(S3ClientOptions options, std::string scheme, std::string host);
@@ -102,6 +103,7 @@ class S3Loop {
   std::mt19937_64 rng_;
 
   std::atomic<uint64_t> requests_{0}, retries_{0}, connects_{0}, in_flight_{0};
+  std::atomic<uint64_t> answers_{0};  // attempts that got an HTTP answer, of any status
   std::thread thread_;  // last: starts once the rest is built
 };
 

@@ -11,8 +11,9 @@
 #     from local within the step limit, health names s3 stalled, and once the server is back the
 #     tier is used again by itself;
 #  4. the server frozen (SIGSTOP) in the middle of a step: the same, and a persist meanwhile goes on;
-#  5. SlowDown and 500 storms (half the requests): every get is whole and byte-identical, and
-#     retries are counted (a read that fails every attempt is served from local);
+#  5. SlowDown and 500 storms (half the requests): every get is whole and byte-identical, retries
+#     are counted (a read that fails every attempt is served from local), and the tier is not
+#     taken for hung (a store that answers 503 is answering);
 #  6. hostile objects: an object altered in the bucket, one truncated, and GET bodies corrupted or
 #     cut by the proxy: never a wrong byte served; on a node with only the s3 tier, a miss;
 #  7. wrong credentials: kvstreamd refuses to start, naming the tier and the store's answer;
@@ -166,6 +167,7 @@ errors=$(tier_json n1 s3 read_errors)
 for storm in slowdown error500; do
   fault "$storm" 0.5
   for i in 1 2 3 4; do got n1 "k$i" "$work/c$i.bin" || fail "n1: k$i under a $storm storm"; done
+  healthy n1 || fail "n1 is not healthy under a $storm storm (busy is not hung): $(ctl n1 health)"
   fault clear
 done
 [ "$(tier_json n1 s3 resubmits)" -gt "$retries" ] || fail "no retry counted under the storms"
