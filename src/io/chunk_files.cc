@@ -79,6 +79,20 @@ std::vector<absl::StatusOr<ScannedChunk>> ReadChunkFileHeaders(
   return headers;
 }
 
+std::vector<ScannedChunk> SavedChunks(std::vector<ChunkMeta> saved, const std::string& tier_path,
+                                      const ChunkMacKey* mac_key, bool require_mac) {
+  std::vector<ScannedChunk> out;
+  for (ChunkMeta& m : saved) {
+    if (absl::Status s = VerifyChunkMac(m, mac_key, require_mac); !s.ok()) {
+      LogRefusedChunk(tier_path, FileStem(m.key), s);
+      continue;
+    }
+    const uint64_t size = m.file_size();
+    out.push_back({std::move(m), size});
+  }
+  return out;
+}
+
 void SkippedNames::Add(const std::string& rel, const std::string& what) {
   if (count++ < 4) examples.push_back(absl::StrCat(rel, " (", what, ")"));
 }

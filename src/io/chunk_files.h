@@ -43,6 +43,12 @@ std::vector<absl::StatusOr<ScannedChunk>> ReadChunkFileHeaders(
 // Names below a tier that look like the daemon's (a fan-out directory, a chunk file, a
 // temporary) but are not what it writes there: symlinks, FIFOs, sockets, devices, directories,
 // files of another owner. Counted, and logged once per walk with a few examples.
+// The chunks of a saved index (format/index_checkpoint.h) as a scan reports them, each at the size
+// its header gives; those the cluster key refuses (VerifyChunkMac) are logged and left out (the
+// reconcile pass that follows a start from a saved index removes their files).
+std::vector<ScannedChunk> SavedChunks(std::vector<ChunkMeta> saved, const std::string& tier_path,
+                                      const ChunkMacKey* mac_key, bool require_mac);
+
 struct SkippedNames {
   uint64_t count = 0;
   std::vector<std::string> examples;

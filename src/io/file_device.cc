@@ -215,16 +215,7 @@ absl::StatusOr<ScanReport> FileDevice::Scan() {
   absl::StatusOr<std::vector<ChunkMeta>> saved = TakeCheckpoint(own_fd_, own_path_);
   if (saved.ok()) {
     report.from_checkpoint = true;
-    for (ChunkMeta& m : *saved) {
-      // Refused entries are left to the reconciliation that follows a checkpoint (it reads their
-      // headers, refuses them again and removes the files).
-      if (absl::Status s = VerifyChunkMac(m, options_.mac_key.get(), options_.require_mac); !s.ok()) {
-        LogRefusedChunk(options_.path, FileStem(m.key), s);
-        continue;
-      }
-      const uint64_t size = m.file_size();
-      report.chunks.push_back({std::move(m), size});
-    }
+    report.chunks = SavedChunks(*std::move(saved), options_.path, options_.mac_key.get(), options_.require_mac);
     return report;
   }
   if (!absl::IsNotFound(saved.status())) {

@@ -204,14 +204,7 @@ absl::StatusOr<ScanReport> S3Device::Scan() {
     }
     if (chunks.ok()) {
       report.from_checkpoint = true;
-      for (ChunkMeta& m : *chunks) {
-        if (absl::Status s = VerifyChunkMac(m, options_.mac_key.get(), options_.require_mac); !s.ok()) {
-          LogRefusedChunk(options_.path, FileStem(m.key), s);
-          continue;
-        }
-        const uint64_t size = m.file_size();
-        report.chunks.push_back({std::move(m), size});
-      }
+      report.chunks = SavedChunks(*std::move(chunks), options_.path, options_.mac_key.get(), options_.require_mac);
       return report;
     }
     spdlog::warn("tier {}: ignoring its saved index: {}; reading every chunk header", options_.path,
