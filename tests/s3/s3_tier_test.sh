@@ -18,7 +18,9 @@
 #     cut by the proxy: never a wrong byte served; on a node with only the s3 tier, a miss;
 #  7. wrong credentials: kvstreamd refuses to start, naming the tier and the store's answer;
 #  8. shared: two nodes on one prefix with a cluster key: one publishes, the other finds it and
-#     serves it byte-identical; a node without the key serves none of it.
+#     serves it byte-identical; a node without the key serves none of it;
+#  9. TLS: https to moto with a self-signed certificate is refused at start as untrusted (the error
+#     names the certificate) and, with tls_verify false, serves byte-identical chunks.
 # Usage: s3_tier_test.sh KVSTREAMD KVSTREAMCTL KVTORTURE   (exit 77: skipped, no moto_server)
 set -euo pipefail
 kvstreamd=$1 ctl_bin=$2 torture=$3
@@ -226,4 +228,25 @@ until_ 3 present s2 pub1 || fail "s2 does not find pub1 3 s after s1 published i
 got s2 pub1 "$work/c4.bin" || fail "s2: pub1 not byte-identical"
 ! present s3n pub1 || fail "s3n (another key) finds pub1"
 ! ctl s3n get pub1 "$work/out.bin" > /dev/null 2>&1 || fail "s3n serves pub1"
+
+case_ "9. TLS: https to a server with a self-signed certificate: refused as untrusted, served with tls_verify false"
+tls_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+"$(s3_moto_server)" -H 127.0.0.1 -p "$tls_port" -s > "$work/moto-tls.log" 2>&1 &
+tls_pid=$!
+tls_up() { S3CLI_OPTIONS="--no-verify" s3cli --endpoint "https://127.0.0.1:$tls_port" ping > /dev/null 2>&1; }
+until_ 30 tls_up || fail "moto_server -s did not answer on https://127.0.0.1:$tls_port: $(tail -3 "$work/moto-tls.log")"
+S3CLI_OPTIONS="--no-verify" s3cli --endpoint "https://127.0.0.1:$tls_port" mb tls > /dev/null
+for verify in true false; do
+  node_config "tls-$verify" 0 t/
+  sed -i "s|endpoint: $S3_FAULT_ENDPOINT, bucket: kvs|endpoint: https://127.0.0.1:$tls_port, bucket: tls|; s|shared: false}|shared: false, tls_verify: $verify}|" \
+    "$work/tls-$verify.yaml"
+done
+if "$kvstreamd" --config "$work/tls-true.yaml" 2> "$work/tls-true.log"; then fail "kvstreamd trusted a self-signed certificate"; fi
+grep -q "certificate" "$work/tls-true.log" || fail "the refusal does not name the certificate: $(tail -2 "$work/tls-true.log")"
+kvstreamd_start "$work/tls-false.yaml" "$work/tls-false.log"
+ctl tls-false put tls1 "$work/c5.bin" > /dev/null || fail "put over https"
+got tls-false tls1 "$work/c5.bin" || fail "tls1 over https not byte-identical"
+kvstreamd_stop "$daemon" || true
+kill "$tls_pid"
+wait "$tls_pid" 2> /dev/null || true
 echo "S3: the cases passed in $((SECONDS - started)) s"

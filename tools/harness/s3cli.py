@@ -14,7 +14,7 @@ $S3_SECRET_ACCESS_KEY and $S3_REGION (default us-east-1); --endpoint overrides t
   auth-on                   (moto) check every request's SigV4 signature and permissions from now on
                             (POST /moto-api/reset-auth 0)
 --no-retries: one attempt per call (botocore retries 5xx, throttling and connection errors by
-default). Exit status: 0 done, 1 an error (its code on stderr), 3 no such key or bucket (404)."""
+default). --no-verify: an https endpoint's certificate is not checked (a test server's own). Exit status: 0 done, 1 an error (its code on stderr), 3 no such key or bucket (404)."""
 import argparse
 import json
 import os
@@ -36,12 +36,17 @@ def client(args, service="s3"):
         aws_access_key_id=os.environ.get("S3_ACCESS_KEY_ID", "kvstream-test"),
         aws_secret_access_key=os.environ.get("S3_SECRET_ACCESS_KEY", "kvstream-test-secret"),
         config=Config(retries=retries, s3={"addressing_style": "path"}, connect_timeout=5, read_timeout=60),
+        verify=not args.no_verify,
     )
 
 
 def ping(args):
+    context = None
+    if args.no_verify:
+        import ssl
+        context = ssl._create_unverified_context()
     try:
-        urllib.request.urlopen(args.endpoint + "/", timeout=2).read()
+        urllib.request.urlopen(args.endpoint + "/", timeout=2, context=context).read()
     except urllib.error.HTTPError:
         pass  # an answer all the same
     return 0
@@ -102,6 +107,7 @@ def main():
     p = argparse.ArgumentParser(prog="s3cli", description=__doc__.split("\n")[0])
     p.add_argument("--endpoint", default=os.environ.get("S3_ENDPOINT"))
     p.add_argument("--no-retries", action="store_true")
+    p.add_argument("--no-verify", action="store_true")
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("ping")
     sub.add_parser("auth-on")
