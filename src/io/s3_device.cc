@@ -113,7 +113,11 @@ absl::StatusOr<std::unique_ptr<S3Device>> S3Device::Open(S3DeviceOptions options
 }
 
 S3Device::~S3Device() {
-  client_.reset();  // every callback has run (cancelled) before the members they touch go
+  // Every callback runs (cancelled) before the members it touches go; those that would issue more
+  // requests (a mutation queued behind a cancelled one, a marker's removal) see stopping_ and do
+  // not: client_ is null while it is destroyed.
+  stopping_.store(true);
+  client_.reset();
 }
 
 std::string S3Device::ObjectKey(const std::string& stem) const {
@@ -408,6 +412,7 @@ void S3Device::Mutate(const std::string& key, Mutation start) {
 }
 
 void S3Device::StartMutation(const std::string& key) {
+  if (stopping_.load()) return;  // the device is going: nobody waits for it
   Mutation m;
   {
     absl::MutexLock lock(&mu_);
@@ -483,7 +488,7 @@ void S3Device::PublishTemp(FileHandle temp, IoRequest* request) {
             return client_->Put(key, bytes->data(), bytes->size(), std::move(options), std::move(done));
           },
           [this, bytes, request, next, key](const S3Result& r) {
-            if (shared() && r.outcome == S3Outcome::kPreconditionFailed) {
+            if (shared() && r.outcome == S3Outcome::kPreconditionFailed && !stopping_.load()) {
               // Another node's object stands: this node's marker goes.
               const std::string stem = key.substr(options_.prefix.size(), kStemLength);
               client_->Delete(MarkerKey(stem), [this](const S3Result& d) { Answered(d); });
@@ -501,7 +506,7 @@ void S3Device::PublishTemp(FileHandle temp, IoRequest* request) {
     options.metadata = {{"kvstream-node", options_.node}};
     Tracked([&](S3Client::Done done) { return client_->Put(MarkerKey(stem), "", 0, {}, std::move(done)); },
             [this, request, next, put, options](const S3Result& r) {
-              if (!r.ok()) {  // without its marker the object would be nobody's
+              if (!r.ok() || stopping_.load()) {  // without its marker the object would be nobody's
                 Finish(request, r);
                 next();
                 return;
@@ -542,7 +547,7 @@ absl::Status S3Device::RemoveChunk(const std::string& stem) {
               Answered(r);
               if (!r.ok() && r.outcome != S3Outcome::kNotFound) {
                 spdlog::warn("tier {}: removing {}: {}", options_.path, stem, r.message);
-              } else if (shared()) {
+              } else if (shared() && !stopping_.load()) {
                 client_->Delete(MarkerKey(stem), [this](const S3Result& d) { Answered(d); });
               }
               next();

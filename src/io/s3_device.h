@@ -178,7 +178,7 @@ class S3Device final : public TierDevice {
   mutable int64_t last_answer_ns_ ABSL_GUARDED_BY(condition_mu_) = 0;  // when it last moved
   std::string unanswered_reason_ ABSL_GUARDED_BY(condition_mu_);
   mutable char probe_byte_ = 0;
-  std::atomic<uint64_t> retries_seen_{0};
+  std::atomic<bool> stopping_{false};  // set by the destructor: callbacks issue no more requests
 };
 
 }  // namespace kvstream

@@ -242,6 +242,18 @@ TEST_CASE("a removal queued before a publish of the same key lands first") {
   CHECK(std::memcmp(got.data(), c.image.data(), 4096) == 0);
 }
 
+TEST_CASE("an s3 device destroyed with removals queued behind a hung one issues none of them") {
+  auto server = StartServer();
+  auto device = OpenDevice(*server);
+  const Chunk c = MakeChunk("going", 100'000, 10);
+  REQUIRE(WriteReplica(*device, c) == IoStatus::kOk);
+  server->Pause();  // the first removal hangs; the others queue behind it
+  for (int i = 0; i < 5; ++i) REQUIRE(device->RemoveChunk(c.stem).ok());
+  device.reset();  // cancels the first: its callback must not start the next on a client being destroyed
+  server->Resume();
+  SUCCEED("destroyed");
+}
+
 TEST_CASE("on a shared s3 tier the first node's object stands and each node lists only its own") {
   auto server = StartServer();
   auto a = OpenDevice(*server, "node-a", "shared/");
