@@ -140,18 +140,32 @@ absl::StatusOr<S3Device::Listing> S3Device::List() {
   if (!objects.ok()) {
     return absl::Status(objects.status().code(), absl::StrCat(options_.path, ": listing: ", objects.status().message()));
   }
-  Listing out;
-  const std::string markers = shared() ? absl::StrCat(options_.prefix, kNodesDir, options_.node, "/") : "";
+  absl::flat_hash_map<std::string, uint64_t> published;  // stem -> object size
+  std::vector<std::string> markers;                      // shared: stems with this node's marker
+  const std::string own_dir = shared() ? absl::StrCat(options_.prefix, kNodesDir, options_.node, "/") : "";
   for (const S3ListedObject& o : *objects) {
     std::string_view name = o.key;
     if (!name.starts_with(options_.prefix)) continue;  // a store that lists outside the prefix
     name.remove_prefix(options_.prefix.size());
     if (name.size() == kStemLength + kChunkSuffixLength && name.ends_with(kChunkSuffix) &&
         IsHexStem(name.substr(0, kStemLength), kStemLength)) {
-      out.objects[std::string(name.substr(0, kStemLength))] = o.size;
-    } else if (shared() && std::string_view(o.key).starts_with(markers)) {
-      const std::string_view stem = std::string_view(o.key).substr(markers.size());
-      if (IsHexStem(stem, kStemLength) && stem.size() == kStemLength) out.own_markers.emplace_back(stem);
+      published[std::string(name.substr(0, kStemLength))] = o.size;
+    } else if (shared() && std::string_view(o.key).starts_with(own_dir)) {
+      const std::string_view stem = std::string_view(o.key).substr(own_dir.size());
+      if (IsHexStem(stem, kStemLength) && stem.size() == kStemLength) markers.emplace_back(stem);
+    }
+  }
+  Listing out;
+  if (!shared()) {
+    for (const auto& [stem, size] : published) out.own.push_back({stem, size});
+    return out;
+  }
+  for (std::string& stem : markers) {
+    auto it = published.find(stem);
+    if (it != published.end()) {
+      out.own.push_back({std::move(stem), it->second});
+    } else {
+      out.orphan_markers.push_back(std::move(stem));
     }
   }
   return out;
@@ -169,31 +183,34 @@ absl::StatusOr<ScannedChunk> S3Device::DecodeObjectHeader(const std::string& ste
   return ScannedChunk{*std::move(meta), object_size};
 }
 
-absl::StatusOr<ScannedChunk> S3Device::FetchHeader(const std::string& stem, uint64_t object_size) {
-  std::string bytes(kFileAlignment, '\0');
-  for (int pass = 0; pass < 2; ++pass) {
+absl::StatusOr<ScannedChunk> S3Device::FetchHeader(const std::string& stem, uint64_t object_size, std::string bytes) {
+  // Reads the first `length` bytes of the object into `bytes`.
+  const auto read = [&](size_t length) -> absl::Status {
+    bytes.assign(length, '\0');
     absl::Notification done;
     S3Result result;
-    client_->Get(ObjectKey(stem), 0, static_cast<uint32_t>(bytes.size()), bytes.data(), [&](const S3Result& r) {
+    client_->Get(ObjectKey(stem), 0, static_cast<uint32_t>(length), bytes.data(), [&](const S3Result& r) {
       result = r;
       done.Notify();
     });
     done.WaitForNotification();
-    Answered(result);
+    Unanswered(result);
     if (!result.ok()) return ToStatus(result, absl::StrCat(options_.path, ": header of ", stem));
     if (object_size == 0) object_size = result.object_size;
     bytes.resize(result.bytes);
-    absl::StatusOr<ScannedChunk> chunk = DecodeObjectHeader(stem, bytes, object_size);
-    if (!absl::IsOutOfRange(chunk.status()) || pass == 1) {
-      if (absl::IsOutOfRange(chunk.status())) return absl::DataLossError("header truncated");
-      if (chunk.ok()) chunk->file_size = object_size;
-      return chunk;
-    }
-    absl::StatusOr<uint32_t> size = ChunkHeaderSize(bytes.data(), bytes.size());  // a long key or many segments
-    if (!size.ok()) return size.status();
-    bytes.assign(*size, '\0');
+    return absl::OkStatus();
+  };
+  if (bytes.empty()) {
+    if (absl::Status s = read(kFileAlignment); !s.ok()) return s;
   }
-  return absl::DataLossError("header truncated");
+  absl::StatusOr<ScannedChunk> chunk = DecodeObjectHeader(stem, bytes, object_size);
+  if (!absl::IsOutOfRange(chunk.status())) return chunk;
+  absl::StatusOr<uint32_t> size = ChunkHeaderSize(bytes.data(), bytes.size());  // a long key or many segments
+  if (!size.ok()) return size.status();
+  if (absl::Status s = read(*size); !s.ok()) return s;
+  chunk = DecodeObjectHeader(stem, bytes, object_size);
+  if (absl::IsOutOfRange(chunk.status())) return absl::DataLossError("header truncated");
+  return chunk;
 }
 
 absl::StatusOr<ScanReport> S3Device::Scan() {
@@ -219,19 +236,10 @@ absl::StatusOr<ScanReport> S3Device::Scan() {
   }
   absl::StatusOr<Listing> listing = List();
   if (!listing.ok()) return listing.status();
-  std::vector<std::pair<std::string, uint64_t>> own;  // stem, object size
-  if (shared()) {
-    for (const std::string& stem : listing->own_markers) {
-      auto it = listing->objects.find(stem);
-      if (it != listing->objects.end()) {
-        own.emplace_back(stem, it->second);
-      } else if (client_->DeleteObject(MarkerKey(stem)).ok()) {  // a publish cut short before a crash
-        ++report.removed_temporaries;
-      }
-    }
-  } else {
-    own.assign(listing->objects.begin(), listing->objects.end());
+  for (const std::string& stem : listing->orphan_markers) {  // a publish cut short before a crash
+    if (client_->DeleteObject(MarkerKey(stem)).ok()) ++report.removed_temporaries;
   }
+  const std::vector<ListedChunk>& own = listing->own;
   // Every header, many reads in flight.
   struct Read {
     std::string bytes = std::string(kFileAlignment, '\0');
@@ -243,25 +251,23 @@ absl::StatusOr<ScanReport> S3Device::Scan() {
     pending.WaitBelow(kScanReadsInFlight);
     pending.Add();
     Read& r = reads[i];
-    client_->Get(ObjectKey(own[i].first), 0, kFileAlignment, r.bytes.data(), [&r, &pending](const S3Result& result) {
+    client_->Get(ObjectKey(own[i].stem), 0, kFileAlignment, r.bytes.data(), [&r, &pending](const S3Result& result) {
       r.result = result;
       pending.Done();
     });
   }
   pending.WaitBelow(1);
   for (size_t i = 0; i < own.size(); ++i) {
-    const auto& [stem, size] = own[i];
+    const std::string& stem = own[i].stem;
     Read& r = reads[i];
     absl::StatusOr<ScannedChunk> chunk = absl::UnknownError("unread");
     if (r.result.ok()) {
       r.bytes.resize(r.result.bytes);
-      chunk = DecodeObjectHeader(stem, r.bytes, size);
-      if (absl::IsOutOfRange(chunk.status())) chunk = FetchHeader(stem, size);  // a header over 4 KiB
+      chunk = FetchHeader(stem, own[i].file_size, std::move(r.bytes));  // reads more only past 4 KiB
     } else {
       chunk = ToStatus(r.result, absl::StrCat("header of ", stem));
     }
     if (chunk.ok()) {
-      chunk->file_size = size;
       report.chunks.push_back(*std::move(chunk));
       continue;
     }
@@ -287,16 +293,7 @@ absl::Status S3Device::SaveIndex(const std::vector<ChunkMeta>& chunks) {
 absl::StatusOr<std::vector<ListedChunk>> S3Device::ListChunks() {
   absl::StatusOr<Listing> listing = List();
   if (!listing.ok()) return listing.status();
-  std::vector<ListedChunk> out;
-  if (shared()) {
-    for (const std::string& stem : listing->own_markers) {
-      auto it = listing->objects.find(stem);
-      if (it != listing->objects.end()) out.push_back({stem, it->second});
-    }
-  } else {
-    for (const auto& [stem, size] : listing->objects) out.push_back({stem, size});
-  }
-  return out;
+  return std::move(listing->own);
 }
 
 absl::StatusOr<ScannedChunk> S3Device::ReadChunkHeader(const std::string& stem) {
@@ -380,7 +377,7 @@ void S3Device::Wake() {
 }
 
 void S3Device::Finish(IoRequest* request, const S3Result& result) {
-  Answered(result);
+  Unanswered(result);
   {
     absl::MutexLock lock(&mu_);
     running_.erase(request);
@@ -390,14 +387,14 @@ void S3Device::Finish(IoRequest* request, const S3Result& result) {
   Wake();
 }
 
-void S3Device::Answered(const S3Result& result) {
-  absl::MutexLock lock(&condition_mu_);
-  if (result.http_status != 0) {
-    unanswered_since_ns_ = 0;
-  } else if (result.outcome == S3Outcome::kUnreachable || result.outcome == S3Outcome::kTimedOut) {
-    if (unanswered_since_ns_ == 0) unanswered_since_ns_ = MonotonicNs();
-    unanswered_reason_ = result.message;
+void S3Device::Unanswered(const S3Result& result) {
+  if (result.http_status != 0 ||
+      (result.outcome != S3Outcome::kUnreachable && result.outcome != S3Outcome::kTimedOut)) {
+    return;  // an answer (Condition counts those through S3Client::answers) or a cancel
   }
+  absl::MutexLock lock(&condition_mu_);
+  if (unanswered_since_ns_ == 0) unanswered_since_ns_ = MonotonicNs();
+  unanswered_reason_ = result.message;
 }
 
 void S3Device::Mutate(const std::string& key, Mutation start) {
@@ -491,7 +488,7 @@ void S3Device::PublishTemp(FileHandle temp, IoRequest* request) {
             if (shared() && r.outcome == S3Outcome::kPreconditionFailed && !stopping_.load()) {
               // Another node's object stands: this node's marker goes.
               const std::string stem = key.substr(options_.prefix.size(), kStemLength);
-              client_->Delete(MarkerKey(stem), [this](const S3Result& d) { Answered(d); });
+              client_->Delete(MarkerKey(stem), [this](const S3Result& d) { Unanswered(d); });
             }
             Finish(request, r);
             next();
@@ -544,11 +541,11 @@ absl::Status S3Device::RemoveChunk(const std::string& stem) {
   Mutate(key, [this, key, stem](std::function<void()> next) {
     Tracked([&](S3Client::Done done) { return client_->Delete(key, std::move(done)); },
             [this, stem, next](const S3Result& r) {
-              Answered(r);
+              Unanswered(r);
               if (!r.ok() && r.outcome != S3Outcome::kNotFound) {
                 spdlog::warn("tier {}: removing {}: {}", options_.path, stem, r.message);
               } else if (shared() && !stopping_.load()) {
-                client_->Delete(MarkerKey(stem), [this](const S3Result& d) { Answered(d); });
+                client_->Delete(MarkerKey(stem), [this](const S3Result& d) { Unanswered(d); });
               }
               next();
             });
@@ -638,7 +635,7 @@ void S3Device::IssueMergedRead(std::vector<PendingRead>::iterator first, std::ve
 }
 
 void S3Device::FinishMerged(MergedRead& merged, const S3Result& result) {
-  Answered(result);
+  Unanswered(result);
   {
     absl::MutexLock lock(&mu_);
     uint64_t at = 0;  // the part's place in the merged range
@@ -709,7 +706,7 @@ TierCondition S3Device::Condition() const {
     auto* self = const_cast<S3Device*>(this);  // the probe's answer updates the condition
     self->client_->Get(absl::StrCat(options_.prefix, ".kvstream-probe"), 0, 1, &probe_byte_,
                        [self](const S3Result& r) {
-                         self->Answered(r);
+                         self->Unanswered(r);
                          absl::MutexLock lock(&self->condition_mu_);
                          self->probe_in_flight_ = false;
                        });

@@ -97,20 +97,24 @@ class S3Device final : public TierDevice {
   // Decodes a header read from the start of an object of `object_size` bytes named `stem`.
   absl::StatusOr<ScannedChunk> DecodeObjectHeader(const std::string& stem, const std::string& bytes,
                                                   uint64_t object_size) const;
-  // The header of the object of `stem`, `object_size` bytes long (0: unknown, not checked).
-  absl::StatusOr<ScannedChunk> FetchHeader(const std::string& stem, uint64_t object_size);
-  // Listing: published chunk objects (stem -> size) and, shared, the stems with this node's marker.
+  // The header of the object of `stem`, `object_size` bytes long (0: unknown, taken from the
+  // answer). `bytes`: its first bytes when already read (a scan's batch); read here otherwise, and
+  // the whole header read again only when it is longer than those.
+  absl::StatusOr<ScannedChunk> FetchHeader(const std::string& stem, uint64_t object_size, std::string bytes = {});
+  // Listing: this node's chunk objects (a private tier's all; a shared tier's those with the node's
+  // marker) and, shared, the node's markers whose object is missing (a publish cut short).
   struct Listing {
-    absl::flat_hash_map<std::string, uint64_t> objects;
-    std::vector<std::string> own_markers;
+    std::vector<ListedChunk> own;
+    std::vector<std::string> orphan_markers;
   };
   absl::StatusOr<Listing> List();
   // Completes `request` from `result` (on the client's thread).
   void Finish(IoRequest* request, const S3Result& result);
   void Post(const IoCompletion& completion);
   void Wake();  // the loop's eventfd
-  // A request or probe got an answer (any HTTP status) or none (unreachable, timed out).
-  void Answered(const S3Result& result);
+  // A request or probe ended without an HTTP answer (unreachable, timed out): toward kNotAnswering
+  // (answers are counted by S3Client::answers, which Condition reads).
+  void Unanswered(const S3Result& result);
   // Mutations of one object (a publish, a removal) run one at a time, in the order queued: a
   // removal queued before a new replica's publish never lands after it. A mutation calls `next`
   // once its last request is answered (on the client's thread), which starts the one after it.
@@ -173,7 +177,7 @@ class S3Device final : public TierDevice {
   mutable absl::Mutex condition_mu_;
   mutable int64_t last_probe_ns_ ABSL_GUARDED_BY(condition_mu_) = 0;
   mutable bool probe_in_flight_ ABSL_GUARDED_BY(condition_mu_) = false;
-  mutable int64_t unanswered_since_ns_ ABSL_GUARDED_BY(condition_mu_) = 0;  // 0: the last request was answered
+  mutable int64_t unanswered_since_ns_ ABSL_GUARDED_BY(condition_mu_) = 0;  // 0: answered since the last failure
   mutable uint64_t answers_seen_ ABSL_GUARDED_BY(condition_mu_) = 0;  // S3Client::answers() at the last look
   mutable int64_t last_answer_ns_ ABSL_GUARDED_BY(condition_mu_) = 0;  // when it last moved
   std::string unanswered_reason_ ABSL_GUARDED_BY(condition_mu_);

@@ -31,10 +31,10 @@ struct Chunk {
   std::vector<uint8_t> image;
 };
 
-Chunk MakeChunk(const std::string& key, size_t payload_size, uint64_t seed) {
+Chunk MakeChunk(const std::string& key, size_t payload_size, uint64_t seed, uint32_t segment_size = 64 << 10) {
   const std::vector<uint8_t> payload = testing::Payload(payload_size, seed);
   Chunk c;
-  c.meta = DescribeChunk(key, payload.data(), payload.size(), 64 << 10, 1000 + static_cast<int64_t>(seed));
+  c.meta = DescribeChunk(key, payload.data(), payload.size(), segment_size, 1000 + static_cast<int64_t>(seed));
   c.stem = FileStem(key);
   c.image.resize(c.meta.file_size());
   EncodeChunkFile(c.meta, payload.data(), c.image.data());
@@ -191,6 +191,10 @@ TEST_CASE("an s3 tier's scan reads every header, removes invalid objects, and ta
       chunks.push_back(MakeChunk("scan-" + std::to_string(i), 70'000 + i * 1000, 100 + i));
       REQUIRE(WriteReplica(*device, chunks.back()) == IoStatus::kOk);
     }
+    // A header longer than the first 4 KiB a scan reads (733 segments of 4 KiB).
+    chunks.push_back(MakeChunk("long-header", 3'000'000, 99, 4096));
+    REQUIRE(chunks.back().meta.header_size() > 4096);
+    REQUIRE(WriteReplica(*device, chunks.back()) == IoStatus::kOk);
     // Hostile objects under chunk names: garbage, a valid header over a cut payload, another
     // key's chunk under this one's name. And names that are not chunks at all (left alone).
     S3Client& s3 = device->client();
@@ -209,6 +213,10 @@ TEST_CASE("an s3 tier's scan reads every header, removes invalid objects, and ta
   CHECK(scan->chunks.size() == chunks.size());
   CHECK(scan->removed_invalid == 3);
   for (const ScannedChunk& s : scan->chunks) CHECK(s.file_size == s.meta.file_size());
+  const absl::StatusOr<ScannedChunk> long_header = device->ReadChunkHeader(chunks.back().stem);
+  REQUIRE(long_header.ok());
+  CHECK(long_header->meta.segment_checksums == chunks.back().meta.segment_checksums);
+  CHECK(long_header->file_size == chunks.back().image.size());
   absl::StatusOr<std::vector<ListedChunk>> listed = device->ListChunks();
   REQUIRE(listed.ok());
   CHECK(listed->size() == chunks.size());
