@@ -36,6 +36,8 @@ kvstreamd=$1 ctl_bin=$2 torture=$3
 source "$(dirname "${BASH_SOURCE[0]}")/../../tools/lib/common.sh"
 # shellcheck source-path=SCRIPTDIR source=../../tools/lib/glusterfs.sh
 source "$root/tools/lib/glusterfs.sh"
+# shellcheck source-path=SCRIPTDIR source=../support/daemon_nodes.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../support/daemon_nodes.sh"
 why=$(glusterfs_missing)
 [ -z "$why" ] || skip "$why"
 work=$(test_work_dir glusterfs)
@@ -52,11 +54,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'echo "FAILED: line $LINENO: $BASH_COMMAND"' ERR
 started=$SECONDS
-fail() {
-  echo "FAILED: $*"
-  for l in "$work"/*.log; do echo "== $l"; tail -8 "$l"; done
-  exit 1
-}
 # case_ "N. TEXT": announces case N; false when KVSTREAM_GLUSTER_CASES (e.g. "5 6") leaves it out.
 # Case 1 always runs: the others build on its chunk and copies.
 case_() {
@@ -92,28 +89,7 @@ node() {
   kvstreamd_start "$work/$name.yaml" "$work/$name.log"
   pid[$name]=$daemon
 }
-ctl() { "$ctl_bin" --socket "$work/$1.sock" "${@:2}"; }
-# got NODE KEY FILE: NODE serves KEY, byte-identical to FILE.
-got() { ctl "$1" get "$2" "$work/out.bin" > /dev/null 2>&1 && cmp -s "$3" "$work/out.bin"; }
-# present NODE KEY: NODE's lookup finds KEY.
-present() { ctl "$1" --json lookup "$2" | grep -q '"present": *true'; }
-absent() { ! present "$@"; }
-# on_tiers NODE KEY MASK: NODE's index holds KEY on the tiers of MASK.
-on_tiers() { ctl "$1" --json lookup "$2" | grep -q "\"tier_mask\": *$3\b"; }
-# health_says NODE TEXT: NODE's health names TEXT.
-health_says() { { ctl "$1" health 2>&1 || true; } | grep -q "$2"; }
-# until_ SECONDS CMD...: polls CMD every 0.1 s until it succeeds (status 0) or SECONDS pass (1).
-until_() {
-  local end=$((SECONDS + $1))
-  shift
-  while ! "$@"; do
-    [ "$SECONDS" -lt "$end" ] || return 1
-    sleep 0.1
-  done
-}
 metric() { curl -sf "http://127.0.0.1:${port[$1]}/metrics" | grep "^$2" || true; }
-healthy() { ctl "$1" health > /dev/null 2>&1; }
-tier_json() { ctl "$1" --json tiers | python3 -c "import json, sys; print([t for t in json.load(sys.stdin) if t['name'] == '$2'][0]['$3'])"; }
 
 for i in 1 2 3 4 5 6; do head -c $((1000000 + i * 100000)) /dev/urandom > "$work/c$i.bin"; done
 node n1 1 1GiB "$work/cluster.key" 1

@@ -28,6 +28,8 @@ kvstreamd=$1 ctl_bin=$2 torture=$3
 source "$(dirname "${BASH_SOURCE[0]}")/../../tools/lib/common.sh"
 # shellcheck source-path=SCRIPTDIR source=../../tools/lib/s3.sh
 source "$root/tools/lib/s3.sh"
+# shellcheck source-path=SCRIPTDIR source=../support/daemon_nodes.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../support/daemon_nodes.sh"
 why=$(s3_missing)
 [ -z "$why" ] || skip "$why"
 work=$(test_work_dir s3tier)
@@ -42,11 +44,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'echo "FAILED: line $LINENO: $BASH_COMMAND"' ERR
 started=$SECONDS
-fail() {
-  echo "FAILED: $*"
-  for l in "$work"/*.log; do echo "== $l"; tail -8 "$l"; done
-  exit 1
-}
 case_() { echo "== $* ($((SECONDS - started)) s)"; }
 
 s3_server_start --auth "$work/s3"
@@ -84,8 +81,6 @@ node() {
   kvstreamd_start "$work/$1.yaml" "$work/$1.log"
   pid[$1]=$daemon
 }
-ctl() { "$ctl_bin" --socket "$work/$1.sock" "${@:2}"; }
-got() { ctl "$1" get "$2" "$work/out.bin" > /dev/null 2>&1 && cmp -s "$3" "$work/out.bin"; }
 # served_right NODE KEY FILE: NODE serves KEY byte-identical to FILE, or misses; never other bytes.
 served_right() {
   if ctl "$1" get "$2" "$work/out.bin" > /dev/null 2>&1; then
@@ -94,18 +89,6 @@ served_right() {
   fi
   return 1
 }
-present() { ctl "$1" --json lookup "$2" | grep -q '"present": *true'; }
-health_says() { { ctl "$1" health 2>&1 || true; } | grep -q "$2"; }
-healthy() { ctl "$1" health > /dev/null 2>&1; }
-until_() {
-  local end=$((SECONDS + $1))
-  shift
-  while ! "$@"; do
-    [ "$SECONDS" -lt "$end" ] || return 1
-    sleep 0.1
-  done
-}
-tier_json() { ctl "$1" --json tiers | python3 -c "import json, sys; print([t for t in json.load(sys.stdin) if t['name'] == '$2'][0]['$3'])"; }
 objects() { grep -c '\.kvc$' <<< "$(s3_list kvs "$1")" || true; }
 
 for i in 1 2 3 4 5 6; do head -c $((3000000 + i * 100000)) /dev/urandom > "$work/c$i.bin"; done
@@ -137,8 +120,7 @@ node n1 1 n1/
 ctl n1 policy --routing static:0 > /dev/null
 for i in 1 2 3 4; do got n1 "k$i" "$work/c$i.bin" || fail "n1: k$i after the cold start"; done
 for i in 1 2 3 4; do ctl n1 put "k$i" "$work/c$i.bin" > /dev/null; done  # local holds them again
-until_ 5 sh -c "[ \"\$($ctl_bin --socket $work/n1.sock --json lookup k4 | grep -o '\"tier_mask\": *[0-9]*' | grep -o '[0-9]*$')\" = 3 ]" ||
-  fail "k4 is not on both tiers again"
+until_ 5 on_tiers n1 k4 3 || fail "k4 is not on both tiers again"
 
 # Steps on n1 read s3 only (routing static:0), so a fault lands in the middle of its reads.
 stall() {  # kvtorture stall on n1: 16 x 4 MiB
