@@ -133,6 +133,7 @@ class MotoServer {
     }
   }
   ~MotoServer() {
+    kill(-pid_, SIGCONT);
     kill(-pid_, SIGKILL);
     waitpid(pid_, nullptr, 0);
     unlink(log_.c_str());
@@ -142,6 +143,9 @@ class MotoServer {
 
   uint16_t port() const { return port_; }
   std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  // SIGSTOP / SIGCONT: a server that holds every request (and keeps its objects) meanwhile.
+  void Pause() { kill(-pid_, SIGSTOP); }
+  void Resume() { kill(-pid_, SIGCONT); }
   std::string Log() const {
     std::ifstream in(log_);
     std::stringstream s;
